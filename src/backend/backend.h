@@ -1,0 +1,200 @@
+/* backend.h — the op contract every backend implements (CPU: the readable reference; CUDA:
+ * the fast path). The model forward is written once against these ops.
+ *
+ * Rules (they let a CUDA graph, or later a fused persistent kernel, replay a step):
+ *  - Ops never allocate: every buffer comes from a workspace allocated before the step.
+ *  - Ops never read backend memory back to the host: routing, positions and sampling stay in
+ *    backend memory. Host-visible inputs of a step are uploaded once by begin_step().
+ *  - The activation dtype is a backend property (lm_backend.act_dtype); the model code only
+ *    passes tensors around.
+ *  - Every op takes a typed parameter struct and returns lm_status; an op or cache kind a
+ *    backend does not support fails closed with LM_ERR_UNSUPPORTED.
+ * All tensors are 2-D row-major views [rows][cols] with a row stride `ld` (in elements). */
+#ifndef LM_BACKEND_H
+#define LM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lumen.h"
+#include "tensor/dtype.h"
+#include "tensor/weight.h"
+
+#define LM_BACKEND_API_VERSION 1
+
+typedef struct lm_backend lm_backend;
+typedef struct lm_kv_cache lm_kv_cache;
+typedef struct lm_batch lm_batch;
+
+typedef struct lm_tensor {
+  void *data;   /* backend memory */
+  int64_t rows, cols, ld;
+  lm_dtype dtype;
+} lm_tensor;
+
+/* A view of columns [c0, c0+n) of every row. */
+static inline lm_tensor lm_tensor_cols(lm_tensor t, int64_t c0, int64_t n) {
+  t.data = (char *)t.data + c0 * (int64_t)lm_dtype_size(t.dtype);
+  t.cols = n;
+  return t;
+}
+/* A view of rows [r0, r0+n). */
+static inline lm_tensor lm_tensor_rows(lm_tensor t, int64_t r0, int64_t n) {
+  t.data = (char *)t.data + r0 * t.ld * (int64_t)lm_dtype_size(t.dtype);
+  t.rows = n;
+  return t;
+}
+/* Reinterprets a contiguous [rows][cols] tensor as [rows*cols/c][c] (per-head views). */
+static inline lm_tensor lm_tensor_reshape(lm_tensor t, int64_t c) {
+  t.rows = t.rows * t.cols / c;
+  t.cols = c;
+  t.ld = c;
+  return t;
+}
+
+/* ---- op parameter structs --------------------------------------------------------------- */
+
+/* out[t] = row ids[t] of `table` (dequantized) * scale. ids are the step's token ids
+ * (begin_step) unless `ids` is given (backend memory, int32). */
+typedef struct lm_embed_args {
+  lm_tensor out;
+  const lm_weight *table;
+  float scale;
+} lm_embed_args;
+
+/* out = x · Wᵀ (+ out if accumulate). `expert` selects a matrix of a stacked weight. */
+typedef struct lm_matmul_args {
+  lm_tensor out, x;
+  const lm_weight *w;
+  int64_t expert;
+  int accumulate;
+} lm_matmul_args;
+
+/* out = RMSNorm(x) * w (w NULL: no learned scale), per row over cols; in place allowed.
+ * With `residual` set: residual += that result (out ignored): the sandwich-norm + residual add. */
+typedef struct lm_rmsnorm_args {
+  lm_tensor out, x;
+  const lm_weight *w; /* dense f32 vector [cols], or NULL */
+  float eps;
+  lm_tensor *residual;
+} lm_rmsnorm_args;
+
+/* In-place rotary embedding of x viewed as [T][n_heads][head_dim] (NeoX pairing i, i+d/2),
+ * angle = f32(pos[t]) * inv_freq[i] with the step's positions (begin_step). */
+typedef struct lm_rope_args {
+  lm_tensor x;          /* [T][n_heads*head_dim] */
+  int n_heads, head_dim;
+  const lm_weight *inv_freq; /* dense f32 [head_dim/2] */
+} lm_rope_args;
+
+/* out = gelu_tanh(gate) * up (elementwise; up may be a strided view). */
+typedef struct lm_geglu_args {
+  lm_tensor out, gate, up;
+} lm_geglu_args;
+
+/* out = (a + b) * scale, or out = a * scale when b.data is NULL. In place allowed. */
+typedef struct lm_add_args {
+  lm_tensor out, a, b;
+  float scale;
+} lm_add_args;
+
+/* x = tanh(x / cap) * cap. */
+typedef struct lm_softcap_args {
+  lm_tensor x;
+  float cap;
+} lm_softcap_args;
+
+/* out[i] = x[rows[i]] for the step's logit rows (begin_step). */
+typedef struct lm_gather_args {
+  lm_tensor out, x;
+} lm_gather_args;
+
+/* Attention of the step's queries over one cache (read in place) plus the chunk being
+ * written (k_new/v_new, not yet in the cache). Scores are raw dot products (Gemma 4:
+ * scaling 1.0), causal, and limited to `window` keys (0: unbounded) including the query. */
+typedef struct lm_attn_args {
+  lm_tensor out;         /* [T][n_heads*head_dim] */
+  lm_tensor q;           /* [T][n_heads*head_dim] */
+  lm_tensor k_new, v_new;/* [T][n_kv_heads*head_dim]: this step's keys/values for the cache */
+  int cache;             /* index of the cache in each sequence's set */
+  int n_heads, n_kv_heads, head_dim;
+  int64_t window;
+  float scale;
+} lm_attn_args;
+
+/* Appends the chunk's K/V to the cache `cache` of each sequence of the step. */
+typedef struct lm_kv_append_args {
+  lm_tensor k_new, v_new;
+  int cache;
+} lm_kv_append_args;
+
+/* MoE routing: probs = softmax(logits) over all experts (f32); the top_k are chosen,
+ * renormalized to sum 1 and multiplied by per_expert_scale[e]. ids int32 [T][k], weights f32. */
+typedef struct lm_moe_route_args {
+  lm_tensor ids, weights, logits;
+  int top_k;
+  const lm_weight *per_expert_scale; /* dense f32 [E] */
+} lm_moe_route_args;
+
+/* out = Σ_k weights[t,k] * down_e(gelu_tanh(gate_e(x)) * up_e(x)), e = ids[t,k]. */
+typedef struct lm_moe_experts_args {
+  lm_tensor out, x, ids, weights;
+  const lm_weight *gate, *up, *down; /* stacked [E] */
+  lm_tensor scratch;  /* f32 workspace, at least [T*top_k][2*moe_dim + 2*hidden] */
+  lm_tensor iscratch; /* int32 workspace, at least [1][T*top_k + E + 1] */
+} lm_moe_experts_args;
+
+/* ids[i] = argmax over row i of x (lowest index on ties). ids int32 [rows][1]. */
+typedef struct lm_argmax_args {
+  lm_tensor ids, x;
+} lm_argmax_args;
+
+/* ---- the backend -------------------------------------------------------------------------- */
+
+typedef struct lm_backend_ops {
+  int api_version; /* LM_BACKEND_API_VERSION */
+  const char *name;
+  void (*destroy)(lm_backend *be);
+  /* memory (outside steps) */
+  lm_status (*alloc)(lm_backend *be, size_t bytes, void **ptr);
+  void (*free)(lm_backend *be, void *ptr);
+  lm_status (*upload)(lm_backend *be, void *dst, const void *src, size_t bytes);
+  lm_status (*download)(lm_backend *be, void *dst, const void *src, size_t bytes);
+  lm_status (*copy)(lm_backend *be, void *dst, const void *src, size_t bytes); /* within the backend */
+  /* makes a weight usable by this backend (copy, repack); sets w->backend; (optional) */
+  lm_status (*prepare_weight)(lm_backend *be, lm_weight *w);
+  /* whether attention/append can read/write a cache of this signature */
+  int (*supports_cache)(lm_backend *be, const char *signature);
+  /* uploads the host-side inputs of a step (ids, positions, sequences, logit rows) */
+  lm_status (*begin_step)(lm_backend *be, const lm_batch *b);
+  lm_status (*end_step)(lm_backend *be); /* waits for the step's work */
+  /* ops */
+  lm_status (*embed)(lm_backend *be, const lm_embed_args *a);
+  lm_status (*matmul)(lm_backend *be, const lm_matmul_args *a);
+  lm_status (*rmsnorm)(lm_backend *be, const lm_rmsnorm_args *a);
+  lm_status (*rope)(lm_backend *be, const lm_rope_args *a);
+  lm_status (*geglu)(lm_backend *be, const lm_geglu_args *a);
+  lm_status (*add)(lm_backend *be, const lm_add_args *a);
+  lm_status (*softcap)(lm_backend *be, const lm_softcap_args *a);
+  lm_status (*gather_logit_rows)(lm_backend *be, const lm_gather_args *a);
+  lm_status (*attention)(lm_backend *be, const lm_attn_args *a);
+  lm_status (*kv_append)(lm_backend *be, const lm_kv_append_args *a);
+  lm_status (*moe_route)(lm_backend *be, const lm_moe_route_args *a);
+  lm_status (*moe_experts)(lm_backend *be, const lm_moe_experts_args *a);
+  lm_status (*argmax)(lm_backend *be, const lm_argmax_args *a);
+} lm_backend_ops;
+
+typedef enum lm_precision { LM_PRECISION_F32 = 0, LM_PRECISION_FAST = 1 } lm_precision;
+
+struct lm_backend {
+  const lm_backend_ops *ops;
+  lm_dtype act_dtype;     /* activation dtype of this backend */
+  lm_precision precision; /* F32: the parity path */
+  int threads;
+  void *ctx;              /* the backend's private state */
+};
+
+lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out);
+void lm_backend_destroy(lm_backend *be);
+
+#endif

@@ -1,0 +1,96 @@
+/* cpu_attention.c — attention over a cache read in place plus the chunk being written, and
+ * the append that commits the chunk afterwards. Gemma 4 eager attention (modeling_gemma4.py
+ * eager_attention_forward): raw dot products (scaling 1.0), causal mask, sliding layers see
+ * exactly `window` keys including the query, softmax in f32. The softmax is computed online
+ * (one pass, running max and sum), so no [T, S] score matrix exists anywhere. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "base/status.h"
+
+typedef struct attn_acc {
+  float m, l; /* running max and sum of exp */
+} attn_acc;
+
+static inline void attn_step(attn_acc *st, float *acc, float s, const float *v, int hd) {
+  if (s > st->m) {
+    float r = expf(st->m - s); /* exp(-inf) = 0 on the first key */
+    st->l *= r;
+    for (int d = 0; d < hd; d++) acc[d] *= r;
+    st->m = s;
+  }
+  float p = expf(s - st->m);
+  st->l += p;
+  for (int d = 0; d < hd; d++) acc[d] += p * v[d];
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* One query head of token t. Keys: cache positions [lo, n_past), then chunk tokens
+ * [c_lo, t] of the same sequence. */
+static void attn_one(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int h) {
+  int hd = a->head_dim, g = h / (a->n_heads / a->n_kv_heads);
+  int64_t kvw = (int64_t)a->n_kv_heads * hd;
+  const float *q = lm_cpu_row(a->q, t) + (int64_t)h * hd;
+  int64_t p = c->n + (t - t0), lo = 0, c_lo = t0;
+  if (a->window) {
+    lo = p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    c_lo = t - a->window + 1 > t0 ? t - a->window + 1 : t0;
+  }
+  int64_t first = lm_kv_first_held(c);
+  if (lo < first) lo = first; /* cannot happen for a well-formed step; never read evicted slots */
+  float acc[hd];
+  memset(acc, 0, sizeof acc);
+  attn_acc st = {-INFINITY, 0.0f};
+  const float *K = c->k, *V = c->v;
+  for (int64_t pos = lo; pos < c->n; pos++) {
+    int64_t slot = lm_kv_slot(c, pos);
+    const float *k = K + slot * kvw + (int64_t)g * hd;
+    attn_step(&st, acc, dot(q, k, hd) * a->scale, V + slot * kvw + (int64_t)g * hd, hd);
+  }
+  for (int64_t u = c_lo; u <= t; u++) {
+    const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd;
+    attn_step(&st, acc, dot(q, k, hd) * a->scale, lm_cpu_row(a->v_new, u) + (int64_t)g * hd, hd);
+  }
+  float *o = lm_cpu_row(a->out, t) + (int64_t)h * hd, inv = 1.0f / st.l;
+  for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+}
+
+lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
+  const lm_batch *b = lm_cpu_batch(be);
+  if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
+    return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads, a->n_kv_heads);
+  int64_t n = (int64_t)b->n_tokens * a->n_heads;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t i = 0; i < n; i++) {
+    int64_t t = i / a->n_heads;
+    int h = (int)(i % a->n_heads);
+    const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
+    int64_t t0 = t - (b->pos[t] - c->n); /* first token of this sequence in the batch */
+    attn_one(a, c, t, t0, h);
+  }
+  return LM_OK;
+}
+
+lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
+  const lm_batch *b = lm_cpu_batch(be);
+  for (int32_t t = 0; t < b->n_tokens; t++) {
+    lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
+    int64_t kvw = (int64_t)c->n_kv_heads * c->head_dim, slot = lm_kv_slot(c, b->pos[t]);
+    if (slot >= c->slots) return LM_ERRF(LM_ERR_STATE, "kv_append: position %d beyond the reserved %lld slots",
+                                         b->pos[t], (long long)c->slots);
+    memcpy((float *)c->k + slot * kvw, lm_cpu_row(a->k_new, t), (size_t)kvw * sizeof(float));
+    memcpy((float *)c->v + slot * kvw, lm_cpu_row(a->v_new, t), (size_t)kvw * sizeof(float));
+  }
+  /* Positions advance only once every token is written (attention reads n as "past"). */
+  for (int32_t t = 0; t < b->n_tokens; t++) {
+    lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
+    if (b->pos[t] + 1 > c->n) c->n = b->pos[t] + 1;
+  }
+  return LM_OK;
+}

@@ -1,0 +1,34 @@
+/* cpu_internal.h — state and op entry points of the CPU backend, shared by its files. */
+#ifndef LM_BACKEND_CPU_INTERNAL_H
+#define LM_BACKEND_CPU_INTERNAL_H
+
+#include "backend/backend.h"
+#include "kv/batch.h"
+
+typedef struct lm_cpu_ctx {
+  const lm_batch *batch; /* the step's inputs; host memory is backend memory here */
+} lm_cpu_ctx;
+
+static inline const lm_batch *lm_cpu_batch(lm_backend *be) { return ((lm_cpu_ctx *)be->ctx)->batch; }
+
+/* Row r of a f32 tensor. */
+static inline float *lm_cpu_row(lm_tensor t, int64_t r) { return (float *)t.data + r * t.ld; }
+
+lm_status lm_cpu_embed(lm_backend *be, const lm_embed_args *a);
+lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a);
+lm_status lm_cpu_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a);
+lm_status lm_cpu_rope(lm_backend *be, const lm_rope_args *a);
+lm_status lm_cpu_geglu(lm_backend *be, const lm_geglu_args *a);
+lm_status lm_cpu_add(lm_backend *be, const lm_add_args *a);
+lm_status lm_cpu_softcap(lm_backend *be, const lm_softcap_args *a);
+lm_status lm_cpu_gather_logit_rows(lm_backend *be, const lm_gather_args *a);
+lm_status lm_cpu_argmax(lm_backend *be, const lm_argmax_args *a);
+lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a);
+lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a);
+lm_status lm_cpu_moe_route(lm_backend *be, const lm_moe_route_args *a);
+lm_status lm_cpu_moe_experts(lm_backend *be, const lm_moe_experts_args *a);
+
+/* gelu with the tanh approximation, as torch's F.gelu(approximate="tanh"). */
+float lm_gelu_tanh(float x);
+
+#endif

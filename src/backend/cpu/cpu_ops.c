@@ -1,0 +1,152 @@
+/* cpu_ops.c — the elementwise and row-wise ops of the CPU backend, in f32. They follow the
+ * transformers Gemma 4 formulas exactly (gemma4-spec §2); see the comment at each op. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_matmul.h"
+#include "base/status.h"
+
+/* F.gelu(x, approximate="tanh"). */
+float lm_gelu_tanh(float x) {
+  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+/* Gemma4TextScaledWordEmbedding: E[id] * scale (the scale is rounded to the weight dtype by
+ * the caller when it emulates bf16; in f32 it is sqrt(H) as an f32). */
+lm_status lm_cpu_embed(lm_backend *be, const lm_embed_args *a) {
+  const lm_batch *b = lm_cpu_batch(be);
+  const lm_weight *w = a->table;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < b->n_tokens; t++) {
+    float *y = lm_cpu_row(a->out, t);
+    lm_weight_dequant_row(w, 0, b->ids[t], y);
+    for (int64_t c = 0; c < w->cols; c++) y[c] *= a->scale;
+  }
+  return LM_OK;
+}
+
+lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
+  lm_cpu_matmul_args m = {
+      .y = a->out.data,
+      .ldy = a->out.ld,
+      .x = a->x.data,
+      .ldx = a->x.ld,
+      .m = a->x.rows,
+      .w = a->w,
+      .expert = a->expert,
+      .prec = be->precision == LM_PRECISION_F32 ? LM_CPU_PREC_F32 : LM_CPU_PREC_FAST,
+      .accumulate = a->accumulate,
+  };
+  return lm_cpu_matmul(&m);
+}
+
+/* Gemma4RMSNorm: y = x * pow(mean(x²) + eps, -0.5) * w — the weight as is, not (1 + w). */
+static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps, int accumulate) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+  float inv = powf((float)(ss / (double)n) + eps, -0.5f);
+  for (int64_t i = 0; i < n; i++) {
+    float v = w ? x[i] * inv * w[i] : x[i] * inv;
+    y[i] = accumulate ? y[i] + v : v;
+  }
+}
+
+lm_status lm_cpu_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
+  (void)be;
+  const float *w = a->w ? (const float *)a->w->data : NULL;
+  int64_t n = a->x.cols;
+  if (a->w && a->w->cols != n) return LM_ERRF(LM_ERR_INVALID, "rmsnorm: weight %s has %lld values, rows have %lld",
+                                              a->w->name, (long long)a->w->cols, (long long)n);
+#pragma omp parallel for schedule(static) if (a->x.rows > 8)
+  for (int64_t r = 0; r < a->x.rows; r++) {
+    if (a->residual)
+      rmsnorm_row(lm_cpu_row(*a->residual, r), lm_cpu_row(a->x, r), w, n, a->eps, 1);
+    else
+      rmsnorm_row(lm_cpu_row(a->out, r), lm_cpu_row(a->x, r), w, n, a->eps, 0);
+  }
+  return LM_OK;
+}
+
+/* apply_rotary_pos_emb with rotate_half: pairs (i, i + d/2); angle = f32(pos) * inv_freq[i],
+ * cos/sin in f32 (Gemma4TextRotaryEmbedding.forward). */
+lm_status lm_cpu_rope(lm_backend *be, const lm_rope_args *a) {
+  const lm_batch *b = lm_cpu_batch(be);
+  const float *inv = a->inv_freq->data;
+  int half = a->head_dim / 2;
+#pragma omp parallel for schedule(static) if (a->x.rows > 8)
+  for (int64_t t = 0; t < a->x.rows; t++) {
+    float c[half], s[half];
+    for (int i = 0; i < half; i++) {
+      float ang = (float)b->pos[t] * inv[i];
+      c[i] = cosf(ang);
+      s[i] = sinf(ang);
+    }
+    float *row = lm_cpu_row(a->x, t);
+    for (int h = 0; h < a->n_heads; h++) {
+      float *x = row + (int64_t)h * a->head_dim;
+      for (int i = 0; i < half; i++) {
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c[i] - x1 * s[i];
+        x[i + half] = x1 * c[i] + x0 * s[i];
+      }
+    }
+  }
+  return LM_OK;
+}
+
+lm_status lm_cpu_geglu(lm_backend *be, const lm_geglu_args *a) {
+  (void)be;
+#pragma omp parallel for schedule(static) if (a->out.rows > 8)
+  for (int64_t r = 0; r < a->out.rows; r++) {
+    float *y = lm_cpu_row(a->out, r);
+    const float *g = lm_cpu_row(a->gate, r), *u = lm_cpu_row(a->up, r);
+    for (int64_t i = 0; i < a->out.cols; i++) y[i] = lm_gelu_tanh(g[i]) * u[i];
+  }
+  return LM_OK;
+}
+
+lm_status lm_cpu_add(lm_backend *be, const lm_add_args *a) {
+  (void)be;
+  for (int64_t r = 0; r < a->out.rows; r++) {
+    float *y = lm_cpu_row(a->out, r);
+    const float *x = lm_cpu_row(a->a, r);
+    if (a->b.data) {
+      const float *z = lm_cpu_row(a->b, r);
+      for (int64_t i = 0; i < a->out.cols; i++) y[i] = (x[i] + z[i]) * a->scale;
+    } else {
+      for (int64_t i = 0; i < a->out.cols; i++) y[i] = x[i] * a->scale;
+    }
+  }
+  return LM_OK;
+}
+
+/* final_logit_softcapping: tanh(x / cap) * cap. */
+lm_status lm_cpu_softcap(lm_backend *be, const lm_softcap_args *a) {
+  (void)be;
+  for (int64_t r = 0; r < a->x.rows; r++) {
+    float *y = lm_cpu_row(a->x, r);
+    for (int64_t i = 0; i < a->x.cols; i++) y[i] = tanhf(y[i] / a->cap) * a->cap;
+  }
+  return LM_OK;
+}
+
+lm_status lm_cpu_gather_logit_rows(lm_backend *be, const lm_gather_args *a) {
+  const lm_batch *b = lm_cpu_batch(be);
+  for (int32_t i = 0; i < b->n_logits; i++)
+    memcpy(lm_cpu_row(a->out, i), lm_cpu_row(a->x, b->logit_rows[i]), (size_t)a->x.cols * sizeof(float));
+  return LM_OK;
+}
+
+lm_status lm_cpu_argmax(lm_backend *be, const lm_argmax_args *a) {
+  (void)be;
+  for (int64_t r = 0; r < a->x.rows; r++) {
+    const float *x = lm_cpu_row(a->x, r);
+    int64_t best = 0;
+    for (int64_t i = 1; i < a->x.cols; i++)
+      if (x[i] > x[best]) best = i;
+    ((int32_t *)a->ids.data)[r * a->ids.ld] = (int32_t)best;
+  }
+  return LM_OK;
+}

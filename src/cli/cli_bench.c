@@ -1,0 +1,270 @@
+/* cli_bench.c — `lumen bench`: prefill and decode speed of a synthetic model of a real
+ * geometry (or a checkpoint), against the machine's measured memory read bandwidth.
+ * Decode runs a fixed number of tokens (greedy, never stopping at EOS). */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_matmul.h"
+#include "base/rng.h"
+#include "base/status.h"
+#include "cli/cli.h"
+#include "cli/cli_common.h"
+#include "model/forward.h"
+
+static const char *bench_help =
+    "usage: lumen bench (--preset FILE | MODEL_DIR) [options]\n"
+    "\n"
+    "Measures prefill tok/s at given prompt lengths and decode tok/s at given context lengths\n"
+    "(median of --reps after --warmup runs), the bytes a decode step reads, the achieved GB/s and\n"
+    "its share of the measured memory read bandwidth.\n"
+    "\n"
+    "  --preset FILE       config.json-shaped geometry (e.g. ../shared/presets/gemma4-e2b.json):\n"
+    "                      random weights from the seeded counter generator\n"
+    "  --bits B            synthetic weights: 0 = bf16, else MLX affine 2..8 bits (default 4)\n"
+    "  --group G           quantization group 32/64/128 (default 64)\n"
+    "  --seed S            generator seed (default 1)\n"
+    "  --prompt LIST       prefill lengths, comma-separated (default 128)\n"
+    "  --context LIST      decode context lengths (default 512)\n"
+    "  --decode-tokens N   tokens per decode measurement (default 16)\n"
+    "  --reps N            measured repetitions (default 3); --warmup N (default 1)\n"
+    "  --backend B         cpu (default); --precision f32|fast (default fast); --threads N\n"
+    "  --json              one JSON object on stdout\n";
+
+typedef struct bench_opts {
+  const char *preset, *model, *prompt, *context;
+  int bits, group, reps, warmup, json;
+  int64_t decode_tokens;
+  uint64_t seed;
+  lm_cli_backend_opts be;
+} bench_opts;
+
+static int parse(int argc, char **argv, bench_opts *o) {
+  static const struct option lo[] = {
+      {"preset", 1, 0, 'p'}, {"bits", 1, 0, 'b'},    {"group", 1, 0, 'g'},     {"seed", 1, 0, 's'},
+      {"prompt", 1, 0, 'P'}, {"context", 1, 0, 'c'}, {"decode-tokens", 1, 0, 'n'}, {"reps", 1, 0, 'r'},
+      {"warmup", 1, 0, 'w'}, {"backend", 1, 0, 'B'}, {"precision", 1, 0, 'x'}, {"threads", 1, 0, 't'},
+      {"json", 0, 0, 'j'},   {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+  *o = (bench_opts){.bits = 4, .group = 64, .reps = 3, .warmup = 1, .decode_tokens = 16, .seed = 1,
+                    .prompt = "128", .context = "512"};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    switch (c) {
+    case 'p': o->preset = optarg; break;
+    case 'b': o->bits = atoi(optarg); break;
+    case 'g': o->group = atoi(optarg); break;
+    case 's': o->seed = strtoull(optarg, NULL, 10); break;
+    case 'P': o->prompt = optarg; break;
+    case 'c': o->context = optarg; break;
+    case 'n': o->decode_tokens = atoll(optarg); break;
+    case 'r': o->reps = atoi(optarg); break;
+    case 'w': o->warmup = atoi(optarg); break;
+    case 'B': o->be.backend = optarg; break;
+    case 'x': o->be.precision = optarg; break;
+    case 't': o->be.threads = atoi(optarg); break;
+    case 'j': o->json = 1; break;
+    case 'h': fputs(bench_help, stdout); return 0;
+    default: fputs(bench_help, stderr); return 2;
+    }
+  }
+  if (optind < argc) o->model = argv[optind++];
+  if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 || o->decode_tokens < 1) {
+    fputs(bench_help, stderr);
+    return 2;
+  }
+  return -1;
+}
+
+/* Bytes one decode token reads: every matrix once (MoE: the top_k experts of E), the tied
+ * head, a row of each lookup table, and the KV cache held at context n. */
+static double decode_bytes(const lm_model *m, int64_t n) {
+  const lm_model_config *c = &m->cfg;
+  double b = (double)lm_weight_bytes(&m->embed) + (double)lm_weight_bytes(&m->embed) / (double)c->vocab_size;
+  if (c->ple_dim)
+    b += (double)lm_weight_bytes(&m->ple_model_proj) + (double)lm_weight_bytes(&m->embed_ple) / (double)c->ple_vocab;
+  for (int l = 0; l < c->n_layers; l++) {
+    const lm_layer_weights *L = &m->layers[l];
+    const lm_weight *ws[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->ple_gate, &L->ple_proj,
+                             &L->router};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+      if (ws[i]->data) b += (double)lm_weight_bytes(ws[i]);
+    if (c->moe) {
+      const lm_weight *ex[] = {&L->ex_gate, &L->ex_up, &L->ex_down};
+      for (int i = 0; i < 3; i++) b += (double)lm_weight_bytes(ex[i]) * (double)c->top_k / (double)c->n_experts;
+    }
+  }
+  lm_kv_spec specs[c->n_caches + 1];
+  lm_model_kv_specs(m, specs);
+  for (int i = 0; i < c->n_caches; i++) {
+    int64_t held = specs[i].window && n > specs[i].window ? specs[i].window : n;
+    b += (double)held * 2.0 * specs[i].n_kv_heads * specs[i].head_dim * sizeof(float);
+  }
+  return b;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Deterministic pseudo-random prompt ids in [3, V). */
+static void fill_ids(int32_t *ids, int64_t n, int64_t V, uint64_t seed) {
+  for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (lm_mix64(seed * 7919 + (uint64_t)i) % (uint64_t)(V - 3)));
+}
+
+/* One prefill of n tokens into a fresh cache set; returns seconds, or -1 on error. */
+static double time_prefill(const lm_model *m, lm_backend *be, lm_forward *f, const int32_t *ids, int64_t n,
+                           lm_kv_set **kv_out) {
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  lm_model_kv_specs(m, specs);
+  lm_kv_set *kv;
+  if (lm_kv_set_create(be, specs, m->cfg.n_caches, &kv)) return -1;
+  int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
+  int32_t last = (int32_t)(n - 1);
+  for (int64_t i = 0; pos && i < n; i++) pos[i] = (int32_t)i;
+  lm_batch b = {.n_tokens = (int32_t)n, .ids = ids, .pos = pos, .seq = seq, .n_seqs = 1, .kv = &kv,
+                .n_logits = 1, .logit_rows = &last};
+  double t0 = lm_cli_now();
+  lm_status s = pos && seq ? lm_forward_run(f, &b, NULL) : LM_ERR_NOMEM;
+  double dt = lm_cli_now() - t0;
+  free(pos);
+  free(seq);
+  if (s || !kv_out) lm_kv_set_free(kv);
+  else *kv_out = kv;
+  return s ? -1 : dt;
+}
+
+/* n greedy decode steps continuing kv; returns seconds, or -1. */
+static double time_decode(const lm_model *m, lm_forward *f, lm_kv_set *kv, int64_t n) {
+  int64_t V = m->cfg.vocab_size;
+  float *logits = malloc((size_t)V * sizeof(float));
+  int32_t id = 3, seq = 0, row = 0;
+  double t0 = lm_cli_now();
+  lm_status s = logits ? LM_OK : LM_ERR_NOMEM;
+  for (int64_t i = 0; i < n && !s; i++) {
+    int32_t pos = (int32_t)lm_kv_set_len(kv);
+    lm_batch b = {.n_tokens = 1, .ids = &id, .pos = &pos, .seq = &seq, .n_seqs = 1, .kv = &kv, .n_logits = 1,
+                  .logit_rows = &row};
+    s = lm_forward_run(f, &b, logits);
+    int64_t best = 0;
+    for (int64_t v = 1; !s && v < V; v++) best = logits[v] > logits[best] ? v : best;
+    id = (int32_t)best;
+  }
+  double dt = lm_cli_now() - t0;
+  free(logits);
+  return s ? -1 : dt;
+}
+
+int lm_cli_bench(int argc, char **argv) {
+  bench_opts o;
+  int pr = parse(argc, argv, &o), rc = 1;
+  if (pr >= 0) return pr;
+  int32_t *plist = NULL, *clist = NULL, *ids = NULL;
+  int64_t np = 0, nc = 0;
+  if (lm_cli_parse_ids(o.prompt, &plist, &np) || lm_cli_parse_ids(o.context, &clist, &nc)) return 2;
+  lm_model *m = NULL;
+  lm_backend *be = NULL;
+  double t0 = lm_cli_now();
+  if (o.preset) {
+    fprintf(stderr, "bench: building a synthetic %s model (%s, seed %llu)...\n", o.preset,
+            o.bits ? "affine" : "bf16", (unsigned long long)o.seed);
+    if (lm_model_synth(o.preset, o.bits, o.group, o.seed, &m)) {
+      lm_cli_fail("synthetic model");
+      goto done;
+    }
+  } else if (!(m = lm_cli_load_model(o.model))) {
+    goto done;
+  }
+  fprintf(stderr, "bench: model ready in %.1f s: %.2f B parameters, %.2f GB of weights\n", lm_cli_now() - t0,
+          (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9);
+  if (!(be = lm_cli_backend(&o.be, LM_PRECISION_FAST))) goto done;
+  double bw = lm_cpu_read_bandwidth_gbs(o.be.threads);
+  char isa[256];
+  lm_cpu_kernels_info(isa, sizeof isa);
+  int64_t maxlen = 1;
+  for (int64_t i = 0; i < np; i++) maxlen = plist[i] > maxlen ? plist[i] : maxlen;
+  for (int64_t i = 0; i < nc; i++) maxlen = clist[i] > maxlen ? clist[i] : maxlen;
+  if (!(ids = malloc((size_t)(maxlen + 1) * sizeof *ids))) goto done;
+  fill_ids(ids, maxlen, m->cfg.vocab_size, o.seed);
+  if (o.json)
+    printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"params\":%lld,"
+           "\"weight_bytes\":%lld,\"prefill\":[",
+           be->ops->name, isa, bw, (long long)m->n_params, (long long)m->weight_bytes);
+  else
+    printf("backend %s (%s), measured read bandwidth %.1f GB/s\nmodel: %lld parameters, %lld weight bytes\n",
+           be->ops->name, isa, bw, (long long)m->n_params, (long long)m->weight_bytes);
+  for (int64_t i = 0; i < np; i++) {
+    lm_forward *f = NULL;
+    if (plist[i] < 1 || lm_forward_create(m, be, plist[i], 1, &f)) {
+      lm_cli_fail("prefill workspace");
+      goto done;
+    }
+    double v[o.reps];
+    for (int r = 0; r < o.warmup + o.reps; r++) {
+      double dt = time_prefill(m, be, f, ids, plist[i], NULL);
+      if (dt < 0) {
+        lm_forward_free(f);
+        lm_cli_fail("prefill");
+        goto done;
+      }
+      if (r >= o.warmup) v[r - o.warmup] = dt;
+    }
+    lm_forward_free(f);
+    double med = median(v, o.reps);
+    if (o.json)
+      printf("%s{\"tokens\":%d,\"seconds\":%.6f,\"tok_s\":%.2f}", i ? "," : "", plist[i], med, plist[i] / med);
+    else
+      printf("prefill %6d tokens: %9.2f tok/s (%.3f s)\n", plist[i], plist[i] / med, med);
+  }
+  printf(o.json ? "],\"decode\":[" : "");
+  for (int64_t i = 0; i < nc; i++) {
+    lm_forward *fp = NULL, *fd = NULL;
+    lm_kv_set *kv = NULL;
+    int64_t ctx = clist[i] > 0 ? clist[i] : 1;
+    if (lm_forward_create(m, be, ctx, 1, &fp) || lm_forward_create(m, be, 1, 1, &fd)) {
+      lm_forward_free(fp);
+      lm_cli_fail("decode workspace");
+      goto done;
+    }
+    double v[o.reps];
+    int bad = 0;
+    for (int r = 0; r < o.warmup + o.reps && !bad; r++) {
+      bad = time_prefill(m, be, fp, ids, ctx, &kv) < 0;
+      double dt = bad ? -1 : time_decode(m, fd, kv, o.decode_tokens);
+      bad |= dt < 0;
+      if (!bad && r >= o.warmup) v[r - o.warmup] = dt;
+      lm_kv_set_free(kv);
+      kv = NULL;
+    }
+    lm_forward_free(fp);
+    lm_forward_free(fd);
+    if (bad) {
+      lm_cli_fail("decode");
+      goto done;
+    }
+    double med = median(v, o.reps), tps = (double)o.decode_tokens / med;
+    double bytes = decode_bytes(m, ctx + o.decode_tokens / 2), gbs = bytes * tps / 1e9;
+    if (o.json)
+      printf("%s{\"context\":%lld,\"tokens\":%lld,\"tok_s\":%.2f,\"bytes_per_token\":%.0f,\"gb_s\":%.2f,"
+             "\"bandwidth_pct\":%.1f}",
+             i ? "," : "", (long long)ctx, (long long)o.decode_tokens, tps, bytes, gbs, 100.0 * gbs / bw);
+    else
+      printf("decode at %6lld context: %8.2f tok/s, %.1f MB/token, %.1f GB/s = %.0f%% of measured bandwidth\n",
+             (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / bw);
+  }
+  printf(o.json ? "]}\n" : "");
+  rc = 0;
+done:
+  lm_backend_destroy(be);
+  lm_model_free(m);
+  free(ids);
+  free(plist);
+  free(clist);
+  return rc;
+}

@@ -1,0 +1,90 @@
+/* cli_common.c — shared CLI helpers. */
+#include "cli/cli_common.h"
+
+#include <errno.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+
+int lm_cli_fail(const char *what) {
+  fprintf(stderr, "lumen: %s%s%s\n", what ? what : "", what && *lm_errmsg() ? ": " : "", lm_errmsg());
+  return 1;
+}
+
+double lm_cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int lm_cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
+  *ids = NULL;
+  *n = 0;
+  int64_t cap = 16;
+  int32_t *v = malloc((size_t)cap * sizeof *v);
+  if (!v) return 1;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(p, &end, 10);
+    if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+      fprintf(stderr, "lumen: --ids: '%s' is not a comma-separated list of non-negative integers\n", s);
+      free(v);
+      return 1;
+    }
+    if (*n == cap) {
+      int32_t *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+      if (!nv) {
+        free(v);
+        return 1;
+      }
+      v = nv;
+    }
+    v[(*n)++] = (int32_t)x;
+    p = *end ? end + 1 : end;
+  }
+  if (!*n) {
+    fprintf(stderr, "lumen: --ids: empty list\n");
+    free(v);
+    return 1;
+  }
+  *ids = v;
+  return 0;
+}
+
+lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_prec) {
+  lm_precision prec = default_prec;
+  if (o->precision) {
+    if (!strcmp(o->precision, "f32")) prec = LM_PRECISION_F32;
+    else if (!strcmp(o->precision, "fast")) prec = LM_PRECISION_FAST;
+    else {
+      fprintf(stderr, "lumen: --precision must be f32 or fast (got '%s')\n", o->precision);
+      return NULL;
+    }
+  }
+  if (o->threads > 0) omp_set_num_threads(o->threads);
+  lm_backend *be = NULL;
+  if (!o->backend || !strcmp(o->backend, "cpu")) {
+    if (lm_backend_cpu_create(prec, o->threads, &be)) lm_cli_fail("cpu backend");
+    return be;
+  }
+  if (!strcmp(o->backend, "cuda")) {
+    fprintf(stderr, "lumen: --backend cuda: this build has no CUDA backend yet\n");
+    return NULL;
+  }
+  fprintf(stderr, "lumen: --backend must be cpu or cuda (got '%s')\n", o->backend);
+  return NULL;
+}
+
+lm_model *lm_cli_load_model(const char *dir) {
+  lm_model *m = NULL;
+  if (lm_model_load(dir, &m)) {
+    lm_cli_fail(NULL);
+    return NULL;
+  }
+  return m;
+}

@@ -1,0 +1,134 @@
+/* cli_info.c — `lumen info`: what a checkpoint is — architecture, the per-layer map, sizes,
+ * and KV memory per token of context (sliding layers capped at their window). */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "cli/cli.h"
+#include "cli/cli_common.h"
+#include "kv/kv.h"
+#include "model/forward.h"
+
+static const char *info_help =
+    "usage: lumen info MODEL_DIR [--json]\n"
+    "\n"
+    "Prints the architecture, the per-layer map (type, head dim, KV heads, donor, weight bits,\n"
+    "MLP width), parameter count, weight bytes and the KV-cache bytes per token of context.\n"
+    "KV bytes are for f32 activations (the CPU backend); sliding layers hold at most their window.\n"
+    "\n"
+    "  --json   machine-readable output\n";
+
+static void weight_bits(const lm_weight *w, char *buf, size_t n) {
+  if (w->bits) snprintf(buf, n, "q%d/g%d", w->bits, w->group);
+  else snprintf(buf, n, "%s", lm_dtype_name(w->dtype));
+}
+
+/* KV bytes for a context of n tokens: Σ bytes_per_token × min(n, capacity). */
+static int64_t kv_bytes_at(const lm_model *m, const lm_kv_spec *specs, int64_t n) {
+  int64_t b = 0;
+  for (int i = 0; i < m->cfg.n_caches; i++) {
+    int64_t held = specs[i].window && n > specs[i].window ? specs[i].window : n;
+    b += held * 2 * (int64_t)specs[i].n_kv_heads * specs[i].head_dim * (int64_t)sizeof(float);
+  }
+  return b;
+}
+
+static json_t *info_json(const lm_model *m, const lm_kv_spec *specs) {
+  const lm_model_config *c = &m->cfg;
+  json_t *layers = json_array();
+  for (int l = 0; l < c->n_layers; l++) {
+    const lm_layer_config *L = &c->layers[l];
+    char bits[32];
+    weight_bits(&m->layers[l].q, bits, sizeof bits);
+    json_array_append_new(layers, json_pack("{s:i,s:s,s:i,s:i,s:b,s:i,s:i,s:s,s:I,s:b}", "layer", l, "type",
+                                            lm_layer_type_name(L->type), "head_dim", L->head_dim, "kv_heads",
+                                            L->n_kv_heads, "kv_shared", L->kv_shared, "donor", L->donor, "cache",
+                                            L->cache, "weights", bits, "ffn_dim", (json_int_t)L->ffn_dim, "k_eq_v",
+                                            L->k_eq_v));
+  }
+  json_t *caches = json_array();
+  int64_t bpt = 0;
+  for (int i = 0; i < c->n_caches; i++) {
+    int64_t b = 2 * (int64_t)specs[i].n_kv_heads * specs[i].head_dim * (int64_t)sizeof(float);
+    bpt += b;
+    json_array_append_new(caches, json_pack("{s:i,s:i,s:s,s:I,s:I}", "cache", i, "layer", c->cache_layer[i],
+                                            "signature", specs[i].kind == LM_KV_ROTATING_PLAIN ? "kv:rotating-plain"
+                                                                                                : "kv:plain",
+                                            "bytes_per_token", (json_int_t)b, "capacity",
+                                            (json_int_t)(specs[i].window ? specs[i].window : -1)));
+  }
+  json_t *at = json_object();
+  static const int64_t ctx[] = {1, 1024, 4096, 32768, 131072};
+  for (size_t i = 0; i < sizeof ctx / sizeof *ctx; i++) {
+    char k[32];
+    snprintf(k, sizeof k, "%lld", (long long)ctx[i]);
+    json_object_set_new(at, k, json_integer(kv_bytes_at(m, specs, ctx[i])));
+  }
+  return json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:I,s:o}",
+                   "model_type", c->model_type, "text_model_type", c->text_model_type, "naming",
+                   m->mlx_naming ? "mlx" : "hf", "vocab_size", (json_int_t)c->vocab_size, "hidden_size",
+                   (json_int_t)c->hidden, "layers", (json_int_t)c->n_layers, "heads", (json_int_t)c->n_heads,
+                   "sliding_window", (json_int_t)c->sliding_window, "per_layer_input_dim", (json_int_t)c->ple_dim,
+                   "kv_shared_layers", (json_int_t)c->n_kv_shared, "final_logit_softcapping", c->final_softcap,
+                   "experts", (json_int_t)c->n_experts, "top_k_experts", (json_int_t)c->top_k, "moe", c->moe,
+                   "parameters", (json_int_t)m->n_params, "weight_bytes", (json_int_t)m->weight_bytes,
+                   "caches_count", (json_int_t)c->n_caches, "kv_bytes_per_token_uncapped", (json_int_t)bpt,
+                   "moe_intermediate_size", (json_int_t)c->moe_dim, "layer_map", layers, "caches", caches,
+                   "kv_dtype_bytes", (json_int_t)sizeof(float), "kv_bytes_at_context", at);
+}
+
+static void print_text(const lm_model *m, const lm_kv_spec *specs) {
+  const lm_model_config *c = &m->cfg;
+  printf("model      %s (text: %s, %s naming)\n", c->model_type, c->text_model_type, m->mlx_naming ? "MLX" : "HF");
+  printf("geometry   hidden %lld, %lld layers, %lld heads, vocab %lld, sliding window %lld, softcap %g\n",
+         (long long)c->hidden, (long long)c->n_layers, (long long)c->n_heads, (long long)c->vocab_size,
+         (long long)c->sliding_window, c->final_softcap);
+  if (c->ple_dim) printf("per-layer  embeddings %lld per layer (vocab %lld)\n", (long long)c->ple_dim, (long long)c->ple_vocab);
+  if (c->moe) printf("moe        %lld experts, top %lld, width %lld\n", (long long)c->n_experts, (long long)c->top_k, (long long)c->moe_dim);
+  printf("parameters %lld (%.3f B), weights %.1f MB\n", (long long)m->n_params, (double)m->n_params / 1e9,
+         (double)m->weight_bytes / 1e6);
+  printf("\nlayer  type     head_dim kv_heads  kv-from  cache  weights   mlp\n");
+  for (int l = 0; l < c->n_layers; l++) {
+    const lm_layer_config *L = &c->layers[l];
+    char bits[32], from[16];
+    weight_bits(&m->layers[l].q, bits, sizeof bits);
+    snprintf(from, sizeof from, L->kv_shared ? "%d" : "self", L->donor);
+    printf("%5d  %-7s  %8d %8d  %7s  %5d  %-8s %5lld%s\n", l, L->type == LM_LAYER_FULL ? "full" : "sliding", L->head_dim,
+           L->n_kv_heads, from, L->cache, bits, (long long)L->ffn_dim, L->k_eq_v ? "  k=v" : "");
+  }
+  printf("\nKV cache (f32): %d caches (donor layers only)\n", c->n_caches);
+  static const int64_t ctx[] = {1024, 4096, 32768, 131072};
+  for (size_t i = 0; i < sizeof ctx / sizeof *ctx; i++)
+    printf("  %7lld tokens of context: %10.2f MB\n", (long long)ctx[i], (double)kv_bytes_at(m, specs, ctx[i]) / 1e6);
+  printf("  per token at long context (sliding layers capped at %lld): %lld bytes\n", (long long)c->sliding_window,
+         (long long)(kv_bytes_at(m, specs, 1 << 30) - kv_bytes_at(m, specs, (1 << 30) - 1)));
+}
+
+int lm_cli_info(int argc, char **argv) {
+  static const struct option lo[] = {{"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+  int json = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    if (c == 'j') json = 1;
+    else if (c == 'h') return fputs(info_help, stdout), 0;
+    else return fputs(info_help, stderr), 2;
+  }
+  if (optind != argc - 1) return fputs(info_help, stderr), 2;
+  lm_model *m = lm_cli_load_model(argv[optind]);
+  if (!m) return 1;
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  lm_model_kv_specs(m, specs);
+  if (json) {
+    json_t *j = info_json(m, specs);
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    puts(s);
+    free(s);
+    json_decref(j);
+  } else {
+    print_text(m, specs);
+  }
+  lm_model_free(m);
+  return 0;
+}

@@ -1,0 +1,158 @@
+/* kv.c — plain and rotating caches: layout, growth, trim, accounting. The data movement
+ * (append, attention) is the backends' (kv_append / attention ops). */
+#include "kv/kv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+static int64_t kv_row_bytes(const lm_kv_cache *c) {
+  return (int64_t)c->n_kv_heads * c->head_dim * (int64_t)lm_dtype_size(c->dtype);
+}
+
+static lm_status kv_alloc_slots(lm_kv_cache *c, int64_t slots) {
+  void *k = NULL, *v = NULL;
+  size_t bytes = (size_t)(slots * kv_row_bytes(c));
+  lm_status s = c->be->ops->alloc(c->be, bytes, &k);
+  if (!s) s = c->be->ops->alloc(c->be, bytes, &v);
+  if (s) {
+    c->be->ops->free(c->be, k);
+    return lm_err_prefix(s, "KV cache of %lld slots", (long long)slots);
+  }
+  /* Keep what was there: a plain cache grows by copying its held rows. */
+  size_t keep = (size_t)(c->n < c->slots ? c->n : c->slots) * (size_t)kv_row_bytes(c);
+  if (keep && c->k) {
+    s = c->be->ops->copy(c->be, k, c->k, keep);
+    if (!s) s = c->be->ops->copy(c->be, v, c->v, keep);
+    if (s) {
+      c->be->ops->free(c->be, k);
+      c->be->ops->free(c->be, v);
+      return s;
+    }
+  }
+  c->be->ops->free(c->be, c->k);
+  c->be->ops->free(c->be, c->v);
+  c->k = k;
+  c->v = v;
+  c->slots = slots;
+  return LM_OK;
+}
+
+lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out) {
+  *out = NULL;
+  if (spec->n_kv_heads <= 0 || spec->head_dim <= 0 ||
+      (spec->kind == LM_KV_ROTATING_PLAIN && spec->window <= 0))
+    return LM_ERRF(LM_ERR_INVALID, "KV cache: invalid geometry");
+  if (spec->kind != LM_KV_PLAIN && spec->kind != LM_KV_ROTATING_PLAIN)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: unknown kind %d", (int)spec->kind);
+  lm_kv_cache *c = calloc(1, sizeof *c);
+  if (!c) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  c->kind = spec->kind;
+  c->be = be;
+  c->n_kv_heads = spec->n_kv_heads;
+  c->head_dim = spec->head_dim;
+  c->dtype = be->act_dtype;
+  c->window = spec->kind == LM_KV_ROTATING_PLAIN ? spec->window : 0;
+  /* A ring is allocated whole up front; a plain cache starts small and doubles. */
+  lm_status s = kv_alloc_slots(c, c->window ? c->window : 256);
+  if (s) {
+    free(c);
+    return s;
+  }
+  char sig[64];
+  if (!be->ops->supports_cache(be, lm_kv_signature(c, sig, sizeof sig))) {
+    lm_kv_free(c);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "backend %s cannot run a %s cache", be->ops->name, sig);
+  }
+  *out = c;
+  return LM_OK;
+}
+
+void lm_kv_free(lm_kv_cache *c) {
+  if (!c) return;
+  c->be->ops->free(c->be, c->k);
+  c->be->ops->free(c->be, c->v);
+  free(c);
+}
+
+const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n) {
+  snprintf(buf, n, "%s", c->kind == LM_KV_ROTATING_PLAIN ? "kv:rotating-plain" : "kv:plain");
+  return buf;
+}
+
+int64_t lm_kv_bytes_per_token(const lm_kv_cache *c) { return 2 * kv_row_bytes(c); }
+
+int64_t lm_kv_capacity(const lm_kv_cache *c) { return c->window ? c->window : LM_KV_UNBOUNDED; }
+
+int64_t lm_kv_held(const lm_kv_cache *c) { return c->window && c->n > c->window ? c->window : c->n; }
+
+int64_t lm_kv_bytes(const lm_kv_cache *c) { return lm_kv_held(c) * lm_kv_bytes_per_token(c); }
+
+lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new) {
+  if (n_new < 0) return LM_ERRF(LM_ERR_INVALID, "KV reserve: negative count");
+  if (c->window) return LM_OK; /* a ring holds its window whatever comes */
+  int64_t need = c->n + n_new, slots = c->slots;
+  if (need <= slots) return LM_OK;
+  while (slots < need) slots *= 2;
+  return kv_alloc_slots(c, slots);
+}
+
+lm_status lm_kv_trim(lm_kv_cache *c, int64_t n) {
+  if (n < 0 || n > c->n) return LM_ERRF(LM_ERR_INVALID, "KV trim of %lld tokens from %lld", (long long)n, (long long)c->n);
+  /* After a wrap the ring's oldest slots hold positions newer than the ones a trim would
+   * expose again: those keys are gone. */
+  if (c->window && c->n > c->window && n > 0)
+    return LM_ERRF(LM_ERR_STATE, "KV trim: the %lld-slot ring has wrapped (holds %lld..%lld); re-prefill instead",
+                   (long long)c->window, (long long)(c->n - c->window), (long long)(c->n - 1));
+  c->n -= n;
+  return LM_OK;
+}
+
+lm_status lm_kv_set_create(lm_backend *be, const lm_kv_spec *specs, int n, lm_kv_set **out) {
+  *out = NULL;
+  lm_kv_set *s = calloc(1, sizeof *s);
+  if (!s || !(s->caches = calloc((size_t)(n ? n : 1), sizeof *s->caches))) {
+    free(s);
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    lm_status st = lm_kv_create(be, &specs[i], &s->caches[i]);
+    if (st) {
+      lm_kv_set_free(s);
+      return lm_err_prefix(st, "cache %d", i);
+    }
+    s->n = i + 1;
+  }
+  *out = s;
+  return LM_OK;
+}
+
+void lm_kv_set_free(lm_kv_set *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n; i++) lm_kv_free(s->caches[i]);
+  free(s->caches);
+  free(s);
+}
+
+lm_status lm_kv_set_reserve(lm_kv_set *s, int64_t n_new) {
+  for (int i = 0; i < s->n; i++) LM_TRY(lm_kv_reserve(s->caches[i], n_new));
+  return LM_OK;
+}
+
+lm_status lm_kv_set_trim(lm_kv_set *s, int64_t n) {
+  for (int i = 0; i < s->n; i++) /* check first, so a refused trim changes nothing */
+    if (s->caches[i]->window && s->caches[i]->n > s->caches[i]->window && n > 0)
+      return lm_kv_trim(s->caches[i], n);
+  for (int i = 0; i < s->n; i++) LM_TRY(lm_kv_trim(s->caches[i], n));
+  return LM_OK;
+}
+
+int64_t lm_kv_set_len(const lm_kv_set *s) { return s->n ? s->caches[0]->n : 0; }
+
+int64_t lm_kv_set_bytes(const lm_kv_set *s) {
+  int64_t b = 0;
+  for (int i = 0; i < s->n; i++) b += lm_kv_bytes(s->caches[i]);
+  return b;
+}

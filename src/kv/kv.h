@@ -1,0 +1,82 @@
+/* kv.h — KV caches as values with identities (architecture guide, "Caches are values").
+ *
+ * A cache holds the keys and values one donor layer wrote, for one sequence, in backend
+ * memory. Every kind reports a stable signature(), bytes_per_token() and its capacity
+ * (LM_KV_UNBOUNDED, or a ring's window); the memory for N tokens of context is
+ * bytes_per_token × min(N, capacity). Kinds:
+ *   kv:plain           slot = position; grows (reserve) before a step, never during one
+ *   kv:rotating-plain  ring of `window` slots, slot = position % window
+ * Attention reads a cache in place (backend ops, dispatched on the signature); a step's
+ * chunk is appended only after every layer that reads it has attended over it, so a ring
+ * never loses keys the chunk's own queries still need. */
+#ifndef LM_KV_KV_H
+#define LM_KV_KV_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+#define LM_KV_UNBOUNDED INT64_MAX
+
+typedef enum lm_kv_kind { LM_KV_PLAIN = 0, LM_KV_ROTATING_PLAIN = 1 } lm_kv_kind;
+
+struct lm_kv_cache {
+  lm_kv_kind kind;
+  lm_backend *be;
+  int n_kv_heads, head_dim;
+  lm_dtype dtype;   /* element type of K and V (the backend's activation dtype) */
+  int64_t window;   /* ring size for rotating kinds; 0 for plain */
+  int64_t slots;    /* allocated slots */
+  int64_t n;        /* tokens appended so far = next position */
+  void *k, *v;      /* backend memory [slots][n_kv_heads*head_dim] */
+};
+
+/* What a session's cache set looks like: one entry per cache (donor layer). */
+typedef struct lm_kv_spec {
+  lm_kv_kind kind;
+  int n_kv_heads, head_dim;
+  int64_t window; /* for rotating kinds */
+} lm_kv_spec;
+
+lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out);
+void lm_kv_free(lm_kv_cache *c);
+
+/* "kv:plain", "kv:rotating-plain", ... written into buf (NUL-terminated). */
+const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n);
+/* Bytes stored per token held (keys + values). */
+int64_t lm_kv_bytes_per_token(const lm_kv_cache *c);
+/* Tokens it can hold: LM_KV_UNBOUNDED or the window. */
+int64_t lm_kv_capacity(const lm_kv_cache *c);
+/* Tokens it holds now: min(n, capacity). */
+int64_t lm_kv_held(const lm_kv_cache *c);
+/* Bytes it holds now. */
+int64_t lm_kv_bytes(const lm_kv_cache *c);
+/* Makes room for n_new more tokens (plain kinds grow; rings never need to). Outside steps. */
+lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new);
+/* Drops the last n tokens. A ring that has wrapped cannot give back evicted positions:
+ * LM_ERR_STATE, and the caller re-prefills. */
+lm_status lm_kv_trim(lm_kv_cache *c, int64_t n);
+/* Slot of absolute position pos (which must be held). */
+static inline int64_t lm_kv_slot(const lm_kv_cache *c, int64_t pos) {
+  return c->kind == LM_KV_ROTATING_PLAIN ? pos % c->window : pos;
+}
+/* Oldest position still held. */
+static inline int64_t lm_kv_first_held(const lm_kv_cache *c) {
+  return c->kind == LM_KV_ROTATING_PLAIN && c->n > c->window ? c->n - c->window : 0;
+}
+
+/* A sequence's caches: one per donor layer of the model. */
+typedef struct lm_kv_set {
+  int n;
+  lm_kv_cache **caches;
+} lm_kv_set;
+
+lm_status lm_kv_set_create(lm_backend *be, const lm_kv_spec *specs, int n, lm_kv_set **out);
+void lm_kv_set_free(lm_kv_set *s);
+lm_status lm_kv_set_reserve(lm_kv_set *s, int64_t n_new);
+lm_status lm_kv_set_trim(lm_kv_set *s, int64_t n);
+/* Tokens appended to the set (all its caches agree). */
+int64_t lm_kv_set_len(const lm_kv_set *s);
+int64_t lm_kv_set_bytes(const lm_kv_set *s);
+
+#endif

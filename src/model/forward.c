@@ -1,0 +1,422 @@
+/* forward.c — the Gemma 4 forward pass, written once against the backend op contract
+ * (transformers 5.17 modeling_gemma4.py: Gemma4TextModel.forward and
+ * Gemma4TextDecoderLayer.forward; gemma4-spec §2). Shapes in comments: T tokens of the step,
+ * H hidden, nh heads, hd the layer's head dim, kvd = n_kv_heads*hd, I the layer's MLP width. */
+#include "model/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+typedef struct lm_forward_ws {
+  lm_tensor x;        /* [T][H] residual stream */
+  lm_tensor h;        /* [T][H] normed input of a block */
+  lm_tensor a;        /* [T][H] block output before its post-norm */
+  lm_tensor d;        /* [T][H] MLP output */
+  lm_tensor q, o;     /* [T][nh*hd_max] queries, attention output */
+  lm_tensor k, v;     /* [T][kvd_max] this layer's new keys/values */
+  lm_tensor g, u;     /* [T][I_max] MLP gate/up */
+  lm_tensor ple, ple_tok; /* [T][NL*Pd] per-layer inputs */
+  lm_tensor pg;       /* [T][Pd] per-layer gate */
+  lm_tensor z, moe_logits, moe_ids, moe_w, moe_out, moe_scratch, moe_iscratch;
+  lm_tensor hl, logits; /* [n_logits][H], [n_logits][V] */
+  lm_tensor *dk, *dv; /* [n_caches]: persistent K/V of donors read by later (shared) layers */
+} lm_forward_ws;
+
+struct lm_forward {
+  const lm_model *m;
+  lm_backend *be;
+  int64_t max_tokens, max_logits;
+  lm_forward_ws ws;
+  void *arena;
+  int64_t arena_bytes;
+  int *has_sharers; /* [n_caches] */
+};
+
+/* ---- workspace ---------------------------------------------------------------------------- */
+
+typedef struct ws_plan {
+  int64_t off; /* bytes carved so far */
+  char *base;  /* NULL while sizing */
+} ws_plan;
+
+static lm_tensor ws_take(ws_plan *p, int64_t rows, int64_t cols, lm_dtype dt) {
+  lm_tensor t = {.rows = rows, .cols = cols, .ld = cols, .dtype = dt};
+  int64_t bytes = (rows * cols * (int64_t)lm_dtype_size(dt) + 63) & ~(int64_t)63;
+  t.data = p->base ? p->base + p->off : NULL;
+  p->off += bytes;
+  return t;
+}
+
+static void ws_layout(const lm_model *m, int64_t T, int64_t NLg, lm_dtype act, ws_plan *p, lm_forward_ws *w,
+                      const int *has_sharers) {
+  const lm_model_config *c = &m->cfg;
+  int64_t qd = 0, kvd = 0, I = 0;
+  for (int64_t l = 0; l < c->n_layers; l++) {
+    const lm_layer_config *L = &c->layers[l];
+    qd = c->n_heads * L->head_dim > qd ? c->n_heads * L->head_dim : qd;
+    kvd = (int64_t)L->n_kv_heads * L->head_dim > kvd ? (int64_t)L->n_kv_heads * L->head_dim : kvd;
+    I = L->ffn_dim > I ? L->ffn_dim : I;
+  }
+  int64_t H = c->hidden, PL = c->n_layers * c->ple_dim;
+  w->x = ws_take(p, T, H, act);
+  w->h = ws_take(p, T, H, act);
+  w->a = ws_take(p, T, H, act);
+  w->d = ws_take(p, T, H, act);
+  w->q = ws_take(p, T, qd, act);
+  w->o = ws_take(p, T, qd, act);
+  w->k = ws_take(p, T, kvd, act);
+  w->v = ws_take(p, T, kvd, act);
+  w->g = ws_take(p, T, I, act);
+  w->u = ws_take(p, T, I, act);
+  if (PL) {
+    w->ple = ws_take(p, T, PL, act);
+    w->ple_tok = ws_take(p, T, PL, act);
+    w->pg = ws_take(p, T, c->ple_dim, act);
+  }
+  if (c->moe) {
+    int64_t E = c->n_experts, K = c->top_k;
+    w->z = ws_take(p, T, H, act);
+    w->moe_logits = ws_take(p, T, E, LM_DT_F32);
+    w->moe_ids = ws_take(p, T, K, LM_DT_I32);
+    w->moe_w = ws_take(p, T, K, LM_DT_F32);
+    w->moe_out = ws_take(p, T, H, act);
+    w->moe_scratch = ws_take(p, T * K, 2 * c->moe_dim + 2 * H, act);
+    w->moe_iscratch = ws_take(p, 1, T * K + E + 1, LM_DT_I32);
+  }
+  w->hl = ws_take(p, NLg, H, act);
+  w->logits = ws_take(p, NLg, c->vocab_size, LM_DT_F32);
+  for (int i = 0; i < c->n_caches; i++) {
+    if (!has_sharers[i]) continue;
+    const lm_layer_config *L = &c->layers[c->cache_layer[i]];
+    w->dk[i] = ws_take(p, T, (int64_t)L->n_kv_heads * L->head_dim, act);
+    w->dv[i] = ws_take(p, T, (int64_t)L->n_kv_heads * L->head_dim, act);
+  }
+}
+
+static int *sharers_of(const lm_model *m) {
+  int *hs = calloc((size_t)m->cfg.n_caches + 1, sizeof *hs);
+  if (!hs) return NULL;
+  for (int i = 0; i < m->cfg.n_caches; i++) hs[i] = m->last_reader[i] != m->cfg.cache_layer[i];
+  return hs;
+}
+
+int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits) {
+  int *hs = sharers_of(m);
+  if (!hs) return -1;
+  lm_forward_ws w = {0};
+  lm_tensor dk[m->cfg.n_caches + 1], dv[m->cfg.n_caches + 1];
+  w.dk = dk;
+  w.dv = dv;
+  ws_plan p = {0, NULL};
+  ws_layout(m, max_tokens, max_logits, LM_DT_F32, &p, &w, hs);
+  free(hs);
+  return p.off;
+}
+
+lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens, int64_t max_logits,
+                            lm_forward **out) {
+  *out = NULL;
+  if (max_tokens <= 0 || max_logits <= 0 || max_logits > max_tokens)
+    return LM_ERRF(LM_ERR_INVALID, "forward: need 0 < max_logits <= max_tokens (got %lld, %lld)",
+                   (long long)max_logits, (long long)max_tokens);
+  lm_forward *f = calloc(1, sizeof *f);
+  if (!f) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  f->m = m;
+  f->be = be;
+  f->max_tokens = max_tokens;
+  f->max_logits = max_logits;
+  int nc = m->cfg.n_caches;
+  f->has_sharers = sharers_of(m);
+  f->ws.dk = calloc((size_t)nc + 1, sizeof(lm_tensor));
+  f->ws.dv = calloc((size_t)nc + 1, sizeof(lm_tensor));
+  if (!f->has_sharers || !f->ws.dk || !f->ws.dv) {
+    lm_forward_free(f);
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  }
+  ws_plan p = {0, NULL};
+  ws_layout(m, max_tokens, max_logits, be->act_dtype, &p, &f->ws, f->has_sharers);
+  f->arena_bytes = p.off;
+  lm_status s = be->ops->alloc(be, (size_t)p.off, &f->arena);
+  if (s) {
+    lm_forward_free(f);
+    return lm_err_prefix(s, "forward workspace for %lld tokens", (long long)max_tokens);
+  }
+  p = (ws_plan){0, f->arena};
+  ws_layout(m, max_tokens, max_logits, be->act_dtype, &p, &f->ws, f->has_sharers);
+  *out = f;
+  return LM_OK;
+}
+
+void lm_forward_free(lm_forward *f) {
+  if (!f) return;
+  if (f->arena) f->be->ops->free(f->be, f->arena);
+  free(f->has_sharers);
+  free(f->ws.dk);
+  free(f->ws.dv);
+  free(f);
+}
+
+void lm_model_kv_specs(const lm_model *m, lm_kv_spec *specs) {
+  for (int i = 0; i < m->cfg.n_caches; i++) {
+    const lm_layer_config *L = &m->cfg.layers[m->cfg.cache_layer[i]];
+    specs[i] = (lm_kv_spec){
+        .kind = L->type == LM_LAYER_SLIDING ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN,
+        .n_kv_heads = L->n_kv_heads,
+        .head_dim = L->head_dim,
+        .window = L->type == LM_LAYER_SLIDING ? m->cfg.sliding_window : 0,
+    };
+  }
+}
+
+/* ---- batch validation (host side, before the step) ------------------------------------------- */
+
+static lm_status check_batch(const lm_forward *f, const lm_batch *b) {
+  const lm_model_config *c = &f->m->cfg;
+  if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens)
+    return LM_ERRF(LM_ERR_INVALID, "batch of %d tokens (this forward takes 1..%lld)", b->n_tokens,
+                   (long long)f->max_tokens);
+  if (b->n_logits < 0 || b->n_logits > f->max_logits)
+    return LM_ERRF(LM_ERR_INVALID, "batch asks for %d logit rows (max %lld)", b->n_logits, (long long)f->max_logits);
+  for (int32_t s = 0; s < b->n_seqs; s++)
+    if (!b->kv[s] || b->kv[s]->n != c->n_caches)
+      return LM_ERRF(LM_ERR_INVALID, "sequence %d: cache set does not match the model", s);
+  for (int32_t t = 0; t < b->n_tokens; t++) {
+    if (b->ids[t] < 0 || b->ids[t] >= c->vocab_size || (c->ple_dim && b->ids[t] >= c->ple_vocab))
+      return LM_ERRF(LM_ERR_INVALID, "token %d: id %d is outside the vocabulary (%lld)", t, b->ids[t],
+                     (long long)c->vocab_size);
+    if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
+      return LM_ERRF(LM_ERR_INVALID, "token %d: sequence %d out of range", t, b->seq[t]);
+    int cont = t > 0 && b->seq[t] == b->seq[t - 1];
+    int64_t want = cont ? b->pos[t - 1] + 1 : lm_kv_set_len(b->kv[b->seq[t]]);
+    if (b->pos[t] != want)
+      return LM_ERRF(LM_ERR_INVALID, "token %d: position %d, expected %lld (a sequence's tokens are contiguous and "
+                     "continue its cache)", t, b->pos[t], (long long)want);
+    for (int32_t u = 0; !cont && u < t; u++)
+      if (b->seq[u] == b->seq[t]) return LM_ERRF(LM_ERR_INVALID, "sequence %d is split in the batch", b->seq[t]);
+  }
+  for (int32_t i = 0; i < b->n_logits; i++)
+    if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+      return LM_ERRF(LM_ERR_INVALID, "logit row %d out of range", b->logit_rows[i]);
+  return LM_OK;
+}
+
+/* ---- the layers ------------------------------------------------------------------------------ */
+
+static lm_tensor rows_of(lm_tensor t, int64_t n) { return lm_tensor_rows(t, 0, n); }
+
+static lm_status attention_block(lm_forward *f, int l, int64_t T) {
+  const lm_model *m = f->m;
+  const lm_layer_config *c = &m->cfg.layers[l];
+  const lm_layer_weights *L = &m->layers[l];
+  const lm_backend_ops *op = f->be->ops;
+  lm_backend *be = f->be;
+  lm_forward_ws *w = &f->ws;
+  float eps = (float)m->cfg.rms_eps;
+  int hd = c->head_dim, nh = (int)m->cfg.n_heads, nkv = c->n_kv_heads;
+  lm_tensor x = rows_of(w->x, T), h = rows_of(w->h, T);
+  lm_tensor q = lm_tensor_cols(rows_of(w->q, T), 0, (int64_t)nh * hd);
+  lm_tensor o = lm_tensor_cols(rows_of(w->o, T), 0, (int64_t)nh * hd);
+  q.ld = o.ld = (int64_t)nh * hd; /* contiguous, so per-head views reshape */
+  const lm_weight *rope = &m->rope_inv[c->type];
+  /* input_layernorm, then q_proj → q_norm (per head) → RoPE */
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_in, .eps = eps}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = q, .x = h, .w = &L->q}));
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(q, hd), .x = lm_tensor_reshape(q, hd),
+                                            .w = &L->q_norm, .eps = eps}));
+  LM_TRY(op->rope(be, &(lm_rope_args){.x = q, .n_heads = nh, .head_dim = hd, .inv_freq = rope}));
+  int64_t kvd = (int64_t)nkv * hd;
+  lm_tensor k = f->has_sharers[c->cache] ? w->dk[c->cache] : w->k;
+  lm_tensor v = f->has_sharers[c->cache] ? w->dv[c->cache] : w->v;
+  k = lm_tensor_cols(rows_of(k, T), 0, kvd);
+  v = lm_tensor_cols(rows_of(v, T), 0, kvd);
+  k.ld = v.ld = kvd;
+  if (!c->kv_shared) { /* a KV-shared layer reuses its donor's K/V of this step */
+    LM_TRY(op->matmul(be, &(lm_matmul_args){.out = k, .x = h, .w = &L->k}));
+    if (c->k_eq_v) /* attention_k_eq_v: V is the RAW k_proj output, before k_norm and RoPE */
+      LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd), .x = lm_tensor_reshape(k, hd),
+                                                .eps = eps}));
+    else {
+      LM_TRY(op->matmul(be, &(lm_matmul_args){.out = v, .x = h, .w = &L->v}));
+      LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd), .x = lm_tensor_reshape(v, hd),
+                                                .eps = eps})); /* v_norm has no learned scale */
+    }
+    LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(k, hd), .x = lm_tensor_reshape(k, hd),
+                                              .w = &L->k_norm, .eps = eps}));
+    LM_TRY(op->rope(be, &(lm_rope_args){.x = k, .n_heads = nkv, .head_dim = hd, .inv_freq = rope}));
+  }
+  int64_t window = c->type == LM_LAYER_SLIDING ? m->cfg.sliding_window : 0;
+  LM_TRY(op->attention(be, &(lm_attn_args){.out = o, .q = q, .k_new = k, .v_new = v, .cache = c->cache,
+                                           .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .window = window,
+                                           .scale = 1.0f})); /* Gemma 4: scaling = 1.0 */
+  lm_tensor a = rows_of(w->a, T);
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = o, .w = &L->o}));
+  /* x = x + post_attention_layernorm(o_proj(...)) */
+  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a, .w = &L->ln_post_attn, .eps = eps, .residual = &x});
+}
+
+/* The routed experts, in parallel with the dense MLP; both read the same residual x. */
+static lm_status moe_block(lm_forward *f, int l, int64_t T, lm_tensor d) {
+  const lm_model *m = f->m;
+  const lm_layer_weights *L = &m->layers[l];
+  const lm_backend_ops *op = f->be->ops;
+  lm_backend *be = f->be;
+  lm_forward_ws *w = &f->ws;
+  float eps = (float)m->cfg.rms_eps;
+  lm_tensor x = rows_of(w->x, T), z = rows_of(w->z, T), h = rows_of(w->h, T), lg = rows_of(w->moe_logits, T);
+  lm_tensor ids = rows_of(w->moe_ids, T), wt = rows_of(w->moe_w, T), mo = rows_of(w->moe_out, T);
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = d, .x = d, .w = &L->ln_post_ff1, .eps = eps}));
+  /* Gemma4TextRouter reads the un-normed residual: norm(x) * scale * H^-0.5 → proj */
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = z, .x = x, .w = &L->router_scale, .eps = eps}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = lg, .x = z, .w = &L->router}));
+  LM_TRY(op->moe_route(be, &(lm_moe_route_args){.ids = ids, .weights = wt, .logits = lg, .top_k = (int)m->cfg.top_k,
+                                                .per_expert_scale = &L->expert_scale}));
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_pre_ff2, .eps = eps}));
+  LM_TRY(op->moe_experts(be, &(lm_moe_experts_args){.out = mo, .x = h, .ids = ids, .weights = wt, .gate = &L->ex_gate,
+                                                    .up = &L->ex_up, .down = &L->ex_down,
+                                                    .scratch = w->moe_scratch, .iscratch = w->moe_iscratch}));
+  /* hidden = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts) */
+  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = mo, .w = &L->ln_post_ff2, .eps = eps, .residual = &d});
+}
+
+static lm_status ffn_block(lm_forward *f, int l, int64_t T) {
+  const lm_model *m = f->m;
+  const lm_layer_weights *L = &m->layers[l];
+  const lm_backend_ops *op = f->be->ops;
+  lm_backend *be = f->be;
+  lm_forward_ws *w = &f->ws;
+  float eps = (float)m->cfg.rms_eps;
+  int64_t I = m->cfg.layers[l].ffn_dim;
+  lm_tensor x = rows_of(w->x, T), h = rows_of(w->h, T), d = rows_of(w->d, T);
+  lm_tensor g = lm_tensor_cols(rows_of(w->g, T), 0, I), u = lm_tensor_cols(rows_of(w->u, T), 0, I);
+  /* down(gelu_tanh(gate(x)) * up(x)) on pre_feedforward_layernorm(x) */
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_pre_ff, .eps = eps}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = g, .x = h, .w = &L->gate}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u, .x = h, .w = &L->up}));
+  LM_TRY(op->geglu(be, &(lm_geglu_args){.out = g, .gate = g, .up = u}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = d, .x = g, .w = &L->down}));
+  if (m->cfg.moe) LM_TRY(moe_block(f, l, T, d));
+  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = d, .w = &L->ln_post_ff, .eps = eps, .residual = &x});
+}
+
+/* Per-layer input: x += norm(proj(gelu(gate(x)) * ple[:, l])). */
+static lm_status ple_block(lm_forward *f, int l, int64_t T) {
+  const lm_model *m = f->m;
+  const lm_layer_weights *L = &m->layers[l];
+  const lm_backend_ops *op = f->be->ops;
+  lm_backend *be = f->be;
+  lm_forward_ws *w = &f->ws;
+  int64_t P = m->cfg.ple_dim;
+  lm_tensor x = rows_of(w->x, T), pg = rows_of(w->pg, T), a = rows_of(w->a, T);
+  lm_tensor pl = lm_tensor_cols(rows_of(w->ple, T), (int64_t)l * P, P);
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = pg, .x = x, .w = &L->ple_gate}));
+  LM_TRY(op->geglu(be, &(lm_geglu_args){.out = pg, .gate = pg, .up = pl}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = pg, .w = &L->ple_proj}));
+  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a, .w = &L->ln_post_ple, .eps = (float)m->cfg.rms_eps,
+                                           .residual = &x});
+}
+
+/* Gemma4TextModel.get_per_layer_inputs + project_per_layer_inputs, once per step:
+ * ple = (norm(x0 · W_plmp * H^-0.5) + E_ple[ids] * sqrt(Pd)) * 2^-0.5, x0 the SCALED embedding. */
+static lm_status ple_inputs(lm_forward *f, int64_t T, float emb_round) {
+  const lm_model *m = f->m;
+  const lm_backend_ops *op = f->be->ops;
+  lm_backend *be = f->be;
+  lm_forward_ws *w = &f->ws;
+  lm_tensor x = rows_of(w->x, T), ple = rows_of(w->ple, T), tok = rows_of(w->ple_tok, T);
+  float s_ple = (float)sqrt((double)m->cfg.ple_dim);
+  if (emb_round) s_ple = lm_round_bf16(s_ple);
+  LM_TRY(op->embed(be, &(lm_embed_args){.out = tok, .table = &m->embed_ple, .scale = s_ple}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = ple, .x = x, .w = &m->ple_model_proj}));
+  LM_TRY(op->add(be, &(lm_add_args){.out = ple, .a = ple, .scale = (float)(1.0 / sqrt((double)m->cfg.hidden))}));
+  lm_tensor pv = lm_tensor_reshape(ple, m->cfg.ple_dim);
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = pv, .x = pv, .w = &m->ple_norm, .eps = (float)m->cfg.rms_eps}));
+  return op->add(be, &(lm_add_args){.out = ple, .a = ple, .b = tok, .scale = (float)(1.0 / sqrt(2.0))});
+}
+
+static lm_status commit_caches(lm_forward *f, int l, int64_t T) {
+  const lm_model *m = f->m;
+  for (int c = 0; c < m->cfg.n_caches; c++) {
+    if (m->last_reader[c] != l) continue;
+    const lm_layer_config *L = &m->cfg.layers[m->cfg.cache_layer[c]];
+    int64_t kvd = (int64_t)L->n_kv_heads * L->head_dim;
+    lm_tensor k = f->has_sharers[c] ? f->ws.dk[c] : f->ws.k, v = f->has_sharers[c] ? f->ws.dv[c] : f->ws.v;
+    k = lm_tensor_cols(rows_of(k, T), 0, kvd);
+    v = lm_tensor_cols(rows_of(v, T), 0, kvd);
+    k.ld = v.ld = kvd;
+    LM_TRY(f->be->ops->kv_append(f->be, &(lm_kv_append_args){.k_new = k, .v_new = v, .cache = c}));
+  }
+  return LM_OK;
+}
+
+static lm_status run_layers(lm_forward *f, const lm_batch *b) {
+  const lm_model *m = f->m;
+  const lm_backend_ops *op = f->be->ops;
+  lm_backend *be = f->be;
+  int64_t T = b->n_tokens;
+  int bf16 = be->act_dtype == LM_DT_BF16;
+  lm_tensor x = rows_of(f->ws.x, T);
+  /* embed_tokens * sqrt(H): the scale is cast to the weight dtype first (bf16(sqrt(H)) in a
+   * bf16 model); the f32 parity path uses the f32 value, as the f32 reference does. */
+  float s_emb = (float)sqrt((double)m->cfg.hidden);
+  LM_TRY(op->embed(be, &(lm_embed_args){.out = x, .table = &m->embed, .scale = bf16 ? lm_round_bf16(s_emb) : s_emb}));
+  if (m->cfg.ple_dim) LM_TRY(ple_inputs(f, T, bf16));
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    LM_TRY(attention_block(f, l, T));
+    LM_TRY(ffn_block(f, l, T));
+    if (m->cfg.ple_dim) LM_TRY(ple_block(f, l, T));
+    /* layer_scalar multiplies the whole residual stream */
+    LM_TRY(op->add(be, &(lm_add_args){.out = x, .a = x, .scale = m->layers[l].layer_scalar}));
+    LM_TRY(commit_caches(f, l, T));
+  }
+  if (!b->n_logits) return LM_OK;
+  /* final norm on the wanted rows, tied LM head, softcap */
+  lm_tensor hl = rows_of(f->ws.hl, b->n_logits), lg = rows_of(f->ws.logits, b->n_logits);
+  LM_TRY(op->gather_logit_rows(be, &(lm_gather_args){.out = hl, .x = x}));
+  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = hl, .x = hl, .w = &m->final_norm, .eps = (float)m->cfg.rms_eps}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = lg, .x = hl, .w = &m->embed}));
+  if (m->cfg.final_softcap > 0)
+    LM_TRY(op->softcap(be, &(lm_softcap_args){.x = lg, .cap = (float)m->cfg.final_softcap}));
+  return LM_OK;
+}
+
+lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out) {
+  LM_TRY(check_batch(f, b));
+  for (int32_t s = 0; s < b->n_seqs; s++) {
+    int32_t n = 0;
+    for (int32_t t = 0; t < b->n_tokens; t++) n += b->seq[t] == s;
+    LM_TRY(lm_kv_set_reserve(b->kv[s], n));
+  }
+  lm_backend *be = f->be;
+  LM_TRY(be->ops->begin_step(be, b));
+  lm_status s = run_layers(f, b);
+  lm_status e = be->ops->end_step(be);
+  if (s) return s;
+  if (e) return e;
+  if (logits_out && b->n_logits)
+    LM_TRY(be->ops->download(be, logits_out, f->ws.logits.data,
+                             (size_t)b->n_logits * (size_t)f->m->cfg.vocab_size * sizeof(float)));
+  return LM_OK;
+}
+
+lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step, float *out) {
+  if (step < 1 || step > f->max_tokens || (out && step > f->max_logits))
+    return LM_ERRF(LM_ERR_INVALID, "feed: step %lld does not fit this forward (max %lld tokens)", (long long)step,
+                   (long long)f->max_tokens);
+  int32_t pos[step], seq[step], rows[step];
+  int64_t V = f->m->cfg.vocab_size;
+  for (int64_t i = 0; i < n; i += step) {
+    int32_t m = (int32_t)(n - i < step ? n - i : step);
+    for (int32_t j = 0; j < m; j++) {
+      pos[j] = (int32_t)(lm_kv_set_len(kv) + j);
+      seq[j] = 0;
+      rows[j] = j;
+    }
+    lm_batch b = {.n_tokens = m, .ids = ids + i, .pos = pos, .seq = seq, .n_seqs = 1, .kv = &kv,
+                  .n_logits = out ? m : 0, .logit_rows = rows};
+    LM_TRY(lm_forward_run(f, &b, out ? out + i * V : NULL));
+  }
+  return LM_OK;
+}

@@ -1,0 +1,31 @@
+/* forward.h — one forward step of a Gemma 4 model over a ragged batch, on any backend.
+ * The workspace is sized once for (max_tokens, max_logits); a step never allocates. */
+#ifndef LM_MODEL_FORWARD_H
+#define LM_MODEL_FORWARD_H
+
+#include "backend/backend.h"
+#include "kv/batch.h"
+#include "model/model.h"
+
+typedef struct lm_forward lm_forward;
+
+lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens, int64_t max_logits,
+                            lm_forward **out);
+void lm_forward_free(lm_forward *f);
+
+/* Runs the batch: validates it, reserves cache room, runs every layer, and copies the logits
+ * of the batch's logit rows to logits_out [n_logits][vocab] (host, f32; may be NULL). */
+lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out);
+
+/* Teacher-forces one sequence: feeds ids[0..n) into kv in steps of `step` tokens and writes
+ * every position's logits to out[n][vocab] (host; may be NULL). step <= the forward's max_tokens. */
+lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step, float *out);
+
+/* Cache specs of a session for this model: one per donor layer (plain for full layers, a
+ * ring of sliding_window for sliding layers). specs must hold m->cfg.n_caches entries. */
+void lm_model_kv_specs(const lm_model *m, lm_kv_spec *specs);
+
+/* Bytes of workspace the forward allocates for these limits. */
+int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits);
+
+#endif

@@ -1,0 +1,25 @@
+/* fixture.h — reading reference fixtures (tests/fixtures/NAME/, written by
+ * tools/oracle/gen_fixtures.py): ids.txt, logits.f32, logits_bf16.f32, meta.json. */
+#ifndef LM_TEST_FIXTURE_H
+#define LM_TEST_FIXTURE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* Reads comma-separated ids. Returns the count (0 on error); *ids malloc'ed. */
+int64_t lm_fx_read_ids(const char *path, int32_t **ids);
+/* Reads a little-endian f32 file of exactly n floats; NULL on error. */
+float *lm_fx_read_f32(const char *path, int64_t n);
+/* Names of the fixture folders under dir holding a file `marker`, sorted; returns the count. */
+int lm_fx_list(const char *dir, const char *marker, char ***names);
+void lm_fx_free_list(char **names, int n);
+
+/* Comparison of logits [T][V] against a reference. */
+typedef struct lm_fx_cmp {
+  double max_abs_diff, max_abs_ref;
+  int64_t argmax_agree, T;
+  double mean_kl; /* KL(ref || got) averaged over positions, from softmax of each row */
+} lm_fx_cmp;
+lm_fx_cmp lm_fx_compare(const float *ref, const float *got, int64_t T, int64_t V);
+
+#endif
