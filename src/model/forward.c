@@ -35,6 +35,16 @@ struct lm_forward {
   int *has_sharers; /* [n_caches] */
 };
 
+static lm_status prepare_one(lm_weight *w, void *arg) {
+  lm_backend *be = arg;
+  return be->ops->prepare_weight(be, w);
+}
+
+lm_status lm_model_prepare(lm_model *m, lm_backend *be) {
+  if (!be->ops->prepare_weight) return LM_OK; /* the backend reads weights in place */
+  return lm_model_foreach_weight(m, prepare_one, be);
+}
+
 /* ---- workspace ---------------------------------------------------------------------------- */
 
 typedef struct ws_plan {

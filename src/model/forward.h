@@ -9,6 +9,10 @@
 
 typedef struct lm_forward lm_forward;
 
+/* Makes the model's weights usable by `be` (uploads/repacks through prepare_weight, once).
+ * A model is bound to one device backend at a time (lm_weight.backend holds one handle). */
+lm_status lm_model_prepare(lm_model *m, lm_backend *be);
+
 lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens, int64_t max_logits,
                             lm_forward **out);
 void lm_forward_free(lm_forward *f);

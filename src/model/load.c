@@ -425,6 +425,23 @@ lm_status lm_model_load(const char *dir, lm_model **out) {
   return LM_OK;
 }
 
+lm_status lm_model_foreach_weight(lm_model *m, lm_status (*fn)(lm_weight *w, void *arg), void *arg) {
+  lm_weight *top[] = {&m->embed, &m->embed_ple, &m->ple_model_proj, &m->ple_norm, &m->final_norm,
+                      &m->rope_inv[0], &m->rope_inv[1]};
+  for (size_t i = 0; i < sizeof top / sizeof *top; i++)
+    if (top[i]->data) LM_TRY(fn(top[i], arg));
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    lm_layer_weights *L = &m->layers[l];
+    lm_weight *ws[] = {&L->q, &L->k, &L->v, &L->o, &L->q_norm, &L->k_norm, &L->ln_in, &L->ln_post_attn,
+                       &L->ln_pre_ff, &L->ln_post_ff, &L->gate, &L->up, &L->down, &L->ple_gate, &L->ple_proj,
+                       &L->ln_post_ple, &L->router, &L->router_scale, &L->expert_scale, &L->ex_gate, &L->ex_up,
+                       &L->ex_down, &L->ln_pre_ff2, &L->ln_post_ff1, &L->ln_post_ff2};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+      if (ws[i]->data) LM_TRY(fn(ws[i], arg));
+  }
+  return LM_OK;
+}
+
 lm_status lm_model_synth(const char *preset_path, int bits, int group, uint64_t seed, lm_model **out) {
   *out = NULL;
   if (bits && (bits < 2 || bits > 8 || bits == 7 || (group != 32 && group != 64 && group != 128)))

@@ -63,6 +63,9 @@ typedef struct lm_model {
 lm_status lm_model_load(const char *dir, lm_model **out);
 void lm_model_free(lm_model *m);
 
+/* Calls fn on every weight the model bound (for backends that upload or repack weights). */
+lm_status lm_model_foreach_weight(lm_model *m, lm_status (*fn)(lm_weight *w, void *arg), void *arg);
+
 /* Builds a model of the geometry in a config.json-shaped preset with random weights from the
  * counter RNG (seed, hash of the tensor name, element index): every backend that generates
  * them gets identical weights. bits 0 = bf16; else MLX affine bits/group for every matrix
