@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/status.h"
@@ -359,6 +360,7 @@ struct lm_safetensors {
   lm_st_tensor *tensors;  /* all files, file order then storage order */
   size_t cap;             /* hash slots: a power of two >= 2 * n_tensors */
   size_t *slots;          /* index into tensors, or SIZE_MAX when empty */
+  uint64_t seed;          /* hash seed, chosen at open */
 };
 
 /* Opens, maps and parses one file. */
@@ -408,16 +410,27 @@ void lm_st_close(lm_safetensors *st) {
   free(st);
 }
 
-/* FNV-1a: tiny, and good enough for a few thousand tensor names. */
-static uint64_t lm_st_hash(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ull;
+/* FNV-1a from a per-object seed, then a splitmix64 finalizer. The names come from the file, so
+ * the seed (heap address and clock, unknown to whoever wrote the file) keeps a crafted header of
+ * colliding names from turning open into O(n^2); it is not a cryptographic guarantee. */
+static uint64_t lm_st_hash(uint64_t seed, const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull ^ seed;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-  return h;
+  h ^= seed;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+static uint64_t lm_st_make_seed(const void *self) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ((uint64_t)(uintptr_t)self * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec;
 }
 
 /* Slot of name: the slot holding it, or the empty slot where it would go. */
 static size_t lm_st_slot(const lm_safetensors *st, const char *name) {
-  size_t mask = st->cap - 1, i = (size_t)lm_st_hash(name) & mask;
+  size_t mask = st->cap - 1, i = (size_t)lm_st_hash(st->seed, name) & mask;
   while (st->slots[i] != SIZE_MAX && strcmp(st->tensors[st->slots[i]].name, name)) i = (i + 1) & mask;
   return i;
 }
@@ -426,6 +439,7 @@ static size_t lm_st_slot(const lm_safetensors *st, const char *name) {
 static lm_status lm_st_build_index(lm_safetensors *st) {
   size_t n = 0;
   for (size_t f = 0; f < st->n_files; f++) n += st->maps[f].hdr->n_tensors;
+  st->seed = lm_st_make_seed(st);
   st->cap = 16;
   while (st->cap < 2 * n) st->cap *= 2;
   st->tensors = calloc(n ? n : 1, sizeof *st->tensors);

@@ -31,6 +31,8 @@ struct lm_st_writer {
   size_t n, cap;
   char **meta_k, **meta_v; /* __metadata__, in insertion order */
   size_t n_meta, cap_meta;
+  size_t *slots;            /* name hash: index into e, or SIZE_MAX; a power of two >= 2 * n */
+  size_t n_slots;
 };
 
 /* ---- building ------------------------------------------------------------------------------- */
@@ -50,6 +52,7 @@ void lm_st_writer_free(lm_st_writer *w) {
   free(w->e);
   free(w->meta_k);
   free(w->meta_v);
+  free(w->slots);
   free(w);
 }
 
@@ -68,8 +71,36 @@ static int lm_stw_utf8_ok(const char *s) {
   return j != NULL;
 }
 
-/* Checks a new tensor's name, dtype and shape, and computes its byte size. O(n) duplicate scan:
- * fine for checkpoints of a few thousand tensors. */
+/* FNV-1a over the name (a checkpoint may hold tens of thousands of unstacked expert tensors, so
+ * duplicate detection must not be quadratic). */
+static size_t lm_stw_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return (size_t)h;
+}
+
+/* The slot holding name, or the empty slot where it would go. */
+static size_t lm_stw_slot(const lm_st_writer *w, const char *name) {
+  size_t mask = w->n_slots - 1, i = lm_stw_hash(name) & mask;
+  while (w->slots[i] != SIZE_MAX && strcmp(w->e[w->slots[i]].name, name)) i = (i + 1) & mask;
+  return i;
+}
+
+/* Keeps the hash at most half full: doubles and reinserts every entry when needed. */
+static lm_status lm_stw_grow_slots(lm_st_writer *w) {
+  if (w->n_slots >= 2 * (w->n + 1)) return LM_OK;
+  size_t ns = w->n_slots ? 2 * w->n_slots : 64;
+  size_t *slots = malloc(ns * sizeof *slots);
+  if (!slots) return LM_ERRF(LM_ERR_NOMEM, "st_writer: out of memory for the name index");
+  memset(slots, 0xff, ns * sizeof *slots); /* SIZE_MAX everywhere */
+  free(w->slots);
+  w->slots = slots;
+  w->n_slots = ns;
+  for (size_t i = 0; i < w->n; i++) w->slots[lm_stw_slot(w, w->e[i].name)] = i;
+  return LM_OK;
+}
+
+/* Checks a new tensor's name, dtype and shape, and computes its byte size. */
 static lm_status lm_stw_check(const lm_st_writer *w, const char *name, lm_dtype dtype, int ndim,
                               const int64_t *shape, uint64_t *nbytes) {
   if (!name || !name[0]) return LM_ERRF(LM_ERR_INVALID, "st_writer: empty tensor name");
@@ -79,8 +110,8 @@ static lm_status lm_stw_check(const lm_st_writer *w, const char *name, lm_dtype 
   if ((unsigned)dtype >= LM_DT_COUNT) return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: bad dtype %d", name, dtype);
   if (ndim < 0 || ndim > LM_ST_MAX_DIMS || (ndim > 0 && !shape))
     return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: rank %d is not in 0..%d", name, ndim, LM_ST_MAX_DIMS);
-  for (size_t i = 0; i < w->n; i++)
-    if (!strcmp(w->e[i].name, name)) return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s added twice", name);
+  if (w->n_slots && w->slots[lm_stw_slot(w, name)] != SIZE_MAX)
+    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s added twice", name);
   uint64_t n = lm_dtype_size(dtype);
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0)
@@ -98,6 +129,7 @@ static lm_status lm_stw_push(lm_st_writer *w, const char *name, lm_dtype dtype, 
   LM_TRY(lm_stw_check(w, name, dtype, ndim, shape, &nbytes));
   if (!data && !fill && nbytes)
     return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: NULL data for %llu bytes", name, (unsigned long long)nbytes);
+  LM_TRY(lm_stw_grow_slots(w));
   if (w->n == w->cap) {
     size_t cap = w->cap ? 2 * w->cap : 16;
     lm_stw_entry *e = realloc(w->e, cap * sizeof *e);
@@ -115,6 +147,7 @@ static lm_status lm_stw_push(lm_st_writer *w, const char *name, lm_dtype dtype, 
   e->data = data;
   e->fill = fill;
   e->user = user;
+  w->slots[lm_stw_slot(w, e->name)] = w->n;
   w->n++;
   return LM_OK;
 }

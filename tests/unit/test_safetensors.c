@@ -625,6 +625,9 @@ static void t_many_tensors(void **state) {
     int64_t one = 1;
     assert_int_equal(lm_st_writer_add(w, name, LM_DT_BF16, 1, &one, &vals[i]), LM_OK);
   }
+  int64_t one = 1;
+  assert_int_equal(lm_st_writer_add(w, "model.layers.1234.weight", LM_DT_BF16, 1, &one, vals), LM_ERR_INVALID);
+  assert_int_equal(lm_st_writer_count(w), N);
   assert_int_equal(lm_st_writer_write(w, path_in(f, "many.safetensors", p, sizeof p)), LM_OK);
   lm_safetensors *st;
   assert_int_equal(lm_st_open(p, &st), LM_OK);
