@@ -113,6 +113,20 @@ lm_status lm_json_get_int(const json_t *obj, const char *key, int64_t *out, int 
   return LM_OK;
 }
 
+lm_status lm_json_get_int_range(const json_t *obj, const char *key, int64_t *out, int required, const char *ctx,
+                                int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  const json_t *f;
+  LM_TRY(lm_json_field(obj, key, required, ctx, &f));
+  if (!f) return LM_OK; /* optional and absent: the default is not range-checked */
+  LM_TRY(lm_json_get_int(obj, key, &v, required, ctx));
+  if (v < lo || v > hi)
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %lld is out of range [%lld, %lld]", ctx, key, (long long)v,
+                   (long long)lo, (long long)hi);
+  *out = v;
+  return LM_OK;
+}
+
 lm_status lm_json_get_double(const json_t *obj, const char *key, double *out, int required, const char *ctx) {
   const json_t *v;
   LM_TRY(lm_json_field(obj, key, required, ctx, &v));

@@ -44,6 +44,9 @@ const char *lm_json_type_name(const json_t *v);
  * (else LM_ERR_CORRUPT naming ctx). Missing required field: LM_ERR_NOT_FOUND; wrong type or
  * out of range: LM_ERR_CORRUPT. */
 lm_status lm_json_get_int(const json_t *obj, const char *key, int64_t *out, int required, const char *ctx);
+/* lm_json_get_int plus a range check: a value outside [lo, hi] is LM_ERR_CORRUPT naming the bounds. */
+lm_status lm_json_get_int_range(const json_t *obj, const char *key, int64_t *out, int required, const char *ctx,
+                                int64_t lo, int64_t hi);
 /* Accepts integers and reals (JSON does not distinguish 1 from 1.0 for most writers). */
 lm_status lm_json_get_double(const json_t *obj, const char *key, double *out, int required, const char *ctx);
 /* *out is 0 or 1. */

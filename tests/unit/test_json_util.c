@@ -104,6 +104,11 @@ static void t_getters_ok(void **state) {
   assert_int_equal(lm_json_get_int(d, "absent", &i, 0, "cfg"), LM_OK);
   assert_int_equal(lm_json_get_int(d, "nul", &i, 0, "cfg"), LM_OK);
   assert_int_equal(i, 7);
+  assert_int_equal(lm_json_get_int_range(d, "absent", &i, 0, "cfg", 100, 200), LM_OK); /* default kept as is */
+  assert_int_equal(i, 7);
+  assert_int_equal(lm_json_get_int_range(d, "n", &i, 1, "cfg", 42, 42), LM_OK);
+  assert_int_equal(i, 42);
+  i = 7;
   s = "default";
   assert_int_equal(lm_json_get_string(d, "absent", &s, 0, "cfg"), LM_OK);
   assert_string_equal(s, "default");
@@ -133,7 +138,7 @@ static void t_getters_ok(void **state) {
 
 /* One row per error a getter can report. */
 typedef struct {
-  int kind; /* 0 int, 1 double, 2 bool, 3 string, 4 object, 5 int array, 6 string array */
+  int kind; /* 0 int, 1 double, 2 bool, 3 string, 4 object, 5 int array, 6 string array, 7 int in [0, 41] */
   const char *key;
   int required;
   lm_status want;
@@ -154,10 +159,12 @@ static const getter_row k_errors[] = {
     {5, "bad_ia", 1, LM_ERR_CORRUPT, "field \"bad_ia\"[1]: expected an integer, got a string"},
     {6, "bad_sa", 0, LM_ERR_CORRUPT, "field \"bad_sa\"[1]: expected a string, got an integer"},
     {6, "absent", 1, LM_ERR_NOT_FOUND, "\"absent\" is missing"},
+    {7, "n", 1, LM_ERR_CORRUPT, "field \"n\": 42 is out of range [0, 41]"},
+    {7, "s", 0, LM_ERR_CORRUPT, "expected an integer, got a string"},
 };
 
 static lm_status call_getter(const json_t *d, const getter_row *r, const char *ctx) {
-  int64_t i;
+  int64_t i = 0;
   double x;
   int b;
   const char *s;
@@ -174,6 +181,7 @@ static lm_status call_getter(const json_t *d, const getter_row *r, const char *c
   case 4: st = lm_json_get_object(d, r->key, &o, r->required, ctx); break;
   case 5: st = lm_json_get_int_array(d, r->key, &ia, &n, r->required, ctx); break;
   case 6: st = lm_json_get_string_array(d, r->key, &sa, &n, r->required, ctx); break;
+  case 7: st = lm_json_get_int_range(d, r->key, &i, r->required, ctx, 0, 41); break;
   }
   free(ia);
   free(sa);
