@@ -1,0 +1,95 @@
+/* cpu_matmul_common.c — helpers every matmul kernel family shares: the generic unpacking
+ * of packed codes (any bit width), scale conversion, the portable activation quantizer of
+ * the FAST path, and the packing of weight tiles for the int8 GEMM. */
+#include <string.h>
+
+#include "backend/cpu/cpu_matmul_impl.h"
+
+/* MLX packs each row as one little-endian bit stream (gemma4-spec §8.1). Eight codes of
+ * `bits` bits fill exactly `bits` bytes, so a run that starts at a multiple of 8 codes is
+ * byte-aligned: read `bits` bytes and peel 8 codes. Assumes a little-endian host (x86-64). */
+void lm_mm_unpack_codes(const uint8_t *row, int bits, int64_t k0, int64_t n, uint8_t *out) {
+  const uint8_t *p = row + k0 * bits / 8;
+  uint64_t mask = (1u << bits) - 1u;
+  for (int64_t i = 0; i < n; i += 8, p += bits) {
+    uint64_t v = 0;
+    memcpy(&v, p, (size_t)bits);
+    for (int j = 0; j < 8; j++) out[i + j] = (uint8_t)((v >> (j * bits)) & mask);
+  }
+}
+
+void lm_mm_load_f32s(const void *p, lm_dtype t, int64_t i0, int64_t n, float *out) {
+  for (int64_t i = 0; i < n; i++) out[i] = lm_load_f32(p, t, i0 + i);
+}
+
+/* Position of column c in a perm-P layout (see lm_qact): evens of the chunk, then odds. */
+static int64_t lm_perm_pos(int64_t c, int64_t k, int perm) {
+  if (!perm) return c;
+  int64_t base = c / perm * perm, len = k - base < perm ? k - base : perm, i = c - base;
+  return base + ((i & 1) ? len / 2 + i / 2 : i / 2);
+}
+
+/* Round-to-nearest-even for |v| < 2^22 with plain f32 adds: the same result as the SIMD
+ * cvtps2dq under the default rounding mode, so every family quantizes identically. */
+static inline int lm_round_i(float v) {
+  const float big = 12582912.0f; /* 1.5·2^23; without -ffast-math the pair is not folded */
+  return (int)((v + big) - big);
+}
+
+static void lm_quantize_row(const float *x, int64_t k, int64_t group, int perm, int8_t *q, float *d,
+                            float *dexp, float *sx, float *c8) {
+  int64_t nb = k / LM_QA_BLOCK, bpg = group / LM_QA_BLOCK;
+  for (int64_t b = 0; b < nb; b++) {
+    const float *xb = x + b * LM_QA_BLOCK;
+    float amax = 0.0f, sum = 0.0f;
+    for (int i = 0; i < LM_QA_BLOCK; i++) {
+      float a = xb[i] < 0 ? -xb[i] : xb[i];
+      amax = a > amax ? a : amax;
+      sum += xb[i];
+    }
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int qsum = 0;
+    for (int i = 0; i < LM_QA_BLOCK; i++) {
+      int v = lm_round_i(xb[i] * id);
+      qsum += v;
+      q[lm_perm_pos(b * LM_QA_BLOCK + i, k, perm)] = (int8_t)v;
+    }
+    d[b] = amax / 127.0f;
+    if (dexp)
+      for (int i = 0; i < 4; i++) dexp[b * 4 + i] = d[b];
+    int64_t g = b / bpg;
+    if (b % bpg == 0) sx[g] = c8[g] = 0.0f;
+    sx[g] += sum;
+    c8[g] += 128.0f * d[b] * (float)qsum;
+  }
+}
+
+void lm_mm_quantize_rows(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; t++)
+    lm_quantize_row(j->x + t * j->ldx, j->k, j->w->group, qa->perm, qa->q + t * qa->ldq, qa->d + t * j->nb,
+                    qa->dexp ? qa->dexp + t * j->nb * 4 : NULL, qa->sx + t * j->ng, qa->c8 + t * j->ng);
+}
+
+void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, int nvalid, lm_qtile *t,
+                     uint8_t *rowbuf) {
+  const lm_weight *w = j->w;
+  int nr = t->nr;
+  int64_t quads = j->k / 4;
+  uint32_t *dst = (uint32_t *)(void *)t->codes;
+  for (int r = 0; r < nr; r++) {
+    if (r < nvalid) {
+      const uint8_t *sp = lm_weight_scale_ptr(w, j->e, r0 + r), *bp = lm_weight_bias_ptr(w, j->e, r0 + r);
+      kn->unpack_row(w, lm_weight_row_ptr(w, j->e, r0 + r), rowbuf);
+      if (t->signed8)
+        for (int64_t i = 0; i < j->k; i++) rowbuf[i] ^= 0x80u;
+      for (int64_t g = 0; g < j->ng; g++) {
+        t->s[g * nr + r] = lm_load_f32(sp, w->sdtype, g);
+        t->b[g * nr + r] = lm_load_f32(bp, w->sdtype, g);
+      }
+    } else { /* padding rows: zero codes and scales; their outputs are never stored */
+      memset(rowbuf, 0, (size_t)j->k);
+      for (int64_t g = 0; g < j->ng; g++) t->s[g * nr + r] = t->b[g * nr + r] = 0.0f;
+    }
+    for (int64_t qd = 0; qd < quads; qd++) memcpy(&dst[qd * nr + r], rowbuf + 4 * qd, 4);
+  }
+}
