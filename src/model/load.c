@@ -215,7 +215,9 @@ static lm_status synth_vector(lm_model *m, const char *name, int64_t n, float mu
   for (int64_t i = 0; i < n; i++)
     v[i] = mul * (strstr(name, "layer_scalar") ? 1.0f : 0.8f + 0.4f * lm_rng_uniform(m->synth.seed, stream, (uint64_t)i));
   memset(w, 0, sizeof *w);
-  w->name = "synthetic vector";
+  char full[LM_NAME_MAX];
+  snprintf(full, sizeof full, "%s%s", m->prefix, name);
+  if (!(w->name = model_keep(m, strdup(full)))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   w->rows = w->expert_rows = 1;
   w->cols = n;
   w->dtype = LM_DT_F32;
@@ -280,9 +282,8 @@ static lm_status bind_norms(lm_model *m, int l, lm_layer_weights *L) {
   LM_TRY(bind_vector(m, MOD(b, "layers.%d.post_attention_layernorm.weight", l), H, &L->ln_post_attn));
   LM_TRY(bind_vector(m, MOD(b, "layers.%d.pre_feedforward_layernorm.weight", l), H, &L->ln_pre_ff));
   LM_TRY(bind_vector(m, MOD(b, "layers.%d.post_feedforward_layernorm.weight", l), H, &L->ln_post_ff));
-  lm_weight s;
-  LM_TRY(bind_vector(m, MOD(b, "layers.%d.layer_scalar", l), 1, &s));
-  L->layer_scalar = ((const float *)s.data)[0];
+  LM_TRY(bind_vector(m, MOD(b, "layers.%d.layer_scalar", l), 1, &L->scalar));
+  L->layer_scalar = ((const float *)L->scalar.data)[0];
   return LM_OK;
 }
 
@@ -433,7 +434,7 @@ lm_status lm_model_foreach_weight(lm_model *m, lm_status (*fn)(lm_weight *w, voi
   for (int l = 0; l < m->cfg.n_layers; l++) {
     lm_layer_weights *L = &m->layers[l];
     lm_weight *ws[] = {&L->q, &L->k, &L->v, &L->o, &L->q_norm, &L->k_norm, &L->ln_in, &L->ln_post_attn,
-                       &L->ln_pre_ff, &L->ln_post_ff, &L->gate, &L->up, &L->down, &L->ple_gate, &L->ple_proj,
+                       &L->ln_pre_ff, &L->ln_post_ff, &L->scalar, &L->gate, &L->up, &L->down, &L->ple_gate, &L->ple_proj,
                        &L->ln_post_ple, &L->router, &L->router_scale, &L->expert_scale, &L->ex_gate, &L->ex_up,
                        &L->ex_down, &L->ln_pre_ff2, &L->ln_post_ff1, &L->ln_post_ff2};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)

@@ -14,6 +14,7 @@ typedef struct lm_layer_weights {
   lm_weight gate, up, down;      /* dense GeGLU MLP (the shared expert on MoE models) */
   lm_weight ple_gate, ple_proj, ln_post_ple; /* per-layer-input block (PLE models) */
   float layer_scalar;
+  lm_weight scalar;              /* layer_scalar as stored, [1] */
   lm_weight router;              /* MoE: router.proj [E][H] */
   lm_weight router_scale;        /* router.scale * H^-0.5, f32 [H] */
   lm_weight expert_scale;        /* router.per_expert_scale, f32 [E] */
