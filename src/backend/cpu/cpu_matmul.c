@@ -127,12 +127,39 @@ static lm_status lm_mm_check(const lm_cpu_matmul_args *a, int64_t *nrows) {
 
 typedef void (*lm_gemv_fn)(const lm_mm_job *j, int64_t r0, int64_t r1);
 
+/* Rows [s, e) for every token, in token chunks of at most LM_MM_GEMV_MAX_M (the kernels'
+ * per-row accumulators); each chunk is a job shifted to its first token. */
+static void lm_mm_gemv_rows(lm_gemv_fn fn, const lm_mm_job *j, int64_t s, int64_t e) {
+  if (j->m <= LM_MM_GEMV_MAX_M) {
+    fn(j, s, e);
+    return;
+  }
+  for (int64_t t0 = 0; t0 < j->m; t0 += LM_MM_GEMV_MAX_M) {
+    lm_mm_job sub = *j;
+    lm_qact qa;
+    sub.m = j->m - t0 < LM_MM_GEMV_MAX_M ? j->m - t0 : LM_MM_GEMV_MAX_M;
+    sub.x += t0 * j->ldx;
+    sub.y += t0 * j->ldy;
+    if (j->gsum) sub.gsum += t0 * j->ng;
+    if (j->qa) {
+      qa = *j->qa;
+      qa.q += t0 * qa.ldq;
+      qa.d += t0 * j->nb;
+      if (qa.dexp) qa.dexp += t0 * j->nb * 4;
+      qa.sx += t0 * j->ng;
+      qa.c8 += t0 * j->ng;
+      sub.qa = &qa;
+    }
+    fn(&sub, s, e);
+  }
+}
+
 static void lm_mm_rows_parallel(lm_gemv_fn fn, const lm_mm_job *j, int64_t r0, int64_t n) {
   int64_t nblk = (n + LM_MM_ROW_BLOCK - 1) / LM_MM_ROW_BLOCK;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < nblk; b++) {
     int64_t s = r0 + b * LM_MM_ROW_BLOCK, e = s + LM_MM_ROW_BLOCK < r0 + n ? s + LM_MM_ROW_BLOCK : r0 + n;
-    fn(j, s, e);
+    lm_mm_gemv_rows(fn, j, s, e);
   }
 }
 
@@ -295,7 +322,7 @@ static lm_status lm_mm_fast(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < nblk; b++) {
         int64_t s = row0 + b * LM_MM_ROW_BLOCK, e = s + LM_MM_ROW_BLOCK < row0 + n ? s + LM_MM_ROW_BLOCK : row0 + n;
-        kn->gemv_fast(j, s, e);
+        lm_mm_gemv_rows(kn->gemv_fast, j, s, e);
       }
     }
   }

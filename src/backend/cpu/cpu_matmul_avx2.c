@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu_matmul_impl.h"
 
 #define LM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define LM_INLINE __attribute__((always_inline)) inline
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
@@ -44,6 +45,35 @@ LM_AVX2 static inline void lm_q4_unpack32(const uint8_t *p, __m128i *c0, __m128i
   __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
   *c0 = _mm_unpacklo_epi8(lo, hi);
   *c1 = _mm_unpackhi_epi8(lo, hi);
+}
+
+/* log2(group / 32): the group of block b is b >> shift (no integer division in the loops). */
+static inline int lm_gshift(int group) { return group == 32 ? 0 : group == 64 ? 1 : 2; }
+
+#define LM_SEG 8192 /* columns per segment: bounds the per-row f32 scale buffers below */
+
+/* Scales and biases of groups [g0, g0+n) of a row as f32. */
+LM_AVX2 static LM_INLINE void lm_load_sb(const lm_weight *w, const uint8_t *sp, const uint8_t *bp, int64_t g0, int64_t n,
+                               float *sf, float *bf) {
+  int64_t i = 0;
+  if (w->sdtype == LM_DT_BF16)
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(sf + i, lm_bf16x8(sp + 2 * (g0 + i)));
+      _mm256_storeu_ps(bf + i, lm_bf16x8(bp + 2 * (g0 + i)));
+    }
+  for (; i < n; i++) {
+    sf[i] = lm_load_f32(sp, w->sdtype, g0 + i);
+    bf[i] = lm_load_f32(bp, w->sdtype, g0 + i);
+  }
+}
+
+LM_AVX2 static LM_INLINE float lm_dot_sb(const float *a, const float *b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = lm_hsum8(acc);
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
 }
 
 /* ---- dense rows ------------------------------------------------------------------------ */
@@ -111,40 +141,54 @@ LM_AVX2 static inline __m256 lm_q4_dot_f32(const uint8_t *p, const float *x, int
   return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
 }
 
-/* Σ_g s_g·Σ_{k in g} q_k·x_k + b_g·Σx_g for one row and one token. */
-LM_AVX2 static float lm_dot_quant_f32_avx2(const lm_mm_job *j, int64_t r, const float *x, const float *gsum) {
-  const lm_weight *w = j->w;
-  const uint8_t *row = lm_weight_row_ptr(w, j->e, r);
-  const uint8_t *sp = lm_weight_scale_ptr(w, j->e, r), *bp = lm_weight_bias_ptr(w, j->e, r);
+/* Σ_g s_g·Σ_{k in g} q_k·x_k over one segment of a row (n columns from code c0 = 0 of
+ * `row`, codes as bytes in q when the width is not 4 or 8); the b_g·Σx_g half is added by
+ * the caller. */
+LM_AVX2 static LM_INLINE float lm_seg_quant_f32(const lm_weight *w, const uint8_t *row, const float *x, const float *sf,
+                                      int64_t n) {
   int64_t gs = w->group;
-  uint8_t q[128];
-  __m256 acc = _mm256_setzero_ps();
-  float bsum = 0.0f;
-  for (int64_t g = 0; g < j->ng; g++) {
-    __m256 d;
-    if (w->bits == 4) {
-      d = lm_q4_dot_f32(row + g * gs / 2, x + g * gs, gs);
-    } else if (w->bits == 8) {
-      d = lm_u8_dot_f32(row + g * gs, x + g * gs, gs);
-    } else {
-      lm_mm_unpack_codes(row, w->bits, g * gs, gs, q);
-      d = lm_u8_dot_f32(q, x + g * gs, gs);
-    }
-    acc = _mm256_fmadd_ps(d, _mm256_set1_ps(lm_load_f32(sp, w->sdtype, g)), acc);
-    bsum += lm_load_f32(bp, w->sdtype, g) * gsum[g];
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  for (int64_t g = 0; g < n / gs; g++) {
+    __m256 d = w->bits == 4 ? lm_q4_dot_f32(row + g * gs / 2, x + g * gs, gs) : lm_u8_dot_f32(row + g * gs, x + g * gs, gs);
+    if (g & 1)
+      acc1 = _mm256_fmadd_ps(d, _mm256_broadcast_ss(sf + g), acc1);
+    else
+      acc0 = _mm256_fmadd_ps(d, _mm256_broadcast_ss(sf + g), acc0);
   }
-  return lm_hsum8(acc) + bsum;
+  return lm_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
-LM_AVX2 static void lm_gemv_f32_avx2(const lm_mm_job *j, int64_t r0, int64_t r1) {
+/* The row drivers below are shared with the AVX-512 family, which passes its own segment
+ * kernels (lm_seg_kernels); here they are inlined with the AVX2 ones. */
+LM_AVX2 static LM_INLINE void lm_gemv_f32_rows(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1) {
   const lm_weight *w = j->w;
-  for (int64_t r = r0; r < r1; r++)
-    for (int64_t t = 0; t < j->m; t++) {
-      const float *x = j->x + t * j->ldx;
-      float v = w->bits ? lm_dot_quant_f32_avx2(j, r, x, j->gsum + t * j->ng)
-                        : lm_dot_dense_avx2(w, lm_weight_row_ptr(w, j->e, r), x, j->k);
-      lm_mm_put(j->y + t * j->ldy + r, v, j->acc);
+  if (!w->bits) {
+    for (int64_t r = r0; r < r1; r++)
+      for (int64_t t = 0; t < j->m; t++)
+        lm_mm_put(j->y + t * j->ldy + r, sk->f32_dense(w, lm_weight_row_ptr(w, j->e, r), j->x + t * j->ldx, j->k),
+                  j->acc);
+    return;
+  }
+  float sf[LM_SEG / 32], bf[LM_SEG / 32], ys[LM_MM_GEMV_MAX_M];
+  uint8_t qbuf[LM_SEG];
+  int64_t rb = lm_weight_row_bytes(w), sb = j->ng * (int64_t)lm_dtype_size(w->sdtype);
+  const uint8_t *row = lm_weight_row_ptr(w, j->e, r0), *sp = lm_weight_scale_ptr(w, j->e, r0),
+                *bp = lm_weight_bias_ptr(w, j->e, r0);
+  for (int64_t r = r0; r < r1; r++, row += rb, sp += sb, bp += sb) {
+    for (int64_t t = 0; t < j->m; t++) ys[t] = 0.0f;
+    for (int64_t c0 = 0; c0 < j->k; c0 += LM_SEG) {
+      int64_t n = j->k - c0 < LM_SEG ? j->k - c0 : LM_SEG, g0 = c0 / w->group, ngs = n / w->group;
+      lm_load_sb(w, sp, bp, g0, ngs, sf, bf);
+      const uint8_t *q = row + c0 * w->bits / 8;
+      if (w->bits != 4 && w->bits != 8) {
+        lm_mm_unpack_codes(row, w->bits, c0, n, qbuf);
+        q = qbuf;
+      }
+      for (int64_t t = 0; t < j->m; t++)
+        ys[t] += sk->f32_quant(w, q, j->x + t * j->ldx + c0, sf, n) + lm_dot_sb(bf, j->gsum + t * j->ng + g0, ngs);
     }
+    for (int64_t t = 0; t < j->m; t++) lm_mm_put(j->y + t * j->ldy + r, ys[t], j->acc);
+  }
 }
 
 /* ---- dequantization to f32 (the sgemm tiles) ---------------------------------------------- */
@@ -184,7 +228,7 @@ LM_AVX2 static void lm_dequant_row_avx2(const lm_weight *w, int64_t e, int64_t r
   }
 }
 
-LM_AVX2 static void lm_dequant_rows_avx2(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out,
+LM_AVX2 void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out,
                                          int64_t ldo) {
   /* codes of one row as bytes; rows wider than the buffer fall back to the reference */
   uint8_t qbuf[16384];
@@ -196,7 +240,7 @@ LM_AVX2 static void lm_dequant_rows_avx2(const lm_weight *w, int64_t e, int64_t 
   }
 }
 
-LM_AVX2 static void lm_unpack_row_avx2(const lm_weight *w, const uint8_t *row, uint8_t *out) {
+LM_AVX2 void lm_mm_avx2_unpack_row(const lm_weight *w, const uint8_t *row, uint8_t *out) {
   if (w->bits == 8) {
     memcpy(out, row, (size_t)w->cols);
   } else if (w->bits == 4) {
@@ -211,19 +255,368 @@ LM_AVX2 static void lm_unpack_row_avx2(const lm_weight *w, const uint8_t *row, u
   }
 }
 
+/* ---- FAST: activation quantization ----------------------------------------------------- */
+
+LM_AVX2 static inline float lm_hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+LM_AVX2 static inline int32_t lm_hsum8_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+/* 32 values → [16 evens | 16 odds] (the perm layout of one block). */
+LM_AVX2 static inline __m256i lm_split_even_odd(__m256i v) {
+  const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12,
+                                      14, 1, 3, 5, 7, 9, 11, 13, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* Rewrites a natural-order row of k int8 values into the perm-64 layout, in place. */
+LM_AVX2 static void lm_perm64_row(int8_t *q, int64_t k) {
+  int64_t c = 0;
+  for (; c + 64 <= k; c += 64) {
+    __m256i a = lm_split_even_odd(_mm256_loadu_si256((const __m256i *)(const void *)(q + c)));
+    __m256i b = lm_split_even_odd(_mm256_loadu_si256((const __m256i *)(const void *)(q + c + 32)));
+    _mm256_storeu_si256((__m256i *)(void *)(q + c), _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256((__m256i *)(void *)(q + c + 32), _mm256_permute2x128_si256(a, b, 0x31));
+  }
+  if (c < k)
+    _mm256_storeu_si256((__m256i *)(void *)(q + c),
+                        lm_split_even_odd(_mm256_loadu_si256((const __m256i *)(const void *)(q + c))));
+}
+
+/* Same values as lm_mm_quantize_rows (cvtps2dq rounds to nearest even like its f32 trick);
+ * only the f32 sums may differ in their last bits (another summation order). */
+LM_AVX2 void lm_mm_avx2_quantize(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1) {
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t bpg = j->w->group / LM_QA_BLOCK;
+  int sh = lm_gshift(j->w->group);
+  for (int64_t t = t0; t < t1; t++) {
+    const float *x = j->x + t * j->ldx;
+    int8_t *q = qa->q + t * qa->ldq;
+    float *d = qa->d + t * j->nb, *sx = qa->sx + t * j->ng, *c8 = qa->c8 + t * j->ng;
+    for (int64_t b = 0; b < j->nb; b++) {
+      const float *xb = x + b * LM_QA_BLOCK;
+      __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8), v2 = _mm256_loadu_ps(xb + 16),
+             v3 = _mm256_loadu_ps(xb + 24);
+      __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absm), _mm256_and_ps(v1, absm)),
+                                _mm256_max_ps(_mm256_and_ps(v2, absm), _mm256_and_ps(v3, absm)));
+      float amax = lm_hmax8(mx), sum = lm_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
+      __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
+      __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
+      int32_t qsum = lm_hsum8_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+      __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+      _mm256_storeu_si256((__m256i *)(void *)(q + b * LM_QA_BLOCK), _mm256_permutevar8x32_epi32(p, order));
+      d[b] = amax / 127.0f;
+      if (qa->dexp) _mm_storeu_ps(qa->dexp + (t * j->nb + b) * 4, _mm_set1_ps(d[b]));
+      int64_t g = b >> sh;
+      if (!(b & (bpg - 1))) sx[g] = c8[g] = 0.0f;
+      sx[g] += sum;
+      c8[g] += 128.0f * d[b] * (float)qsum;
+    }
+    if (qa->perm == 64) lm_perm64_row(q, j->k);
+  }
+}
+
+/* ---- FAST gemv -------------------------------------------------------------------------- */
+
+/* Σ q·xq over 64 codes of a 4-bit row (32 bytes) against perm-64 activations, as s32
+ * lanes 0-3 (first block of 32) and 4-7 (second block), converted to f32. */
+LM_AVX2 static inline __m256 lm_q4_chunk(const uint8_t *p, const int8_t *xq) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+  __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  __m256i pe = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)xq));
+  __m256i po = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32)));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_add_epi16(pe, po), ones));
+}
+
+/* Σ over one segment (n columns) of a 4-bit row against perm-64 activations. dexp holds
+ * each block's d four times, so one load scales both blocks of a chunk. */
+LM_AVX2 static LM_INLINE float lm_q4_seg_fast(const uint8_t *row, const int8_t *xq, const float *dexp, const float *sf,
+                                    int group, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  int64_t c = 0;
+  if (group == 32) { /* a chunk spans two groups */
+    for (int64_t i = 0; c + 64 <= n; c += 64, i += 2) {
+      __m256 sv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(sf + i)), _mm_broadcast_ss(sf + i + 1), 1);
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), sv), acc0);
+    }
+  } else if (group == 64) {
+    for (int64_t g = 0; c + 128 <= n; c += 128, g += 2) {
+      __m256 s0 = _mm256_broadcast_ss(sf + g), s1 = _mm256_broadcast_ss(sf + g + 1);
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
+      acc1 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2 + 32, xq + c + 64),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), s1), acc1);
+    }
+    if (c < n) {
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + c / 64)), acc0);
+      c += 64;
+    }
+  } else { /* 128: two chunks per group */
+    for (int64_t g = 0; c + 128 <= n; c += 128, g++) {
+      __m256 s0 = _mm256_broadcast_ss(sf + g);
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
+      acc1 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2 + 32, xq + c + 64),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), s0), acc1);
+    }
+  }
+  float s = lm_hsum8(_mm256_add_ps(acc0, acc1));
+  if (c < n) { /* group 32 only: a final block of 32, perm layout [16 evens | 16 odds] */
+    const __m128i m4x = _mm_set1_epi8(0x0f);
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + c / 2));
+    __m128i lo = _mm_and_si128(v, m4x), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4x);
+    __m128i p = _mm_add_epi16(_mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)(const void *)(xq + c))),
+                              _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(const void *)(xq + c + 16))));
+    __m128i i = _mm_madd_epi16(p, _mm_set1_epi16(1));
+    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(1, 0, 3, 2)));
+    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(2, 3, 0, 1)));
+    s += (float)_mm_cvtsi128_si32(i) * dexp[c / 8] * sf[c / 32];
+  }
+  return s;
+}
+
+/* Σ q·xq over one block of 32 byte codes as 8 s32 lanes in f32; 8-bit codes use the signed
+ * trick, narrower ones go straight into vpmaddubsw. */
+LM_AVX2 static inline __m256 lm_u8_block(const uint8_t *q, const int8_t *xq, int signed8) {
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+  __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)q);
+  __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)xq), p;
+  if (signed8) {
+    __m256i ws = _mm256_xor_si256(v, flip);
+    p = _mm256_maddubs_epi16(_mm256_abs_epi8(ws), _mm256_sign_epi8(x, ws));
+  } else {
+    p = _mm256_maddubs_epi16(v, x);
+  }
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+}
+
+/* Σ over one segment of byte codes (natural layout); nb blocks of 32, two FMA chains. */
+LM_AVX2 static LM_INLINE float lm_u8_seg_fast(const uint8_t *q, const int8_t *xq, const float *d, const float *sf, int group,
+                                    int64_t n, int signed8) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  int sh = lm_gshift(group);
+  int64_t nb = n / 32, b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = _mm256_fmadd_ps(lm_u8_block(q + 32 * b, xq + 32 * b, signed8),
+                           _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b)), acc0);
+    acc1 = _mm256_fmadd_ps(lm_u8_block(q + 32 * b + 32, xq + 32 * b + 32, signed8),
+                           _mm256_mul_ps(_mm256_broadcast_ss(sf + ((b + 1) >> sh)), _mm256_broadcast_ss(d + b + 1)),
+                           acc1);
+  }
+  if (b < nb)
+    acc0 = _mm256_fmadd_ps(lm_u8_block(q + 32 * b, xq + 32 * b, signed8),
+                           _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b)), acc0);
+  return lm_hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+/* One row of the FAST product for every token, columns [c0, c0+n) (n <= LM_SEG). */
+LM_AVX2 static LM_INLINE void lm_fast_row_seg(const lm_seg_kernels *sk, const lm_mm_job *j, const uint8_t *row,
+                                              const uint8_t *sp, const uint8_t *bp, int64_t c0, int64_t n, float *ys,
+                                              uint8_t *qbuf) {
+  const lm_weight *w = j->w;
+  const lm_qact *qa = j->qa;
+  float sf[LM_SEG / 32], bf[LM_SEG / 32];
+  int64_t g0 = c0 / w->group, ngs = n / w->group;
+  int signed8 = w->bits == 8 && sk->signed8;
+  lm_load_sb(w, sp, bp, g0, ngs, sf, bf);
+  const uint8_t *q = row + c0 * w->bits / 8;
+  if (w->bits != 4 && w->bits != 8) {
+    lm_mm_unpack_codes(row, w->bits, c0, n, qbuf);
+    q = qbuf;
+  }
+  for (int64_t t = 0; t < j->m; t++) {
+    const int8_t *xq = qa->q + t * qa->ldq + c0;
+    float v = w->bits == 4 ? sk->fast_q4(q, xq, qa->dexp + (t * j->nb + c0 / 32) * 4, sf, w->group, n)
+                           : sk->fast_u8(q, xq, qa->d + t * j->nb + c0 / 32, sf, w->group, n, signed8);
+    v += lm_dot_sb(bf, qa->sx + t * j->ng + g0, ngs);
+    if (signed8) v += lm_dot_sb(sf, qa->c8 + t * j->ng + g0, ngs);
+    ys[t] += v;
+  }
+}
+
+LM_AVX2 static LM_INLINE void lm_gemv_fast_rows(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0,
+                                                int64_t r1) {
+  const lm_weight *w = j->w;
+  uint8_t qbuf[LM_SEG];
+  float ys[LM_MM_GEMV_MAX_M];
+  /* row pointers by stride: no per-row calls */
+  int64_t rb = lm_weight_row_bytes(w), sb = j->ng * (int64_t)lm_dtype_size(w->sdtype);
+  const uint8_t *row = lm_weight_row_ptr(w, j->e, r0), *sp = lm_weight_scale_ptr(w, j->e, r0),
+                *bp = lm_weight_bias_ptr(w, j->e, r0);
+  for (int64_t r = r0; r < r1; r++, row += rb, sp += sb, bp += sb) {
+    for (int64_t t = 0; t < j->m; t++) ys[t] = 0.0f;
+    if (j->k <= LM_SEG)
+      lm_fast_row_seg(sk, j, row, sp, bp, 0, j->k, ys, qbuf);
+    else
+      for (int64_t c0 = 0; c0 < j->k; c0 += LM_SEG)
+        lm_fast_row_seg(sk, j, row, sp, bp, c0, j->k - c0 < LM_SEG ? j->k - c0 : LM_SEG, ys, qbuf);
+    for (int64_t t = 0; t < j->m; t++) lm_mm_put(j->y + t * j->ldy + r, ys[t], j->acc);
+  }
+}
+
+static const lm_seg_kernels lm_seg_avx2 = {.f32_quant = lm_seg_quant_f32, .f32_dense = lm_dot_dense_avx2,
+                                           .fast_q4 = lm_q4_seg_fast, .fast_u8 = lm_u8_seg_fast, .signed8 = 1};
+
+LM_AVX2 static void lm_gemv_f32_avx2(const lm_mm_job *j, int64_t r0, int64_t r1) {
+  lm_gemv_f32_rows(&lm_seg_avx2, j, r0, r1);
+}
+
+LM_AVX2 static void lm_gemv_fast_avx2(const lm_mm_job *j, int64_t r0, int64_t r1) {
+  lm_gemv_fast_rows(&lm_seg_avx2, j, r0, r1);
+}
+
+LM_AVX2 void lm_mm_avx2_gemv_f32_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1) {
+  lm_gemv_f32_rows(sk, j, r0, r1);
+}
+
+LM_AVX2 void lm_mm_avx2_gemv_fast_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1) {
+  lm_gemv_fast_rows(sk, j, r0, r1);
+}
+
+/* ---- FAST GEMM: 4 tokens × 16 rows ------------------------------------------------------ */
+
+/* Width classes of the codes: how often the s16 partial sums must be widened to s32.
+ * ≤4 bits: 8 vpmaddubsw steps stay below 2^15 (8·2·15·127); 5–6 bits: 2 steps; 8 bits
+ * (signed trick): 1 step. */
+enum { LM_W4 = 0, LM_W6 = 1, LM_W8 = 2 };
+
+/* Keeps v in a register as is: stops GCC from reassociating a chain of integer adds into a
+ * tree, which would hold every product live at once and spill the accumulators. */
+#define LM_KEEP(v) __asm__("" : "+x"(v))
+
+LM_AVX2 static inline __m256i lm_bcast4(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+/* s32 sums of one block (32 columns) for 4 tokens × 16 rows: a[t][h] holds rows 8h..8h+7.
+ * A tile step is 64 bytes: 16 rows × 4 codes. */
+__attribute__((always_inline)) LM_AVX2 static inline void lm_gemm_block(const uint8_t *wp, const int8_t *const *xq,
+                                                                        int64_t kb, int cls, __m256i a[4][2]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) a[t][0] = a[t][1] = _mm256_setzero_si256();
+  if (cls == LM_W4) {
+    _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
+      __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(wp + s * 64));
+      __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(wp + s * 64 + 32));
+      _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+        __m256i xb = lm_bcast4(xq[t] + kb + 4 * s);
+        a[t][0] = _mm256_add_epi16(a[t][0], _mm256_maddubs_epi16(w0, xb));
+        a[t][1] = _mm256_add_epi16(a[t][1], _mm256_maddubs_epi16(w1, xb));
+        LM_KEEP(a[t][0]);
+        LM_KEEP(a[t][1]);
+      }
+    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+      a[t][0] = _mm256_madd_epi16(a[t][0], ones);
+      a[t][1] = _mm256_madd_epi16(a[t][1], ones);
+    }
+    return;
+  }
+  _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+      __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(wp + s * 64 + h * 32));
+      __m256i wa = cls == LM_W8 ? _mm256_abs_epi8(wv) : wv;
+      _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+        __m256i xb = lm_bcast4(xq[t] + kb + 4 * s);
+        if (cls == LM_W8) xb = _mm256_sign_epi8(xb, wv);
+        a[t][h] = _mm256_add_epi32(a[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xb), ones));
+        LM_KEEP(a[t][h]);
+      }
+    }
+  }
+}
+
+__attribute__((always_inline)) LM_AVX2 static inline void lm_gemm_avx2_body(const lm_mm_job *j, const lm_qtile *tl,
+                                                                            int64_t tile_r0, int nvalid, int64_t tt,
+                                                                            int cls) {
+  const lm_qact *qa = j->qa;
+  int64_t bpg = j->w->group / LM_QA_BLOCK;
+  int sh = lm_gshift(j->w->group);
+  const int8_t *xq[4];
+  const float *d[4], *sx[4], *c8[4];
+  _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+    xq[t] = qa->q + (tt + t) * qa->ldq;
+    d[t] = qa->d + (tt + t) * j->nb;
+    sx[t] = qa->sx + (tt + t) * j->ng;
+    c8[t] = qa->c8 + (tt + t) * j->ng;
+  }
+  __m256 f[4][2];
+  _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) f[t][0] = f[t][1] = _mm256_setzero_ps();
+  const uint8_t *wp = tl->codes;
+  for (int64_t b = 0; b < j->nb; b++, wp += 16 * 32) {
+    __m256i a[4][2];
+    lm_gemm_block(wp, xq, b * LM_QA_BLOCK, cls, a);
+    int64_t g = b >> sh;
+    __m256 s0 = _mm256_loadu_ps(tl->s + g * 16), s1 = _mm256_loadu_ps(tl->s + g * 16 + 8);
+    _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+      __m256 dt = _mm256_broadcast_ss(d[t] + b);
+      f[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t][0]), _mm256_mul_ps(s0, dt), f[t][0]);
+      f[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t][1]), _mm256_mul_ps(s1, dt), f[t][1]);
+    }
+    if ((b & (bpg - 1)) == bpg - 1) {
+      __m256 b0 = _mm256_loadu_ps(tl->b + g * 16), b1 = _mm256_loadu_ps(tl->b + g * 16 + 8);
+      _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+        __m256 st = _mm256_broadcast_ss(sx[t] + g);
+        f[t][0] = _mm256_fmadd_ps(b0, st, f[t][0]);
+        f[t][1] = _mm256_fmadd_ps(b1, st, f[t][1]);
+        if (cls == LM_W8) {
+          __m256 ct = _mm256_broadcast_ss(c8[t] + g);
+          f[t][0] = _mm256_fmadd_ps(s0, ct, f[t][0]);
+          f[t][1] = _mm256_fmadd_ps(s1, ct, f[t][1]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < 4 && tt + t < j->m; t++) {
+    float *y = j->y + (tt + t) * j->ldy + tile_r0;
+    if (nvalid == 16) {
+      _mm256_storeu_ps(y, j->acc ? _mm256_add_ps(_mm256_loadu_ps(y), f[t][0]) : f[t][0]);
+      _mm256_storeu_ps(y + 8, j->acc ? _mm256_add_ps(_mm256_loadu_ps(y + 8), f[t][1]) : f[t][1]);
+    } else {
+      float tmp[16];
+      _mm256_storeu_ps(tmp, f[t][0]);
+      _mm256_storeu_ps(tmp + 8, f[t][1]);
+      for (int r = 0; r < nvalid; r++) lm_mm_put(y + r, tmp[r], j->acc);
+    }
+  }
+}
+
+LM_AVX2 static void lm_gemm_fast_avx2(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0, int nvalid,
+                                      int64_t t0, int64_t t1) {
+  int bits = j->w->bits;
+  for (int64_t tt = t0; tt < t1; tt += 4) {
+    if (bits <= 4) lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W4);
+    else if (bits <= 6) lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W6);
+    else lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W8);
+  }
+}
+
 const lm_cpu_kernels lm_cpu_kernels_avx2 = {
     .isa = LM_CPU_ISA_AVX2,
     .name = "avx2",
-    .q4_perm = 0,
+    .q4_perm = 64,
     .gemv_f32 = lm_gemv_f32_avx2,
-    .gemv_fast = NULL,
-    .dequant_rows = lm_dequant_rows_avx2,
-    .quantize = lm_mm_quantize_rows,
-    .unpack_row = lm_unpack_row_avx2,
-    .gemm_nr = 0,
-    .gemm_mr = 0,
+    .gemv_fast = lm_gemv_fast_avx2,
+    .dequant_rows = lm_mm_avx2_dequant_rows,
+    .quantize = lm_mm_avx2_quantize,
+    .unpack_row = lm_mm_avx2_unpack_row,
+    .gemm_nr = 16,
+    .gemm_mr = 4,
     .gemm_signed8 = 1,
-    .gemm_fast = NULL,
+    .gemm_fast = lm_gemm_fast_avx2,
 };
 
 #endif

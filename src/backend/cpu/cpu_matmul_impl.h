@@ -10,6 +10,10 @@
 #include "backend/cpu/cpu_matmul.h"
 #include "tensor/weight.h"
 
+/* The gemv kernels handle at most this many tokens per call (the driver switches to the
+ * GEMM paths, or splits, above it). */
+#define LM_MM_GEMV_MAX_M 16
+
 /* FAST path: activations are quantized per block of this many columns. Every quantized
  * weight's cols is a multiple of its group (>= 32), hence of this block. */
 #define LM_QA_BLOCK 32
@@ -91,5 +95,24 @@ void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, i
                      uint8_t *rowbuf);
 /* Stores or accumulates v into y (n floats). */
 static inline void lm_mm_put(float *y, float v, int acc) { *y = acc ? *y + v : v; }
+
+/* ---- pieces of the AVX2 family that the AVX-512 family reuses (cpu_matmul_avx2.c) --------- */
+
+/* Per-row segment kernels (n columns of one row, n <= 8192, whole groups) that the shared
+ * row drivers call; see cpu_matmul_avx2.c for their contracts. */
+typedef struct lm_seg_kernels {
+  float (*f32_quant)(const lm_weight *w, const uint8_t *q, const float *x, const float *sf, int64_t n);
+  float (*f32_dense)(const lm_weight *w, const uint8_t *row, const float *x, int64_t k);
+  float (*fast_q4)(const uint8_t *row, const int8_t *xq, const float *dexp, const float *sf, int group, int64_t n);
+  float (*fast_u8)(const uint8_t *q, const int8_t *xq, const float *d, const float *sf, int group, int64_t n,
+                   int signed8);
+  int signed8; /* fast_u8 reads 8-bit codes as q ^ 0x80 and needs the c8 term */
+} lm_seg_kernels;
+
+void lm_mm_avx2_gemv_f32_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1);
+void lm_mm_avx2_gemv_fast_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1);
+void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out, int64_t ldo);
+void lm_mm_avx2_unpack_row(const lm_weight *w, const uint8_t *row, uint8_t *out);
+void lm_mm_avx2_quantize(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1);
 
 #endif
