@@ -96,7 +96,7 @@ def write_model_files(model, tj, out, log):
     from safetensors.torch import save_file
     sd = bf16_state(model)
     save_file(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
-    write_json(os.path.join(out, "config.json"), geometry.published_config(transformers.__version__))
+    write_json(os.path.join(out, "config.json"), geometry.published_config(transformers_version=transformers.__version__))
     write_json(os.path.join(out, "generation_config.json"), geometry.generation_config())
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tj, f, ensure_ascii=False)
