@@ -1,0 +1,249 @@
+/* quantize.c — MLX affine conversion of a loaded checkpoint (see quantize.h). Tensors are
+ * produced while the file is written (fill callbacks), so memory stays at one matrix. */
+#include "model/quantize.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/status.h"
+#include "io/json_util.h"
+#include "io/st_writer.h"
+#include "tensor/quant.h"
+
+#define MLX_PREFIX "language_model.model."
+
+/* One output matrix: a source weight (or expert view) quantized with (bits, group). */
+typedef struct q_item {
+  const lm_weight *w;
+  int bits, group;
+  int part;         /* 0 codes, 1 scales, 2 biases (one item per output tensor) */
+} q_item;
+
+typedef struct q_plan {
+  q_item **items; /* each item is its own allocation: the writer keeps pointers to them */
+  int n, cap;
+  json_t *overrides; /* per-module entries for config.json */
+} q_plan;
+
+static q_item *plan_push(q_plan *p, q_item it) {
+  if (p->n == p->cap) {
+    int cap = p->cap ? 2 * p->cap : 256;
+    q_item **v = realloc(p->items, (size_t)cap * sizeof *v);
+    if (!v) return NULL;
+    p->items = v;
+    p->cap = cap;
+  }
+  q_item *x = malloc(sizeof *x);
+  if (x) *x = it;
+  return x ? (p->items[p->n++] = x) : NULL;
+}
+
+/* Rows of all experts, in order, for a (possibly fused-view) stacked weight. */
+static int64_t total_rows(const lm_weight *w) { return (w->n_experts ? w->n_experts : 1) * w->rows; }
+
+static void dequant_global_row(const lm_weight *w, int64_t r, float *out) {
+  lm_weight_dequant_row(w, r / w->rows, r % w->rows, out);
+}
+
+static lm_status fill(void *user, void *dst, uint64_t nbytes) {
+  const q_item *it = user;
+  const lm_weight *w = it->w;
+  int64_t cols = w->cols, ng = cols / it->group, rows = total_rows(w);
+  float *row = malloc((size_t)cols * sizeof(float)), *s = malloc((size_t)ng * sizeof(float)),
+        *b = malloc((size_t)ng * sizeof(float));
+  uint8_t *codes = malloc((size_t)(cols * it->bits / 8));
+  if (!row || !s || !b || !codes) {
+    free(row), free(s), free(b), free(codes);
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  }
+  int64_t rb = it->part == 0 ? cols * it->bits / 8 : ng * 2;
+  (void)nbytes;
+  for (int64_t r = 0; r < rows; r++) {
+    dequant_global_row(w, r, row);
+    lm_affine_quantize_row(row, cols, it->bits, it->group, codes, s, b);
+    uint8_t *o = (uint8_t *)dst + r * rb;
+    if (it->part == 0) {
+      memcpy(o, codes, (size_t)rb);
+    } else {
+      const float *src = it->part == 1 ? s : b;
+      for (int64_t g = 0; g < ng; g++) {
+        uint16_t h = lm_f32_to_bf16(src[g]);
+        memcpy(o + 2 * g, &h, 2);
+      }
+    }
+  }
+  free(row), free(s), free(b), free(codes);
+  return LM_OK;
+}
+
+/* Dense copy of a matrix the rules leave unquantized (bf16 of the f32 dequantized rows). */
+static lm_status fill_dense(void *user, void *dst, uint64_t nbytes) {
+  const q_item *it = user;
+  int64_t cols = it->w->cols;
+  float *row = malloc((size_t)cols * sizeof(float));
+  if (!row) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  (void)nbytes;
+  for (int64_t r = 0; r < total_rows(it->w); r++) {
+    dequant_global_row(it->w, r, row);
+    for (int64_t c = 0; c < cols; c++) {
+      uint16_t h = lm_f32_to_bf16(row[c]);
+      memcpy((uint8_t *)dst + (r * cols + c) * 2, &h, 2);
+    }
+  }
+  free(row);
+  return LM_OK;
+}
+
+static const lm_quantize_rule *rule_for(const lm_quantize_opts *o, const char *module) {
+  for (int i = 0; i < o->n_rules; i++)
+    if (strstr(module, o->rules[i].pattern)) return &o->rules[i];
+  return NULL;
+}
+
+/* Adds the output tensors of one matrix; records per-module overrides for config.json. */
+static lm_status add_matrix(lm_st_writer *wr, q_plan *p, const lm_weight *w, const char *module,
+                            const lm_quantize_opts *o) {
+  int bits = o->bits, group = o->group;
+  const lm_quantize_rule *r = rule_for(o, module);
+  if (strstr(module, "router.proj")) bits = 8; /* the converters force the router to 8 bits */
+  if (r) {
+    bits = r->bits;
+    group = r->group ? r->group : group;
+  }
+  if (bits && w->cols % group) bits = 0; /* mlx-lm leaves a module alone when its width does not divide */
+  char full[300], name[320];
+  snprintf(full, sizeof full, MLX_PREFIX "%s", module);
+  int64_t nd = w->n_experts ? 3 : 2, shape[3] = {w->n_experts, w->rows, w->cols};
+  int64_t *sh = w->n_experts ? shape : shape + 1;
+  if (!bits) {
+    json_object_set_new(p->overrides, full, json_false());
+    q_item *it = plan_push(p, (q_item){.w = w, .bits = 0, .group = group});
+    if (!it) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+    snprintf(name, sizeof name, "%s.weight", full);
+    return lm_st_writer_add_fn(wr, name, LM_DT_BF16, (int)nd, sh, fill_dense, it);
+  }
+  if (bits != o->bits || group != o->group)
+    json_object_set_new(p->overrides, full, json_pack("{s:i,s:i}", "group_size", group, "bits", bits));
+  static const char *suffix[3] = {".weight", ".scales", ".biases"};
+  for (int part = 0; part < 3; part++) {
+    q_item *it = plan_push(p, (q_item){.w = w, .bits = bits, .group = group, .part = part});
+    if (!it) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+    int64_t s2[3] = {shape[0], shape[1], part ? w->cols / group : w->cols * bits / 32};
+    snprintf(name, sizeof name, "%s%s", full, suffix[part]);
+    LM_TRY(lm_st_writer_add_fn(wr, name, part ? LM_DT_BF16 : LM_DT_U32, (int)nd, w->n_experts ? s2 : s2 + 1,
+                               fill, it));
+  }
+  return LM_OK;
+}
+
+/* A stored vector (norm weight, scale, layer_scalar) is copied byte for byte from the source. */
+static lm_status add_vector(lm_st_writer *wr, const lm_model *m, const lm_weight *w) {
+  const lm_st_tensor *t = lm_st_find(m->st, w->name);
+  if (!t) return LM_ERRF(LM_ERR_NOT_FOUND, "quantize: source tensor %s not found", w->name);
+  char name[320];
+  snprintf(name, sizeof name, MLX_PREFIX "%s", w->name + strlen(m->prefix));
+  return lm_st_writer_add(wr, name, t->dtype, t->ndim, t->shape, t->data);
+}
+
+/* Module path under the model prefix, without ".weight", in MLX's naming. */
+static void module_of(const lm_model *m, const lm_weight *w, const char *mlx_module, char *buf, size_t n) {
+  if (mlx_module) {
+    snprintf(buf, n, "%s", mlx_module);
+    return;
+  }
+  const char *s = w->name + strlen(m->prefix);
+  size_t len = strlen(s);
+  if (len > 7 && !strcmp(s + len - 7, ".weight")) len -= 7;
+  snprintf(buf, n, "%.*s", (int)len, s);
+}
+
+static lm_status add_layer(lm_st_writer *wr, q_plan *p, const lm_model *m, int l, const lm_quantize_opts *o) {
+  const lm_layer_weights *L = &m->layers[l];
+  char mod[256], ex[3][128];
+  const lm_weight *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->ple_gate, &L->ple_proj,
+                             &L->router};
+  for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) {
+    if (!mats[i]->data) continue;
+    module_of(m, mats[i], NULL, mod, sizeof mod);
+    LM_TRY(add_matrix(wr, p, mats[i], mod, o));
+  }
+  const lm_weight *exs[3] = {&L->ex_gate, &L->ex_up, &L->ex_down};
+  static const char *names[3] = {"gate_proj", "up_proj", "down_proj"};
+  for (int i = 0; i < 3; i++) {
+    if (!exs[i]->data) continue;
+    snprintf(ex[i], sizeof ex[i], "layers.%d.experts.switch_glu.%s", l, names[i]); /* HF fused gate_up is split */
+    LM_TRY(add_matrix(wr, p, exs[i], ex[i], o));
+  }
+  const lm_weight *vecs[] = {&L->q_norm, &L->k_norm, &L->ln_in, &L->ln_post_attn, &L->ln_pre_ff, &L->ln_post_ff,
+                             &L->scalar, &L->ln_post_ple, &L->router_scale, &L->expert_scale, &L->ln_pre_ff2,
+                             &L->ln_post_ff1, &L->ln_post_ff2};
+  for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
+    if (vecs[i]->data) LM_TRY(add_vector(wr, m, vecs[i]));
+  return LM_OK;
+}
+
+static lm_status copy_file(const char *src_dir, const char *dst_dir, const char *name) {
+  char a[4096], b[4096];
+  snprintf(a, sizeof a, "%s/%s", src_dir, name);
+  snprintf(b, sizeof b, "%s/%s", dst_dir, name);
+  FILE *in = fopen(a, "rb");
+  if (!in) return LM_OK; /* optional file */
+  FILE *out = fopen(b, "wb");
+  lm_status s = out ? LM_OK : LM_ERRF(LM_ERR_IO, "%s: cannot write", b);
+  char buf[65536];
+  size_t n;
+  while (!s && (n = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, n, out) != n) s = LM_ERRF(LM_ERR_IO, "%s: write failed", b);
+  fclose(in);
+  if (out && fclose(out) && !s) s = LM_ERRF(LM_ERR_IO, "%s: write failed", b);
+  return s;
+}
+
+static lm_status write_config(const lm_model *m, const char *out_dir, const lm_quantize_opts *o, json_t *overrides) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.json", m->dir);
+  json_t *cfg;
+  LM_TRY(lm_json_load_file(path, 0, &cfg));
+  json_t *q = json_pack("{s:i,s:i,s:s}", "group_size", o->group, "bits", o->bits, "mode", "affine");
+  json_object_update(q, overrides);
+  json_object_set(cfg, "quantization", q);
+  json_object_set_new(cfg, "quantization_config", q); /* the duplicate mlx-lm writes for HF tooling */
+  snprintf(path, sizeof path, "%s/config.json", out_dir);
+  lm_status s = json_dump_file(cfg, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) ? LM_ERRF(LM_ERR_IO, "%s: cannot write", path)
+                                                                                 : LM_OK;
+  json_decref(cfg);
+  return s;
+}
+
+lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_quantize_opts *o) {
+  if (!m->st) return LM_ERRF(LM_ERR_INVALID, "quantize: the source must be a checkpoint on disk");
+  if (m->quant.present) return LM_ERRF(LM_ERR_UNSUPPORTED, "quantize: %s is already quantized", m->dir);
+  if (o->bits < 2 || o->bits > 8 || o->bits == 7 || (o->group != 32 && o->group != 64 && o->group != 128))
+    return LM_ERRF(LM_ERR_INVALID, "quantize: bits must be 2..8 (not 7) and group 32, 64 or 128");
+  if (mkdir(out_dir, 0755) && errno != EEXIST) return LM_ERRF(LM_ERR_IO, "%s: cannot create", out_dir);
+  lm_st_writer *wr = NULL;
+  q_plan p = {.overrides = json_object()};
+  lm_status s = lm_st_writer_create(&wr);
+  if (!s) s = add_matrix(wr, &p, &m->embed, "embed_tokens", o);
+  if (!s && m->embed_ple.data) s = add_matrix(wr, &p, &m->embed_ple, "embed_tokens_per_layer", o);
+  if (!s && m->ple_model_proj.data) s = add_matrix(wr, &p, &m->ple_model_proj, "per_layer_model_projection", o);
+  if (!s && m->ple_norm.data) s = add_vector(wr, m, &m->ple_norm);
+  if (!s) s = add_vector(wr, m, &m->final_norm);
+  for (int l = 0; !s && l < m->cfg.n_layers; l++) s = add_layer(wr, &p, m, l, o);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+  if (!s) s = lm_st_writer_write(wr, path);
+  if (!s) s = write_config(m, out_dir, o, p.overrides);
+  static const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                "chat_template.jinja", "special_tokens_map.json"};
+  for (size_t i = 0; !s && i < sizeof extra / sizeof *extra; i++) s = copy_file(m->dir, out_dir, extra[i]);
+  lm_st_writer_free(wr);
+  for (int i = 0; i < p.n; i++) free(p.items[i]);
+  free(p.items);
+  json_decref(p.overrides);
+  return s;
+}

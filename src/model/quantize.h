@@ -1,0 +1,26 @@
+/* quantize.h — `lumen quantize`: converts a checkpoint to an MLX affine-quantized one
+ * (mlx-community layout: `language_model.model.*` names, U32 codes + bf16 scales/biases, a
+ * "quantization" block in config.json), as mlx-lm's converter does for Gemma 4: every matrix
+ * and embedding whose input width divides the group is quantized, router.proj at 8 bits,
+ * norms and scalars stay as stored. */
+#ifndef LM_MODEL_QUANTIZE_H
+#define LM_MODEL_QUANTIZE_H
+
+#include "model/model.h"
+
+typedef struct lm_quantize_rule {
+  const char *pattern; /* substring of the module path (e.g. "layers.0.mlp.down_proj") */
+  int bits, group;     /* bits 0: leave this module unquantized */
+} lm_quantize_rule;
+
+typedef struct lm_quantize_opts {
+  int bits, group;              /* defaults: 4, 64 */
+  const lm_quantize_rule *rules; /* first match wins */
+  int n_rules;
+} lm_quantize_opts;
+
+/* Writes out_dir (created if needed): model.safetensors, config.json, and copies of the
+ * tokenizer / generation / chat-template files of the source. */
+lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_quantize_opts *o);
+
+#endif

@@ -1,0 +1,45 @@
+/* quant.c — MLX affine quantization of rows (see quant.h for the rule). */
+#include "tensor/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+void lm_affine_quantize_group(const float *w, int group, int bits, uint8_t *codes, float *scale, float *bias) {
+  float mx = w[0], mn = w[0];
+  for (int i = 1; i < group; i++) {
+    mx = w[i] > mx ? w[i] : mx;
+    mn = w[i] < mn ? w[i] : mn;
+  }
+  const float n_bins = (float)((1 << bits) - 1), eps = 1e-7f;
+  int side = fabsf(mn) > fabsf(mx);
+  float s = (mx - mn) / n_bins;
+  s = s > eps ? s : eps;
+  s = side ? s : -s;
+  float edge = side ? mn : mx, q0 = rintf(edge / s), b = 0.0f;
+  if (q0 != 0.0f) {
+    s = edge / q0;
+    b = edge;
+  }
+  for (int i = 0; i < group; i++) {
+    float q = rintf((w[i] - b) / s);
+    q = q < 0.0f ? 0.0f : (q > n_bins ? n_bins : q);
+    codes[i] = (uint8_t)q;
+  }
+  *scale = s;
+  *bias = b;
+}
+
+void lm_affine_quantize_row(const float *w, int64_t n, int bits, int group, uint8_t *packed, float *scales,
+                            float *biases) {
+  memset(packed, 0, (size_t)(n * bits / 8));
+  uint8_t codes[128];
+  for (int64_t g = 0; g < n / group; g++) {
+    lm_affine_quantize_group(w + g * group, group, bits, codes, &scales[g], &biases[g]);
+    for (int i = 0; i < group; i++) { /* LSB-first bit stream, codes may straddle bytes */
+      uint64_t bit = (uint64_t)(g * group + i) * (uint64_t)bits;
+      uint32_t v = (uint32_t)codes[i] << (bit & 7);
+      packed[bit >> 3] |= (uint8_t)v;
+      if ((bit & 7) + (uint64_t)bits > 8) packed[(bit >> 3) + 1] |= (uint8_t)(v >> 8);
+    }
+  }
+}
