@@ -91,6 +91,9 @@ static lm_status cfg_model_type(const cfg_ctx *c, lm_model_config *m) {
 }
 
 static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
+  /* Gemma4UnifiedTextConfig (the 12B) has no PLE and no MoE fields at all and a 1024 window
+   * by default; its model ignores such keys if a config carries them, and so do we. */
+  int unified = strstr(m->model_type, "unified") || strstr(m->text_model_type, "unified");
   LM_TRY(cfg_int(c, "vocab_size", 1, 0, &m->vocab_size));
   LM_TRY(cfg_range(c, "vocab_size", m->vocab_size, 1, 1 << 24));
   LM_TRY(cfg_int(c, "hidden_size", 1, 0, &m->hidden));
@@ -108,12 +111,13 @@ static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
   LM_TRY(cfg_int(c, "global_head_dim", 0, 512, &m->global_head_dim));
   LM_TRY(cfg_range(c, "global_head_dim", m->global_head_dim, 2, 8192));
   LM_TRY(cfg_num(c, "rms_norm_eps", 1e-6, &m->rms_eps));
-  LM_TRY(cfg_int(c, "sliding_window", 0, 512, &m->sliding_window));
+  LM_TRY(cfg_int(c, "sliding_window", 0, unified ? 1024 : 512, &m->sliding_window));
   LM_TRY(cfg_range(c, "sliding_window", m->sliding_window, 1, (int64_t)1 << 32));
   LM_TRY(cfg_num(c, "final_logit_softcapping", 0.0, &m->final_softcap));
   LM_TRY(cfg_int(c, "vocab_size_per_layer_input", 0, 262144, &m->ple_vocab));
   LM_TRY(cfg_int(c, "hidden_size_per_layer_input", 0, 256, &m->ple_dim));
   LM_TRY(cfg_range(c, "hidden_size_per_layer_input", m->ple_dim, 0, 1 << 16));
+  if (unified) m->ple_dim = 0;
   if (m->ple_dim) LM_TRY(cfg_range(c, "vocab_size_per_layer_input", m->ple_vocab, 1, 1 << 24));
   LM_TRY(cfg_bool(c, "attention_k_eq_v", 0, &m->k_eq_v));
   int64_t v;
@@ -122,6 +126,7 @@ static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
   m->n_kv_shared = (int)v;
   LM_TRY(cfg_bool(c, "use_double_wide_mlp", 0, &m->double_wide));
   LM_TRY(cfg_bool(c, "enable_moe_block", 0, &m->moe));
+  if (unified) m->moe = 0;
   LM_TRY(cfg_bool(c, "tie_word_embeddings", 1, &m->tie_embeddings));
   if (!m->tie_embeddings)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: tie_word_embeddings=false is not a Gemma 4 layout", c->name);

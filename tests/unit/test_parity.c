@@ -1,0 +1,103 @@
+/* test_parity.c — every reference fixture (tests/fixtures/NAME, made by
+ * tools/oracle/gen_fixtures.py with transformers in f32 eager mode) is reproduced by the CPU
+ * f32 path in three feeding modes: prefill in one pass, prefill in chunks, and prefill of the
+ * first half followed by token-by-token decode. Tolerance (docs/oracle.md):
+ * max|Δlogit| ≤ 1e-3 · max|ref| over [T, V] and the same argmax at every position. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/status.h"
+#include "model/forward.h"
+#include "util/fixture.h"
+
+#define FIXTURES LM_SOURCE_DIR "/tests/fixtures"
+
+static int has_weights(const char *dir) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  if (access(p, R_OK) == 0) return 1;
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  return access(p, R_OK) == 0;
+}
+
+/* Feeds ids with the given prefill/chunk plan into a fresh cache set; returns [T][V] logits. */
+static float *run_mode(const lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill,
+                       int64_t chunk) {
+  int64_t V = m->cfg.vocab_size;
+  float *out = malloc((size_t)(T * V) * sizeof(float));
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  lm_model_kv_specs(m, specs);
+  lm_kv_set *kv = NULL;
+  lm_forward *f = NULL;
+  assert_int_equal(lm_kv_set_create(be, specs, m->cfg.n_caches, &kv), LM_OK);
+  assert_int_equal(lm_forward_create(m, be, chunk, chunk, &f), LM_OK);
+  lm_status s = lm_forward_feed(f, kv, ids, prefill, chunk, out);
+  if (!s) s = lm_forward_feed(f, kv, ids + prefill, T - prefill, 1, out + prefill * V);
+  if (s) fprintf(stderr, "forward failed: %s\n", lm_errmsg());
+  assert_int_equal(s, LM_OK);
+  assert_int_equal(lm_kv_set_len(kv), T);
+  lm_forward_free(f);
+  lm_kv_set_free(kv);
+  return out;
+}
+
+static void check_fixture(const char *name, lm_backend *be, int *failures) {
+  char dir[1024], p[1100];
+  snprintf(dir, sizeof dir, "%s/%s", FIXTURES, name);
+  lm_model *m = NULL;
+  if (lm_model_load(dir, &m)) {
+    fprintf(stderr, "%s: load failed: %s\n", name, lm_errmsg());
+    (*failures)++;
+    return;
+  }
+  int32_t *ids;
+  snprintf(p, sizeof p, "%s/ids.txt", dir);
+  int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
+  snprintf(p, sizeof p, "%s/logits.f32", dir);
+  float *ref = lm_fx_read_f32(p, T * V);
+  assert_non_null(ref);
+  struct { const char *mode; int64_t prefill, chunk; } modes[] = {
+      {"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2 > 0 ? T / 2 : 1}};
+  for (size_t i = 0; i < 3; i++) {
+    float *got = run_mode(m, be, ids, T, modes[i].prefill, modes[i].chunk);
+    lm_fx_cmp c = lm_fx_compare(ref, got, T, V);
+    int ok = c.max_abs_diff <= 1e-3 * c.max_abs_ref && c.argmax_agree == T;
+    printf("%-16s %-8s T=%-3lld max|d|=%.3g (bound %.3g) argmax %lld/%lld %s\n", name, modes[i].mode, (long long)T,
+           c.max_abs_diff, 1e-3 * c.max_abs_ref, (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
+    *failures += !ok;
+    free(got);
+  }
+  free(ref);
+  free(ids);
+  lm_model_free(m);
+}
+
+static void t_fixtures_f32(void **state) {
+  (void)state;
+  char **names;
+  int n = lm_fx_list(FIXTURES, "logits.f32", &names), checked = 0, failures = 0;
+  lm_backend *be;
+  assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
+  for (int i = 0; i < n; i++) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", FIXTURES, names[i]);
+    if (!has_weights(dir)) continue; /* KV-quantized references reuse another fixture's weights */
+    check_fixture(names[i], be, &failures);
+    checked++;
+  }
+  lm_backend_destroy(be);
+  lm_fx_free_list(names, n);
+  assert_true(checked >= 6); /* e2b, e4b, 12b, moe and two MLX fixtures */
+  assert_int_equal(failures, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_fixtures_f32)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
