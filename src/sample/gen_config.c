@@ -51,10 +51,11 @@ static lm_status get_num(const json_t *root, const char *key, const char *name, 
                          float *out) {
   double x = *out;
   LM_TRY(lm_json_get_double(root, key, &x, 0, name));
-  if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi)
+  float f = (float)x; /* checked after the rounding to float: 1e-50 is not a top_p > 0 */
+  if (!isfinite(x) || f < lo || (lo_open && f == lo) || f > hi)
     return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %g is outside %c%g, %g]", name, key, x, lo_open ? '(' : '[', lo,
                    hi);
-  *out = (float)x;
+  *out = f;
   return LM_OK;
 }
 
