@@ -5,10 +5,12 @@
  * skipped. /reset starts a new conversation, /exit (or /quit, or end of input) leaves.
  *
  * The conversation lives in the KV cache: each turn renders the whole conversation with the chat
- * template and syncs the session to it, so only the tokens after the longest prefix already in the
- * cache are prefilled (normally just the new turn). Where the rendering of earlier turns differs
- * from what was generated (templates that drop old reasoning) the cache is rolled back to the
- * common prefix, or prefilled again when a sliding-window ring cannot roll back.
+ * template. When the render starts with the text the context already holds (the last prompt and
+ * the answer as generated), only the rest is tokenized and prefilled: normally just the new turn.
+ * Otherwise (the template re-renders earlier turns differently: it drops old reasoning or an empty
+ * thought channel, or trims the answer) the whole render is matched against the cache token by
+ * token: the cache rolls back to the common prefix, or is prefilled again when a sliding-window
+ * ring has wrapped and cannot roll back.
  * Without a chat template (or with --raw) the turns are plain text appended to the context. */
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@ typedef struct chat {
   lm_cli_textgen t;
   const lm_cli_textgen_opts *o;
   json_t *msgs;
+  char *ctx_text; /* the text the context holds (template mode), NULL: unknown */
   int turns;  /* raw mode: turns appended so far */
   int failed; /* some turn failed */
 } chat;
@@ -62,27 +65,53 @@ static ssize_t read_turn(char **buf, size_t *cap) {
 
 static void reset_conversation(chat *c) {
   json_array_clear(c->msgs);
+  free(c->ctx_text);
+  c->ctx_text = NULL;
   if (c->o->system && c->t.tmpl)
     json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "system", "content", c->o->system));
   c->turns = 0;
 }
 
-/* One turn in chat-template mode: render everything, sync, answer, remember the answer. */
+/* Tokens to feed for the rendered conversation: when the render starts with the text the context
+ * already holds, only the rest (the cached tokens stay exactly as generated, and nothing needs to
+ * roll back); else all of it, for lm_gen_sync to match against the cache token by token. */
+static int turn_ids(chat *c, const char *prompt, int32_t **ids, size_t *n, int *sync) {
+  size_t k = c->ctx_text ? strlen(c->ctx_text) : 0;
+  *sync = !(k && !strncmp(prompt, c->ctx_text, k) && prompt[k]);
+  return lm_cli_textgen_encode(&c->t, *sync ? prompt : prompt + k, 0, ids, n);
+}
+
+/* Remembers the turn: the answer as the model wrote it (the template drops what it does not
+ * replay, e.g. old reasoning) and the text the context now holds. */
+static int remember(chat *c, const char *prompt) {
+  char *reply = lm_cli_textgen_reply_text(&c->t);
+  if (!reply) return 1;
+  json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", reply));
+  free(c->ctx_text);
+  c->ctx_text = malloc(strlen(prompt) + strlen(reply) + 1);
+  if (c->ctx_text) sprintf(c->ctx_text, "%s%s", prompt, reply);
+  free(reply);
+  return 0;
+}
+
+/* One turn in chat-template mode: render everything, feed what the cache lacks, answer. */
 static int template_turn(chat *c, const char *text) {
   json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "user", "content", text));
   int32_t *ids = NULL;
   size_t n = 0;
-  int rc = lm_cli_textgen_render(&c->t, c->msgs, &ids, &n);
-  if (!rc) rc = lm_cli_textgen_respond(&c->t, ids, n, 1);
-  free(ids);
-  if (rc) {
+  char *prompt = NULL;
+  int sync = 1, rc = lm_cli_textgen_render(&c->t, c->msgs, &prompt);
+  if (!rc) rc = turn_ids(c, prompt, &ids, &n, &sync);
+  if (!rc) rc = lm_cli_textgen_respond(&c->t, ids, n, sync);
+  if (!rc) rc = remember(c, prompt);
+  if (rc) { /* forget the turn; the next one re-syncs token by token */
     json_array_remove(c->msgs, json_array_size(c->msgs) - 1);
-    return rc;
+    free(c->ctx_text);
+    c->ctx_text = NULL;
   }
-  size_t len;
-  const char *answer = lm_gen_text(c->t.gen, &len); /* the raw text: the template strips what it drops */
-  json_array_append_new(c->msgs, json_pack("{s:s,s:s%}", "role", "assistant", "content", answer, len));
-  return 0;
+  free(ids);
+  free(prompt);
+  return rc;
 }
 
 /* One turn without a template: the text is appended to the context as is. */
@@ -165,6 +194,7 @@ int lm_cli_chat(int argc, char **argv) {
   }
   lm_cli_textgen_close(&c.t);
   json_decref(c.msgs);
+  free(c.ctx_text);
 out:
   lm_cli_textgen_opts_free(&o);
   return rc;

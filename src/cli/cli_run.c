@@ -43,8 +43,11 @@ static int run_prompt(lm_cli_textgen *t, const lm_cli_textgen_opts *o, const cha
     json_t *msgs = json_array();
     if (o->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt));
-    rc = lm_cli_textgen_render(t, msgs, &ids, &n);
+    char *text = NULL;
+    rc = lm_cli_textgen_render(t, msgs, &text);
     json_decref(msgs);
+    if (!rc) rc = lm_cli_textgen_encode(t, text, 0, &ids, &n);
+    free(text);
   } else {
     if (o->system && !o->raw) fprintf(stderr, "lumen: no chat template: --system is ignored\n");
     rc = lm_cli_textgen_encode(t, prompt, 1, &ids, &n);

@@ -86,7 +86,7 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
       return 0;
     }
     if (c == '?' || handle_opt(o, c, optarg)) {
-      fprintf(stderr, "%s(see --help)\n", help);
+      fprintf(stderr, "%.*s (see --help)\n", (int)strcspn(help, "\n"), help);
       *done = 1;
       return 2;
     }
@@ -217,14 +217,14 @@ static int ends_in_reasoning(const char *prompt) {
 
 static int new_parser(lm_cli_textgen *t, int start_in_reasoning);
 
-int lm_cli_textgen_render(lm_cli_textgen *t, const json_t *messages, int32_t **ids, size_t *n) {
-  char *prompt = NULL;
-  if (lm_chat_render(t->tmpl, messages, NULL, t->kwargs, 1, t->bos, t->eos, &prompt))
+int lm_cli_textgen_render(lm_cli_textgen *t, const json_t *messages, char **prompt) {
+  *prompt = NULL;
+  if (lm_chat_render(t->tmpl, messages, NULL, t->kwargs, 1, t->bos, t->eos, prompt))
     return lm_cli_fail("chat template");
-  int rc = lm_cli_textgen_encode(t, prompt, 0, ids, n);
-  if (!rc && !t->o->raw_output) rc = new_parser(t, ends_in_reasoning(prompt));
-  free(prompt);
-  return rc;
+  if (t->o->raw_output || !new_parser(t, ends_in_reasoning(*prompt))) return 0;
+  free(*prompt);
+  *prompt = NULL;
+  return 1;
 }
 
 /* ---- streaming one response ------------------------------------------------------------------ */
@@ -299,11 +299,27 @@ int lm_cli_textgen_respond(lm_cli_textgen *t, const int32_t *ids, size_t n, int 
   t->in_reasoning = 0;
   lm_status s = sync ? lm_gen_sync(t->gen, ids, (int64_t)n, NULL) : lm_gen_append(t->gen, ids, (int64_t)n);
   if (s) return lm_cli_fail("prefill");
+  lm_gen_tokens(t->gen, &t->prompt_len);
   if (lm_gen_run(t->gen)) return lm_cli_fail("decode");
   if (t->parser && lm_parser_finish(t->parser)) return lm_cli_fail("output parser");
   if (t->in_reasoning) fputc('\n', stderr);
-  if (t->wrote == 2) put_out(t, "\n", 1);
+  if (t->wrote != 1) {
+    fputc('\n', stdout);
+    t->wrote = 1;
+  }
   fflush(stdout);
   print_stats(t);
   return 0;
+}
+
+char *lm_cli_textgen_reply_text(lm_cli_textgen *t) {
+  int64_t n;
+  const int32_t *ids = lm_gen_tokens(t->gen, &n);
+  char *text = NULL;
+  size_t len;
+  if (lm_tokenizer_decode(t->tok, ids + t->prompt_len, (size_t)(n - t->prompt_len), 0, &text, &len)) {
+    lm_cli_fail("decode");
+    return NULL;
+  }
+  return text;
 }

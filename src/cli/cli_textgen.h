@@ -51,6 +51,7 @@ typedef struct lm_cli_textgen {
   int parse_gemma4;      /* the vocabulary has Gemma 4's control tokens */
   lm_parser_tokens ptok;
   lm_parser *parser;     /* the response being streamed (template mode) */
+  int64_t prompt_len;    /* context tokens when the last response started */
   int wrote;             /* the response printed something on stdout */
   int in_reasoning;      /* reasoning is being printed on stderr */
 } lm_cli_textgen;
@@ -63,15 +64,19 @@ void lm_cli_textgen_close(lm_cli_textgen *t);
  * otherwise. */
 int lm_cli_check_utf8(const char *what, const char *text, size_t len);
 
-/* Renders messages with the template (generation prompt added) and tokenizes the result without an
- * extra BOS. *ids is malloc'ed. Prints the error and returns 1 on failure. */
-int lm_cli_textgen_render(lm_cli_textgen *t, const json_t *messages, int32_t **ids, size_t *n);
+/* Renders messages with the template (generation prompt added) into *prompt (malloc'ed) and gets
+ * the output parser ready for the response. Tokenize the prompt without a BOS (the template writes
+ * it). Prints the error and returns 1 on failure. */
+int lm_cli_textgen_render(lm_cli_textgen *t, const json_t *messages, char **prompt);
 /* Tokenizes plain text, with the tokenizer's BOS when bos is set. */
 int lm_cli_textgen_encode(lm_cli_textgen *t, const char *text, int bos, int32_t **ids, size_t *n);
 
 /* Generates one response after making the context ids[0..n) (sync = 1: reuse the longest cached
- * prefix) or after appending them (sync = 0), streaming it to stdout, then prints the timing
- * line. Returns 0, or 1 after printing an error. */
+ * prefix) or after appending them (sync = 0), streaming it to stdout (ended by a newline), then
+ * prints the timing line. Returns 0, or 1 after printing an error. */
 int lm_cli_textgen_respond(lm_cli_textgen *t, const int32_t *ids, size_t n, int sync);
+/* The last response's tokens decoded with every special token (what the context holds as text;
+ * a stop id is not part of it). malloc'ed; NULL after printing an error. */
+char *lm_cli_textgen_reply_text(lm_cli_textgen *t);
 
 #endif

@@ -4,10 +4,10 @@
  * reuse of the cache when a turn is appended or a context re-synced (the caches grow by the new
  * tokens only and the logits equal a from-scratch run), seeded sampling, and bad input.
  *
- * `test_generate --write-model DIR [--vocab N]` writes the same checkpoint (config.json,
+ * `test_generate --write-model DIR [--vocab N] [--window N]` writes the same checkpoint (config.json,
  * model.safetensors, tokenizer.json, tokenizer_config.json, generation_config.json,
  * chat_template.jinja) for the CLI script tests; with --vocab N (> 64) the model has N ids and no
- * tokenizer is written (pair it with another tokenizer.json). */
+ * tokenizer is written (pair it with another tokenizer.json); --window N sets the sliding window. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -91,24 +91,30 @@ static int write_text(const char *dir, const char *name, const char *text) {
   return fclose(f);
 }
 
-/* lm_test_tiny_config with vocab_size and vocab_size_per_layer_input set to `vocab`. */
-static char *tiny_config(int64_t vocab) {
-  const char *c = lm_test_tiny_config, *keys[] = {"\"vocab_size\":64,", "\"vocab_size_per_layer_input\":64,"};
-  char *out = malloc(strlen(c) + 64), *w = out;
+/* lm_test_tiny_config with vocab_size and vocab_size_per_layer_input set to `vocab` and
+ * sliding_window to `window`. */
+static char *tiny_config(int64_t vocab, int64_t window) {
+  const char *c = lm_test_tiny_config;
+  const char *keys[] = {"\"vocab_size\":64,", "\"sliding_window\":4,", "\"vocab_size_per_layer_input\":64,"};
+  const int64_t vals[] = {vocab, window, vocab};
+  char *out = malloc(strlen(c) + 96), *w = out;
   const char *p = c;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     const char *k = strstr(p, keys[i]);
-    assert_non_null(k);
-    size_t kl = strlen(keys[i]) - 3; /* up to the colon */
-    w += sprintf(w, "%.*s%lld,", (int)(k - p + (ptrdiff_t)kl), p, (long long)vocab);
+    if (!k) { /* the preset changed shape: keep it as it is */
+      free(out);
+      return strdup(c);
+    }
+    size_t kl = strchr(keys[i], ':') - keys[i] + 1;
+    w += sprintf(w, "%.*s%lld,", (int)(k - p + (ptrdiff_t)kl), p, (long long)vals[i]);
     p = k + strlen(keys[i]);
   }
   sprintf(w, "%s", p);
   return out;
 }
 
-static lm_status write_checkpoint(const char *dir, int64_t vocab) {
-  char *cfg = tiny_config(vocab);
+static lm_status write_checkpoint(const char *dir, int64_t vocab, int64_t window) {
+  char *cfg = tiny_config(vocab, window);
   lm_status s = lm_test_write_tiny(cfg, dir);
   free(cfg);
   if (s) return s;
@@ -138,7 +144,7 @@ typedef struct fx {
 
 static int setup(void **st) {
   static fx f;
-  if (write_checkpoint(TMP "/model", 64)) return fprintf(stderr, "%s\n", lm_errmsg()), -1;
+  if (write_checkpoint(TMP "/model", 64, 4)) return fprintf(stderr, "%s\n", lm_errmsg()), -1;
   if (lm_model_load(TMP "/model", &f.m) || lm_backend_cpu_create(LM_PRECISION_F32, 0, &f.be) ||
       lm_model_prepare(f.m, f.be) || lm_tokenizer_load(TMP "/model", &f.tok))
     return fprintf(stderr, "%s\n", lm_errmsg()), -1;
@@ -547,9 +553,14 @@ static void t_bad_input(void **st) {
 }
 
 static int write_model_main(int argc, char **argv) {
-  int64_t vocab = argc >= 5 && !strcmp(argv[3], "--vocab") ? atoll(argv[4]) : 64;
-  if (vocab < 64) return fprintf(stderr, "--vocab must be >= 64\n"), 2;
-  if (write_checkpoint(argv[2], vocab)) return fprintf(stderr, "%s\n", lm_errmsg()), 1;
+  int64_t vocab = 64, window = 4;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--vocab")) vocab = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--window")) window = atoll(argv[i + 1]);
+    else return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
+  }
+  if (vocab < 64 || window < 1) return fprintf(stderr, "--vocab must be >= 64 and --window >= 1\n"), 2;
+  if (write_checkpoint(argv[2], vocab, window)) return fprintf(stderr, "%s\n", lm_errmsg()), 1;
   return 0;
 }
 
