@@ -122,9 +122,19 @@ typedef struct lm_attn_args {
   float scale;
 } lm_attn_args;
 
-/* Appends the chunk's K/V to the cache `cache` of each sequence of the step. */
+/* Prepares the chunk's K/V for a quantized cache before anyone attends over it: quantizes
+ * each token's row into `stage` (codes, bf16 scales and biases of K, then of V) and replaces
+ * k_new/v_new by what the cache will store, so the chunk's own queries read stored values.
+ * A no-op for tokens whose cache is plain. stage: bytes [T][lm_kv_stage_row_bytes]. */
+typedef struct lm_kv_stage_args {
+  lm_tensor k_new, v_new, stage;
+  int cache;
+} lm_kv_stage_args;
+
+/* Appends the chunk's K/V (plain caches) or its staged codes (quantized caches) to the cache
+ * `cache` of each sequence of the step. */
 typedef struct lm_kv_append_args {
-  lm_tensor k_new, v_new;
+  lm_tensor k_new, v_new, stage;
   int cache;
 } lm_kv_append_args;
 
@@ -148,6 +158,18 @@ typedef struct lm_moe_experts_args {
 typedef struct lm_argmax_args {
   lm_tensor ids, x;
 } lm_argmax_args;
+
+/* One step's op sequence as the forward issues it. A backend's run_step may call issue(), or
+ * replay a plan (e.g. a CUDA graph) it captured from an earlier issue() with the same key:
+ * owner, flags, the batch's shape and every cache's signature. So issue() must enqueue the
+ * same ops for the same key and have no host side effects besides its ops' own. */
+typedef struct lm_step_fn {
+  lm_status (*issue)(void *arg);
+  void *arg;
+  const void *owner;     /* the issuer (model + workspace); its plans die with release_plans */
+  const lm_batch *batch; /* the step's batch, as given to begin_step */
+  int flags;             /* issuer bits that change the op sequence (part of the key) */
+} lm_step_fn;
 
 /* ---- the backend -------------------------------------------------------------------------- */
 
@@ -178,10 +200,15 @@ typedef struct lm_backend_ops {
   lm_status (*softcap)(lm_backend *be, const lm_softcap_args *a);
   lm_status (*gather_logit_rows)(lm_backend *be, const lm_gather_args *a);
   lm_status (*attention)(lm_backend *be, const lm_attn_args *a);
+  lm_status (*kv_stage)(lm_backend *be, const lm_kv_stage_args *a);
   lm_status (*kv_append)(lm_backend *be, const lm_kv_append_args *a);
   lm_status (*moe_route)(lm_backend *be, const lm_moe_route_args *a);
   lm_status (*moe_experts)(lm_backend *be, const lm_moe_experts_args *a);
   lm_status (*argmax)(lm_backend *be, const lm_argmax_args *a);
+  /* steps (optional, between begin_step and end_step): NULL means the forward calls
+   * st->issue itself. release_plans drops every plan of `owner` before it is freed. */
+  lm_status (*run_step)(lm_backend *be, const lm_step_fn *st);
+  void (*release_plans)(lm_backend *be, const void *owner);
 } lm_backend_ops;
 
 typedef enum lm_precision { LM_PRECISION_F32 = 0, LM_PRECISION_FAST = 1 } lm_precision;

@@ -8,45 +8,58 @@
 
 #include "base/status.h"
 
-static int64_t kv_row_bytes(const lm_kv_cache *c) {
-  return (int64_t)c->n_kv_heads * c->head_dim * (int64_t)lm_dtype_size(c->dtype);
+int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a) {
+  int64_t w = (int64_t)c->n_kv_heads * c->head_dim;
+  if (!lm_kv_kind_quant(c->kind)) return a <= LM_KV_V ? w * (int64_t)lm_dtype_size(c->dtype) : 0;
+  return a <= LM_KV_V ? w * c->bits / 8 : (w / c->group) * 2;
 }
 
+int64_t lm_kv_stage_row_bytes(const lm_kv_cache *c) {
+  if (!lm_kv_kind_quant(c->kind)) return 0;
+  int64_t b = 0;
+  for (int a = 0; a < LM_KV_ARRAYS; a++) b += lm_kv_row_bytes(c, a);
+  return b;
+}
+
+static void **kv_array(lm_kv_cache *c, int a) {
+  void **arr[LM_KV_ARRAYS] = {&c->k, &c->v, &c->ks, &c->kb, &c->vs, &c->vb};
+  return arr[a];
+}
+
+/* (Re)allocates every array for `slots` rows, keeping the rows held (a plain cache grows). */
 static lm_status kv_alloc_slots(lm_kv_cache *c, int64_t slots) {
-  void *k = NULL, *v = NULL;
-  size_t bytes = (size_t)(slots * kv_row_bytes(c));
-  lm_status s = c->be->ops->alloc(c->be, bytes, &k);
-  if (!s) s = c->be->ops->alloc(c->be, bytes, &v);
+  void *fresh[LM_KV_ARRAYS] = {0};
+  lm_status s = LM_OK;
+  int64_t keep = c->n < c->slots ? c->n : c->slots;
+  for (int a = 0; a < LM_KV_ARRAYS && !s; a++) {
+    int64_t rb = lm_kv_row_bytes(c, a);
+    if (!rb) continue;
+    s = c->be->ops->alloc(c->be, (size_t)(slots * rb), &fresh[a]);
+    if (!s && keep && *kv_array(c, a)) s = c->be->ops->copy(c->be, fresh[a], *kv_array(c, a), (size_t)(keep * rb));
+  }
   if (s) {
-    c->be->ops->free(c->be, k);
+    for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, fresh[a]);
     return lm_err_prefix(s, "KV cache of %lld slots", (long long)slots);
   }
-  /* Keep what was there: a plain cache grows by copying its held rows. */
-  size_t keep = (size_t)(c->n < c->slots ? c->n : c->slots) * (size_t)kv_row_bytes(c);
-  if (keep && c->k) {
-    s = c->be->ops->copy(c->be, k, c->k, keep);
-    if (!s) s = c->be->ops->copy(c->be, v, c->v, keep);
-    if (s) {
-      c->be->ops->free(c->be, k);
-      c->be->ops->free(c->be, v);
-      return s;
-    }
+  for (int a = 0; a < LM_KV_ARRAYS; a++) {
+    c->be->ops->free(c->be, *kv_array(c, a));
+    *kv_array(c, a) = fresh[a];
   }
-  c->be->ops->free(c->be, c->k);
-  c->be->ops->free(c->be, c->v);
-  c->k = k;
-  c->v = v;
   c->slots = slots;
   return LM_OK;
 }
 
 lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out) {
   *out = NULL;
-  if (spec->n_kv_heads <= 0 || spec->head_dim <= 0 ||
-      (spec->kind == LM_KV_ROTATING_PLAIN && spec->window <= 0))
+  if (spec->n_kv_heads <= 0 || spec->head_dim <= 0 || (lm_kv_kind_ring(spec->kind) && spec->window <= 0))
     return LM_ERRF(LM_ERR_INVALID, "KV cache: invalid geometry");
-  if (spec->kind != LM_KV_PLAIN && spec->kind != LM_KV_ROTATING_PLAIN)
+  if (spec->kind < LM_KV_PLAIN || spec->kind > LM_KV_ROTATING_QUANT)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: unknown kind %d", (int)spec->kind);
+  if (lm_kv_kind_quant(spec->kind) &&
+      ((spec->bits != 4 && spec->bits != 8) || (spec->group != 32 && spec->group != 64 && spec->group != 128) ||
+       spec->head_dim % spec->group))
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: %d-bit group-%d quantization of head dim %d is not supported "
+                   "(bits 4 or 8, groups 32/64/128 dividing the head dim)", spec->bits, spec->group, spec->head_dim);
   lm_kv_cache *c = calloc(1, sizeof *c);
   if (!c) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   c->kind = spec->kind;
@@ -54,7 +67,9 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out
   c->n_kv_heads = spec->n_kv_heads;
   c->head_dim = spec->head_dim;
   c->dtype = be->act_dtype;
-  c->window = spec->kind == LM_KV_ROTATING_PLAIN ? spec->window : 0;
+  c->window = lm_kv_kind_ring(spec->kind) ? spec->window : 0;
+  c->bits = lm_kv_kind_quant(spec->kind) ? spec->bits : 0;
+  c->group = lm_kv_kind_quant(spec->kind) ? spec->group : 0;
   /* A ring is allocated whole up front; a plain cache starts small and doubles. */
   lm_status s = kv_alloc_slots(c, c->window ? c->window : 256);
   if (s) {
@@ -72,17 +87,25 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out
 
 void lm_kv_free(lm_kv_cache *c) {
   if (!c) return;
-  c->be->ops->free(c->be, c->k);
-  c->be->ops->free(c->be, c->v);
+  for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, *kv_array(c, a));
   free(c);
 }
 
 const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n) {
-  snprintf(buf, n, "%s", c->kind == LM_KV_ROTATING_PLAIN ? "kv:rotating-plain" : "kv:plain");
+  switch (c->kind) {
+  case LM_KV_PLAIN: snprintf(buf, n, "kv:plain"); break;
+  case LM_KV_ROTATING_PLAIN: snprintf(buf, n, "kv:rotating-plain"); break;
+  case LM_KV_QUANT: snprintf(buf, n, "kv:quant:%d:%d", c->bits, c->group); break;
+  case LM_KV_ROTATING_QUANT: snprintf(buf, n, "kv:rotating-quant:%d:%d", c->bits, c->group); break;
+  }
   return buf;
 }
 
-int64_t lm_kv_bytes_per_token(const lm_kv_cache *c) { return 2 * kv_row_bytes(c); }
+int64_t lm_kv_bytes_per_token(const lm_kv_cache *c) {
+  int64_t b = 0;
+  for (int a = 0; a < LM_KV_ARRAYS; a++) b += lm_kv_row_bytes(c, a);
+  return b;
+}
 
 int64_t lm_kv_capacity(const lm_kv_cache *c) { return c->window ? c->window : LM_KV_UNBOUNDED; }
 

@@ -4,8 +4,14 @@
  * memory. Every kind reports a stable signature(), bytes_per_token() and its capacity
  * (LM_KV_UNBOUNDED, or a ring's window); the memory for N tokens of context is
  * bytes_per_token × min(N, capacity). Kinds:
- *   kv:plain           slot = position; grows (reserve) before a step, never during one
- *   kv:rotating-plain  ring of `window` slots, slot = position % window
+ *   kv:plain                        slot = position; grows (reserve) before a step, never during one
+ *   kv:rotating-plain               ring of `window` slots, slot = position % window
+ *   kv:quant:<bits>:<group>         plain layout of MLX affine codes along head_dim (bits 4 or 8,
+ *                                   groups 32/64/128) + bf16 scales and biases, quantized on append
+ *   kv:rotating-quant:<bits>:<group> the same in a ring
+ * Quantized kinds store what lm_affine_quantize_row computes from the f32 K/V (codes from
+ * the f32 scale; scale and bias rounded to bf16); every read, the writing chunk's own queries
+ * included, sees f32(bf16 scale) * q + f32(bf16 bias), so results do not depend on chunking.
  * Attention reads a cache in place (backend ops, dispatched on the signature); a step's
  * chunk is appended only after every layer that reads it has attended over it, so a ring
  * never loses keys the chunk's own queries still need. */
@@ -18,17 +24,31 @@
 
 #define LM_KV_UNBOUNDED INT64_MAX
 
-typedef enum lm_kv_kind { LM_KV_PLAIN = 0, LM_KV_ROTATING_PLAIN = 1 } lm_kv_kind;
+typedef enum lm_kv_kind {
+  LM_KV_PLAIN = 0,
+  LM_KV_ROTATING_PLAIN = 1,
+  LM_KV_QUANT = 2,
+  LM_KV_ROTATING_QUANT = 3,
+} lm_kv_kind;
+
+static inline int lm_kv_kind_quant(lm_kv_kind k) { return k == LM_KV_QUANT || k == LM_KV_ROTATING_QUANT; }
+static inline int lm_kv_kind_ring(lm_kv_kind k) { return k == LM_KV_ROTATING_PLAIN || k == LM_KV_ROTATING_QUANT; }
+
+/* Storage arrays of a cache: K and V rows (elements, or codes), and for quantized kinds the
+ * per-group scales and biases of each. */
+enum { LM_KV_K = 0, LM_KV_V, LM_KV_KS, LM_KV_KB, LM_KV_VS, LM_KV_VB, LM_KV_ARRAYS };
 
 struct lm_kv_cache {
   lm_kv_kind kind;
   lm_backend *be;
   int n_kv_heads, head_dim;
-  lm_dtype dtype;   /* element type of K and V (the backend's activation dtype) */
+  int bits, group;  /* quantized kinds */
+  lm_dtype dtype;   /* element type of plain K and V (the backend's activation dtype) */
   int64_t window;   /* ring size for rotating kinds; 0 for plain */
   int64_t slots;    /* allocated slots */
   int64_t n;        /* tokens appended so far = next position */
-  void *k, *v;      /* backend memory [slots][n_kv_heads*head_dim] */
+  void *k, *v;      /* backend memory [slots][row]: elements (plain) or packed codes (quant) */
+  void *ks, *kb, *vs, *vb; /* quant: bf16 [slots][n_kv_heads*head_dim/group] */
 };
 
 /* What a session's cache set looks like: one entry per cache (donor layer). */
@@ -36,7 +56,17 @@ typedef struct lm_kv_spec {
   lm_kv_kind kind;
   int n_kv_heads, head_dim;
   int64_t window; /* for rotating kinds */
+  int bits, group; /* for quantized kinds */
 } lm_kv_spec;
+
+/* Bytes of one slot's row of array a (LM_KV_K...). */
+int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a);
+
+/* Bytes a token's staged K and V take for a quantized cache: the six arrays' rows in order
+ * (K codes, V codes, K scales, K biases, V scales, V biases); 0 for plain caches. The
+ * workspace bound over every supported kind is lm_kv_stage_row_bound(w) for w = kv_heads*hd. */
+int64_t lm_kv_stage_row_bytes(const lm_kv_cache *c);
+static inline int64_t lm_kv_stage_row_bound(int64_t w) { return 2 * w + 4 * (w / 32) * 2; }
 
 lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out);
 void lm_kv_free(lm_kv_cache *c);
@@ -58,11 +88,11 @@ lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new);
 lm_status lm_kv_trim(lm_kv_cache *c, int64_t n);
 /* Slot of absolute position pos (which must be held). */
 static inline int64_t lm_kv_slot(const lm_kv_cache *c, int64_t pos) {
-  return c->kind == LM_KV_ROTATING_PLAIN ? pos % c->window : pos;
+  return c->window ? pos % c->window : pos;
 }
 /* Oldest position still held. */
 static inline int64_t lm_kv_first_held(const lm_kv_cache *c) {
-  return c->kind == LM_KV_ROTATING_PLAIN && c->n > c->window ? c->n - c->window : 0;
+  return c->window && c->n > c->window ? c->n - c->window : 0;
 }
 
 /* A sequence's caches: one per donor layer of the model. */

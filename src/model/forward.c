@@ -22,7 +22,10 @@ typedef struct lm_forward_ws {
   lm_tensor pg;       /* [T][Pd] per-layer gate */
   lm_tensor z, moe_logits, moe_ids, moe_w, moe_out, moe_scratch, moe_iscratch;
   lm_tensor hl, logits; /* [n_logits][H], [n_logits][V] */
+  lm_tensor next;       /* [n_logits][1] int32: greedy token of each logit row */
   lm_tensor *dk, *dv; /* [n_caches]: persistent K/V of donors read by later (shared) layers */
+  lm_tensor kst;      /* [T][stage bytes]: quantized-cache staging of k/v */
+  lm_tensor *dst;     /* [n_caches]: staging of the donors' persistent K/V */
 } lm_forward_ws;
 
 struct lm_forward {
@@ -79,6 +82,7 @@ static void ws_layout(const lm_model *m, int64_t T, int64_t NLg, lm_dtype act, w
   w->o = ws_take(p, T, qd, act);
   w->k = ws_take(p, T, kvd, act);
   w->v = ws_take(p, T, kvd, act);
+  w->kst = ws_take(p, T, lm_kv_stage_row_bound(kvd), LM_DT_U8);
   w->g = ws_take(p, T, I, act);
   w->u = ws_take(p, T, I, act);
   if (PL) {
@@ -98,11 +102,13 @@ static void ws_layout(const lm_model *m, int64_t T, int64_t NLg, lm_dtype act, w
   }
   w->hl = ws_take(p, NLg, H, act);
   w->logits = ws_take(p, NLg, c->vocab_size, LM_DT_F32);
+  w->next = ws_take(p, NLg, 1, LM_DT_I32);
   for (int i = 0; i < c->n_caches; i++) {
     if (!has_sharers[i]) continue;
     const lm_layer_config *L = &c->layers[c->cache_layer[i]];
     w->dk[i] = ws_take(p, T, (int64_t)L->n_kv_heads * L->head_dim, act);
     w->dv[i] = ws_take(p, T, (int64_t)L->n_kv_heads * L->head_dim, act);
+    w->dst[i] = ws_take(p, T, lm_kv_stage_row_bound((int64_t)L->n_kv_heads * L->head_dim), LM_DT_U8);
   }
 }
 
@@ -117,9 +123,10 @@ int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_
   int *hs = sharers_of(m);
   if (!hs) return -1;
   lm_forward_ws w = {0};
-  lm_tensor dk[m->cfg.n_caches + 1], dv[m->cfg.n_caches + 1];
+  lm_tensor dk[m->cfg.n_caches + 1], dv[m->cfg.n_caches + 1], dst[m->cfg.n_caches + 1];
   w.dk = dk;
   w.dv = dv;
+  w.dst = dst;
   ws_plan p = {0, NULL};
   ws_layout(m, max_tokens, max_logits, LM_DT_F32, &p, &w, hs);
   free(hs);
@@ -142,7 +149,8 @@ lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_token
   f->has_sharers = sharers_of(m);
   f->ws.dk = calloc((size_t)nc + 1, sizeof(lm_tensor));
   f->ws.dv = calloc((size_t)nc + 1, sizeof(lm_tensor));
-  if (!f->has_sharers || !f->ws.dk || !f->ws.dv) {
+  f->ws.dst = calloc((size_t)nc + 1, sizeof(lm_tensor));
+  if (!f->has_sharers || !f->ws.dk || !f->ws.dv || !f->ws.dst) {
     lm_forward_free(f);
     return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   }
@@ -162,10 +170,12 @@ lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_token
 
 void lm_forward_free(lm_forward *f) {
   if (!f) return;
+  if (f->be->ops->release_plans) f->be->ops->release_plans(f->be, f);
   if (f->arena) f->be->ops->free(f->be, f->arena);
   free(f->has_sharers);
   free(f->ws.dk);
   free(f->ws.dv);
+  free(f->ws.dst);
   free(f);
 }
 
@@ -217,6 +227,10 @@ static lm_status check_batch(const lm_forward *f, const lm_batch *b) {
 
 static lm_tensor rows_of(lm_tensor t, int64_t n) { return lm_tensor_rows(t, 0, n); }
 
+static lm_tensor stage_of(const lm_forward *f, int cache, int64_t T) {
+  return rows_of(f->has_sharers[cache] ? f->ws.dst[cache] : f->ws.kst, T);
+}
+
 static lm_status attention_block(lm_forward *f, int l, int64_t T) {
   const lm_model *m = f->m;
   const lm_layer_config *c = &m->cfg.layers[l];
@@ -256,6 +270,9 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T) {
     LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(k, hd), .x = lm_tensor_reshape(k, hd),
                                               .w = &L->k_norm, .eps = eps}));
     LM_TRY(op->rope(be, &(lm_rope_args){.x = k, .n_heads = nkv, .head_dim = hd, .inv_freq = rope}));
+    /* a quantized cache: attention must read what the cache will store, chunk included */
+    LM_TRY(op->kv_stage(be, &(lm_kv_stage_args){.k_new = k, .v_new = v, .stage = stage_of(f, c->cache, T),
+                                                .cache = c->cache}));
   }
   int64_t window = c->type == LM_LAYER_SLIDING ? m->cfg.sliding_window : 0;
   LM_TRY(op->attention(be, &(lm_attn_args){.out = o, .q = q, .k_new = k, .v_new = v, .cache = c->cache,
@@ -356,12 +373,13 @@ static lm_status commit_caches(lm_forward *f, int l, int64_t T) {
     k = lm_tensor_cols(rows_of(k, T), 0, kvd);
     v = lm_tensor_cols(rows_of(v, T), 0, kvd);
     k.ld = v.ld = kvd;
-    LM_TRY(f->be->ops->kv_append(f->be, &(lm_kv_append_args){.k_new = k, .v_new = v, .cache = c}));
+    LM_TRY(f->be->ops->kv_append(f->be, &(lm_kv_append_args){.k_new = k, .v_new = v, .stage = stage_of(f, c, T),
+                                                              .cache = c}));
   }
   return LM_OK;
 }
 
-static lm_status run_layers(lm_forward *f, const lm_batch *b) {
+static lm_status run_layers(lm_forward *f, const lm_batch *b, int greedy) {
   const lm_model *m = f->m;
   const lm_backend_ops *op = f->be->ops;
   lm_backend *be = f->be;
@@ -389,10 +407,23 @@ static lm_status run_layers(lm_forward *f, const lm_batch *b) {
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = lg, .x = hl, .w = &m->embed}));
   if (m->cfg.final_softcap > 0)
     LM_TRY(op->softcap(be, &(lm_softcap_args){.x = lg, .cap = (float)m->cfg.final_softcap}));
+  if (greedy) LM_TRY(op->argmax(be, &(lm_argmax_args){.ids = rows_of(f->ws.next, b->n_logits), .x = lg}));
   return LM_OK;
 }
 
-lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out) {
+typedef struct step_call {
+  lm_forward *f;
+  const lm_batch *b;
+  int greedy;
+} step_call;
+
+static lm_status issue_step(void *arg) {
+  step_call *c = arg;
+  return run_layers(c->f, c->b, c->greedy);
+}
+
+/* One step; the backend may replay a captured plan of it (run_step). */
+static lm_status forward_step(lm_forward *f, const lm_batch *b, float *logits_out, int32_t *ids_out) {
   LM_TRY(check_batch(f, b));
   for (int32_t s = 0; s < b->n_seqs; s++) {
     int32_t n = 0;
@@ -401,14 +432,27 @@ lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out) {
   }
   lm_backend *be = f->be;
   LM_TRY(be->ops->begin_step(be, b));
-  lm_status s = run_layers(f, b);
+  step_call call = {f, b, ids_out != NULL && b->n_logits > 0};
+  lm_status s = be->ops->run_step ? be->ops->run_step(be, &(lm_step_fn){.issue = issue_step, .arg = &call, .owner = f,
+                                                                         .batch = b, .flags = call.greedy})
+                                  : issue_step(&call);
   lm_status e = be->ops->end_step(be);
   if (s) return s;
   if (e) return e;
   if (logits_out && b->n_logits)
     LM_TRY(be->ops->download(be, logits_out, f->ws.logits.data,
                              (size_t)b->n_logits * (size_t)f->m->cfg.vocab_size * sizeof(float)));
+  if (call.greedy)
+    LM_TRY(be->ops->download(be, ids_out, f->ws.next.data, (size_t)b->n_logits * sizeof(int32_t)));
   return LM_OK;
+}
+
+lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out) {
+  return forward_step(f, b, logits_out, NULL);
+}
+
+lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_out, int32_t *ids_out) {
+  return forward_step(f, b, logits_out, ids_out);
 }
 
 lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step, float *out) {

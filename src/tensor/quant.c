@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "tensor/dtype.h"
+
 void lm_affine_quantize_group(const float *w, int group, int bits, uint8_t *codes, float *scale, float *bias) {
   float mx = w[0], mn = w[0];
   for (int i = 1; i < group; i++) {
@@ -40,6 +42,41 @@ void lm_affine_quantize_row(const float *w, int64_t n, int bits, int group, uint
       uint32_t v = (uint32_t)codes[i] << (bit & 7);
       packed[bit >> 3] |= (uint8_t)v;
       if ((bit & 7) + (uint64_t)bits > 8) packed[(bit >> 3) + 1] |= (uint8_t)(v >> 8);
+    }
+  }
+}
+
+void lm_affine_quantize_row_bf16(const float *x, int64_t n, int bits, int group, uint8_t *packed, uint16_t *scales,
+                                 uint16_t *biases, float *deq) {
+  memset(packed, 0, (size_t)(n * bits / 8));
+  uint8_t codes[128];
+  for (int64_t g = 0; g < n / group; g++) {
+    float s, b;
+    lm_affine_quantize_group(x + g * group, group, bits, codes, &s, &b);
+    scales[g] = lm_f32_to_bf16(s);
+    biases[g] = lm_f32_to_bf16(b);
+    float sf = lm_bf16_to_f32(scales[g]), bf = lm_bf16_to_f32(biases[g]);
+    for (int i = 0; i < group; i++) {
+      uint64_t bit = (uint64_t)(g * group + i) * (uint64_t)bits;
+      uint32_t v = (uint32_t)codes[i] << (bit & 7);
+      packed[bit >> 3] |= (uint8_t)v;
+      if ((bit & 7) + (uint64_t)bits > 8) packed[(bit >> 3) + 1] |= (uint8_t)(v >> 8);
+      if (deq) deq[g * group + i] = sf * (float)codes[i] + bf;
+    }
+  }
+}
+
+void lm_affine_dequant_row_bf16(const uint8_t *packed, const uint16_t *scales, const uint16_t *biases, int64_t n,
+                                int bits, int group, float *out) {
+  uint32_t mask = (1u << bits) - 1u;
+  for (int64_t g = 0; g < n / group; g++) {
+    float sf = lm_bf16_to_f32(scales[g]), bf = lm_bf16_to_f32(biases[g]);
+    for (int i = 0; i < group; i++) {
+      int64_t k = g * group + i;
+      uint64_t bit = (uint64_t)k * (uint64_t)bits;
+      uint32_t v = packed[bit >> 3] >> (bit & 7);
+      if ((bit & 7) + (uint64_t)bits > 8) v |= (uint32_t)packed[(bit >> 3) + 1] << (8 - (bit & 7));
+      out[k] = sf * (float)(v & mask) + bf;
     }
   }
 }

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "base/status.h"
+#include "tensor/quant.h"
 
 typedef struct attn_acc {
   float m, l; /* running max and sum of exp */
@@ -47,11 +48,25 @@ static void attn_one(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int
   float acc[hd];
   memset(acc, 0, sizeof acc);
   attn_acc st = {-INFINITY, 0.0f};
-  const float *K = c->k, *V = c->v;
-  for (int64_t pos = lo; pos < c->n; pos++) {
-    int64_t slot = lm_kv_slot(c, pos);
-    const float *k = K + slot * kvw + (int64_t)g * hd;
-    attn_step(&st, acc, dot(q, k, hd) * a->scale, V + slot * kvw + (int64_t)g * hd, hd);
+  if (!c->bits) {
+    const float *K = c->k, *V = c->v;
+    for (int64_t pos = lo; pos < c->n; pos++) {
+      int64_t slot = lm_kv_slot(c, pos);
+      const float *k = K + slot * kvw + (int64_t)g * hd;
+      attn_step(&st, acc, dot(q, k, hd) * a->scale, V + slot * kvw + (int64_t)g * hd, hd);
+    }
+  } else { /* quantized: dequantize this head's row of each key inside the loop, never the cache */
+    float kd[hd], vd[hd];
+    int64_t cb = lm_kv_row_bytes(c, LM_KV_K), sb = kvw / c->group, co = (int64_t)g * hd * c->bits / 8,
+            so = (int64_t)g * hd / c->group;
+    for (int64_t pos = lo; pos < c->n; pos++) {
+      int64_t slot = lm_kv_slot(c, pos);
+      lm_affine_dequant_row_bf16((const uint8_t *)c->k + slot * cb + co, (const uint16_t *)c->ks + slot * sb + so,
+                                 (const uint16_t *)c->kb + slot * sb + so, hd, c->bits, c->group, kd);
+      lm_affine_dequant_row_bf16((const uint8_t *)c->v + slot * cb + co, (const uint16_t *)c->vs + slot * sb + so,
+                                 (const uint16_t *)c->vb + slot * sb + so, hd, c->bits, c->group, vd);
+      attn_step(&st, acc, dot(q, kd, hd) * a->scale, vd, hd);
+    }
   }
   for (int64_t u = c_lo; u <= t; u++) {
     const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd;
@@ -77,6 +92,33 @@ lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
   return LM_OK;
 }
 
+/* Byte offsets of the six arrays' rows inside a token's stage row (kv.h order). */
+static void stage_offsets(const lm_kv_cache *c, int64_t off[LM_KV_ARRAYS]) {
+  int64_t o = 0;
+  for (int i = 0; i < LM_KV_ARRAYS; i++) {
+    off[i] = o;
+    o += lm_kv_row_bytes(c, i);
+  }
+}
+
+lm_status lm_cpu_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
+  const lm_batch *b = lm_cpu_batch(be);
+  for (int32_t t = 0; t < b->n_tokens; t++) {
+    const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
+    if (!c->bits) continue;
+    int64_t w = (int64_t)c->n_kv_heads * c->head_dim, off[LM_KV_ARRAYS];
+    if (lm_kv_stage_row_bytes(c) > a->stage.cols) return LM_ERRF(LM_ERR_INVALID, "kv_stage: stage row too small");
+    stage_offsets(c, off);
+    uint8_t *row = (uint8_t *)a->stage.data + (int64_t)t * a->stage.ld;
+    float *k = lm_cpu_row(a->k_new, t), *v = lm_cpu_row(a->v_new, t);
+    lm_affine_quantize_row_bf16(k, w, c->bits, c->group, row + off[LM_KV_K], (uint16_t *)(row + off[LM_KV_KS]),
+                                (uint16_t *)(row + off[LM_KV_KB]), k);
+    lm_affine_quantize_row_bf16(v, w, c->bits, c->group, row + off[LM_KV_V], (uint16_t *)(row + off[LM_KV_VS]),
+                                (uint16_t *)(row + off[LM_KV_VB]), v);
+  }
+  return LM_OK;
+}
+
 lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   const lm_batch *b = lm_cpu_batch(be);
   for (int32_t t = 0; t < b->n_tokens; t++) {
@@ -84,8 +126,19 @@ lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
     int64_t kvw = (int64_t)c->n_kv_heads * c->head_dim, slot = lm_kv_slot(c, b->pos[t]);
     if (slot >= c->slots) return LM_ERRF(LM_ERR_STATE, "kv_append: position %d beyond the reserved %lld slots",
                                          b->pos[t], (long long)c->slots);
-    memcpy((float *)c->k + slot * kvw, lm_cpu_row(a->k_new, t), (size_t)kvw * sizeof(float));
-    memcpy((float *)c->v + slot * kvw, lm_cpu_row(a->v_new, t), (size_t)kvw * sizeof(float));
+    if (!c->bits) {
+      memcpy((float *)c->k + slot * kvw, lm_cpu_row(a->k_new, t), (size_t)kvw * sizeof(float));
+      memcpy((float *)c->v + slot * kvw, lm_cpu_row(a->v_new, t), (size_t)kvw * sizeof(float));
+      continue;
+    }
+    int64_t off[LM_KV_ARRAYS];
+    stage_offsets(c, off);
+    const uint8_t *row = (const uint8_t *)a->stage.data + (int64_t)t * a->stage.ld;
+    void *dst[LM_KV_ARRAYS] = {c->k, c->v, c->ks, c->kb, c->vs, c->vb};
+    for (int i = 0; i < LM_KV_ARRAYS; i++) {
+      int64_t rb = lm_kv_row_bytes(c, i);
+      memcpy((uint8_t *)dst[i] + slot * rb, row + off[i], (size_t)rb);
+    }
   }
   /* Positions advance only once every token is written (attention reads n as "past"). */
   for (int32_t t = 0; t < b->n_tokens; t++) {

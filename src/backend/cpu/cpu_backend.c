@@ -27,7 +27,8 @@ static lm_status cpu_memcpy(lm_backend *be, void *dst, const void *src, size_t b
 
 static int cpu_supports_cache(lm_backend *be, const char *sig) {
   (void)be;
-  return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain");
+  return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain") || !strncmp(sig, "kv:quant:", 9) ||
+         !strncmp(sig, "kv:rotating-quant:", 18);
 }
 
 static lm_status cpu_begin_step(lm_backend *be, const lm_batch *b) {
@@ -68,6 +69,7 @@ static const lm_backend_ops lm_cpu_ops = {
     .softcap = lm_cpu_softcap,
     .gather_logit_rows = lm_cpu_gather_logit_rows,
     .attention = lm_cpu_attention,
+    .kv_stage = lm_cpu_kv_stage,
     .kv_append = lm_cpu_kv_append,
     .moe_route = lm_cpu_moe_route,
     .moe_experts = lm_cpu_moe_experts,

@@ -1,0 +1,21 @@
+/* kv_plan.h — choosing each cache's kind: plain/ring by layer type, quantized per
+ * `--kv-quant off|4|8|config` (config: the checkpoint's kv_config.json,
+ * [{layer_idx, bits, group_size}] indexed by cache = donor-layer index; caches not listed
+ * stay plain). KV-shared layers have no cache: they read their donor's, quantized or not. */
+#ifndef LM_MODEL_KV_PLAN_H
+#define LM_MODEL_KV_PLAN_H
+
+#include "kv/kv.h"
+#include "model/model.h"
+
+typedef struct lm_kv_options {
+  const char *mode;        /* NULL/"off", "4", "8" or "config" */
+  int group;               /* uniform 4/8: group size (0 → 64) */
+  const char *config_path; /* "config": kv_config.json (NULL → MODEL_DIR/kv_config.json) */
+} lm_kv_options;
+
+/* Fills specs[m->cfg.n_caches]. Errors name the file and entry (unknown layer, a KV-shared
+ * layer, unsupported bits/group, a group that does not divide the head dim). */
+lm_status lm_model_kv_plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *specs);
+
+#endif
