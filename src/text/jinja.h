@@ -46,9 +46,9 @@ typedef struct lm_jinja_limits {
   int max_depth;      /* macro call nesting */
 } lm_jinja_limits;
 
-/* 32 MiB output, 512 MiB values, 50M steps, 200 nested calls: far above any chat prompt. */
+/* 32 MiB output, 512 MiB values, 50M steps, 100 nested calls: far above any chat prompt. */
 static inline lm_jinja_limits lm_jinja_limits_default(void) {
-  lm_jinja_limits l = {32u << 20, 512u << 20, 50000000u, 200};
+  lm_jinja_limits l = {32u << 20, 512u << 20, 50000000u, 100};
   return l;
 }
 

@@ -203,10 +203,8 @@ int lm_jcall_arg(const lm_jcall *c, size_t pos, const char *name, lm_jv *out) {
 
 static lm_status call_macro(lm_jctx *x, lm_jmacro *m, const lm_jcall *c, lm_jv *out) {
   const lm_jnode *def = m->node;
-  if (++x->depth > x->lim.max_depth) {
-    x->depth--;
+  if (x->depth + 1 > x->lim.max_depth)
     return LM_ERRF(LM_ERR_INVALID, "macro calls nested deeper than %d", x->lim.max_depth);
-  }
   LM_TRY(step(x));
   if (c->nargs > def->args.n)
     return LM_ERRF(LM_ERR_INVALID, "macro '%s' takes not more than %zu argument(s)", def->name ? def->name : "caller",
@@ -243,12 +241,13 @@ static lm_status call_macro(lm_jctx *x, lm_jmacro *m, const lm_jcall *c, lm_jv *
   lm_jbuf buf = {0}, *saved = x->out;
   buf.cap_limit = x->lim.max_output;
   x->out = &buf;
+  x->depth++;
   lm_status s = exec_body(x, f, &def->body);
+  x->depth--;
   x->out = saved;
   x->flow = LM_JFLOW_NONE;
   if (s == LM_OK) s = lm_jv_str(x->a, buf.data ? buf.data : "", buf.len, out);
   lm_jbuf_free(&buf);
-  x->depth--;
   return s;
 }
 

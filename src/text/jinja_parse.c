@@ -12,7 +12,7 @@
 #include "text/jinja.h"
 #include "text/jinja_ast.h"
 
-#define LM_JPARSE_MAX_DEPTH 200
+#define LM_JPARSE_MAX_DEPTH 100
 
 typedef struct parser {
   lm_jarena *a;

@@ -64,7 +64,10 @@ void lm_jbuf_free(lm_jbuf *b) {
 }
 
 lm_status lm_jbuf_take(lm_jbuf *b, char **out) {
-  if (!b->data) LM_TRY(jbuf_reserve(b, 0));
+  if (!b->data) {
+    LM_TRY(jbuf_reserve(b, 0));
+    b->data[0] = '\0';
+  }
   *out = b->data;
   b->data = NULL;
   b->len = b->cap = 0;
