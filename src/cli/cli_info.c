@@ -10,15 +10,19 @@
 #include "cli/cli_common.h"
 #include "kv/kv.h"
 #include "model/forward.h"
+#include "model/kv_plan.h"
 
 static const char *info_help =
     "usage: lumen info MODEL_DIR [--json]\n"
     "\n"
     "Prints the architecture, the per-layer map (type, head dim, KV heads, donor, weight bits,\n"
-    "MLP width), parameter count, weight bytes and the KV-cache bytes per token of context.\n"
-    "KV bytes are for f32 activations (the CPU backend); sliding layers hold at most their window.\n"
+    "MLP width), parameter count, weight bytes, the cache plan (one cache per donor layer, its\n"
+    "signature) and the KV bytes per token of context for each --kv-quant choice. Plain caches are\n"
+    "counted at f32 (the CPU backend's activations); sliding layers hold at most their window.\n"
     "\n"
-    "  --json   machine-readable output\n";
+    "  --json              machine-readable output\n"
+    "  --kv-quant MODE     the plan to show: off (default), 4, 8 or config (kv_config.json)\n"
+    "  --kv-group G        group of uniform 4/8-bit caches (default 64)\n";
 
 static void weight_bits(const lm_weight *w, char *buf, size_t n) {
   if (w->bits) snprintf(buf, n, "q%d/g%d", w->bits, w->group);
@@ -30,9 +34,14 @@ static int64_t kv_bytes_at(const lm_model *m, const lm_kv_spec *specs, int64_t n
   int64_t b = 0;
   for (int i = 0; i < m->cfg.n_caches; i++) {
     int64_t held = specs[i].window && n > specs[i].window ? specs[i].window : n;
-    b += held * 2 * (int64_t)specs[i].n_kv_heads * specs[i].head_dim * (int64_t)sizeof(float);
+    b += held * lm_kv_spec_bytes_per_token(&specs[i], LM_DT_F32);
   }
   return b;
+}
+
+/* Bytes per token once every ring is full: what each further token of context costs. */
+static int64_t kv_marginal(const lm_model *m, const lm_kv_spec *specs) {
+  return kv_bytes_at(m, specs, (int64_t)1 << 30) - kv_bytes_at(m, specs, ((int64_t)1 << 30) - 1);
 }
 
 static json_t *info_json(const lm_model *m, const lm_kv_spec *specs) {
@@ -51,11 +60,11 @@ static json_t *info_json(const lm_model *m, const lm_kv_spec *specs) {
   json_t *caches = json_array();
   int64_t bpt = 0;
   for (int i = 0; i < c->n_caches; i++) {
-    int64_t b = 2 * (int64_t)specs[i].n_kv_heads * specs[i].head_dim * (int64_t)sizeof(float);
+    int64_t b = lm_kv_spec_bytes_per_token(&specs[i], LM_DT_F32);
+    char sig[64];
     bpt += b;
     json_array_append_new(caches, json_pack("{s:i,s:i,s:s,s:I,s:I}", "cache", i, "layer", c->cache_layer[i],
-                                            "signature", specs[i].kind == LM_KV_ROTATING_PLAIN ? "kv:rotating-plain"
-                                                                                                : "kv:plain",
+                                            "signature", lm_kv_spec_signature(&specs[i], sig, sizeof sig),
                                             "bytes_per_token", (json_int_t)b, "capacity",
                                             (json_int_t)(specs[i].window ? specs[i].window : -1)));
   }
@@ -98,20 +107,48 @@ static void print_text(const lm_model *m, const lm_kv_spec *specs) {
     printf("%5d  %-7s  %8d %8d  %7s  %5d  %-8s %5lld%s\n", l, L->type == LM_LAYER_FULL ? "full" : "sliding", L->head_dim,
            L->n_kv_heads, from, L->cache, bits, (long long)L->ffn_dim, L->k_eq_v ? "  k=v" : "");
   }
-  printf("\nKV cache (f32): %d caches (donor layers only)\n", c->n_caches);
+  printf("\ncache plan: %d caches (donor layers only)\n  cache  layer  signature                   bytes/token  capacity\n",
+         c->n_caches);
+  for (int i = 0; i < c->n_caches; i++) {
+    char sig[64], cap[32] = "unbounded";
+    if (specs[i].window) snprintf(cap, sizeof cap, "%lld", (long long)specs[i].window);
+    printf("  %5d  %5d  %-26s %11lld  %s\n", i, c->cache_layer[i], lm_kv_spec_signature(&specs[i], sig, sizeof sig),
+           (long long)lm_kv_spec_bytes_per_token(&specs[i], LM_DT_F32), cap);
+  }
   static const int64_t ctx[] = {1024, 4096, 32768, 131072};
+  printf("\nKV memory of this plan:\n");
   for (size_t i = 0; i < sizeof ctx / sizeof *ctx; i++)
     printf("  %7lld tokens of context: %10.2f MB\n", (long long)ctx[i], (double)kv_bytes_at(m, specs, ctx[i]) / 1e6);
-  printf("  per token at long context (sliding layers capped at %lld): %lld bytes\n", (long long)c->sliding_window,
-         (long long)(kv_bytes_at(m, specs, 1 << 30) - kv_bytes_at(m, specs, (1 << 30) - 1)));
+  printf("  each further token (sliding layers capped at %lld): %lld bytes\n", (long long)c->sliding_window,
+         (long long)kv_marginal(m, specs));
+}
+
+/* Bytes per token of context (long context, rings full) for each --kv-quant choice. */
+static void print_choices(const lm_model *m, int group) {
+  static const char *modes[] = {"off", "8", "4", "config"};
+  printf("\nKV bytes per token of long context, by --kv-quant (group %d):\n", group);
+  for (size_t i = 0; i < 4; i++) {
+    lm_kv_spec specs[m->cfg.n_caches + 1];
+    lm_kv_options o = {.mode = modes[i], .group = group};
+    if (lm_model_kv_plan(m, &o, specs)) {
+      if (i < 3) printf("  %-6s  (not applicable: %s)\n", modes[i], lm_errmsg());
+      continue; /* no kv_config.json: nothing to show */
+    }
+    printf("  %-6s  %10lld bytes   at 32k tokens %10.2f MB\n", modes[i], (long long)kv_marginal(m, specs),
+           (double)kv_bytes_at(m, specs, 32768) / 1e6);
+  }
 }
 
 int lm_cli_info(int argc, char **argv) {
-  static const struct option lo[] = {{"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-  int json = 0, c;
+  static const struct option lo[] = {{"json", 0, 0, 'j'},     {"kv-quant", 1, 0, 'q'}, {"kv-group", 1, 0, 'g'},
+                                     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+  int json = 0, c, group = 64;
+  const char *mode = "off";
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     if (c == 'j') json = 1;
+    else if (c == 'q') mode = optarg;
+    else if (c == 'g') group = atoi(optarg);
     else if (c == 'h') return fputs(info_help, stdout), 0;
     else return fputs(info_help, stderr), 2;
   }
@@ -119,7 +156,11 @@ int lm_cli_info(int argc, char **argv) {
   lm_model *m = lm_cli_load_model(argv[optind]);
   if (!m) return 1;
   lm_kv_spec specs[m->cfg.n_caches + 1];
-  lm_model_kv_specs(m, specs);
+  lm_kv_options ko = {.mode = mode, .group = group};
+  if (lm_model_kv_plan(m, &ko, specs)) {
+    lm_model_free(m);
+    return lm_cli_fail(NULL);
+  }
   if (json) {
     json_t *j = info_json(m, specs);
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -128,6 +169,7 @@ int lm_cli_info(int argc, char **argv) {
     json_decref(j);
   } else {
     print_text(m, specs);
+    print_choices(m, group);
   }
   lm_model_free(m);
   return 0;

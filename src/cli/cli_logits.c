@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/cli_common.h"
 #include "model/forward.h"
+#include "model/kv_plan.h"
 
 static const char *logits_help =
     "usage: lumen logits MODEL_DIR --ids 2,17,... [options]\n"
@@ -19,7 +20,7 @@ static const char *logits_help =
     "  --prefill N       prefill the first N ids (default: all), then decode the rest one by one\n"
     "  --chunk C         prefill in chunks of C tokens (default: the whole prefill at once)\n"
     "  --out FILE        where to write the logits ('-' = stdout; default: none)\n"
-    "  --backend B       cpu (default; cuda where built)\n"
+    "  --backend B       cpu or cuda (default: cuda when this build has it and a GPU is present)\n"
     "  --precision P     f32 (default: the parity path) or fast\n"
     "  --threads N       CPU threads (default: all)\n";
 
@@ -27,12 +28,14 @@ typedef struct logits_opts {
   const char *model, *ids, *out;
   int64_t prefill, chunk;
   lm_cli_backend_opts be;
+  lm_kv_options kv;
 } logits_opts;
 
 static int parse(int argc, char **argv, logits_opts *o) {
   static const struct option lo[] = {{"ids", 1, 0, 'i'},     {"prefill", 1, 0, 'p'}, {"chunk", 1, 0, 'c'},
                                      {"out", 1, 0, 'o'},     {"backend", 1, 0, 'b'}, {"precision", 1, 0, 'P'},
-                                     {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+                                     {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},    {"kv-quant", 1, 0, 'q'},
+                                     {"kv-group", 1, 0, 'g'}, {"kv-config", 1, 0, 'K'}, {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->prefill = o->chunk = -1;
   int c;
@@ -46,6 +49,9 @@ static int parse(int argc, char **argv, logits_opts *o) {
     case 'b': o->be.backend = optarg; break;
     case 'P': o->be.precision = optarg; break;
     case 't': o->be.threads = atoi(optarg); break;
+    case 'q': o->kv.mode = optarg; break;
+    case 'g': o->kv.group = atoi(optarg); break;
+    case 'K': o->kv.config_path = optarg; break;
     case 'h': fputs(logits_help, stdout); return 0;
     default: fputs(logits_help, stderr); return 2;
     }
@@ -70,7 +76,6 @@ static int run(const logits_opts *o, lm_model *m, lm_backend *be, const int32_t 
     }
   float *logits = malloc((size_t)T * (size_t)V * sizeof(float));
   lm_kv_spec specs[m->cfg.n_caches + 1];
-  lm_model_kv_specs(m, specs);
   lm_kv_set *kv = NULL;
   lm_forward *f = NULL;
   int rc = 1;
@@ -78,7 +83,8 @@ static int run(const logits_opts *o, lm_model *m, lm_backend *be, const int32_t 
     fprintf(stderr, "lumen: out of memory for %lld x %lld logits\n", (long long)T, (long long)V);
     return 1;
   }
-  if (lm_kv_set_create(be, specs, m->cfg.n_caches, &kv) || lm_forward_create(m, be, C, C, &f)) {
+  if (lm_model_kv_plan(m, &o->kv, specs) || lm_kv_set_create(be, specs, m->cfg.n_caches, &kv) ||
+      lm_forward_create(m, be, C, C, &f)) {
     lm_cli_fail(NULL);
     goto done;
   }
@@ -123,6 +129,11 @@ int lm_cli_logits(int argc, char **argv) {
   if (lm_cli_parse_ids(o.ids, &ids, &T)) return 1;
   lm_model *m = lm_cli_load_model(o.model);
   lm_backend *be = m ? lm_cli_backend(&o.be, LM_PRECISION_F32) : NULL;
+  if (be && lm_model_prepare(m, be)) { /* device backends upload the weights once */
+    lm_cli_fail("preparing the weights");
+    lm_backend_destroy(be);
+    be = NULL;
+  }
   int rc = (m && be) ? run(&o, m, be, ids, T) : 1;
   lm_backend_destroy(be);
   lm_model_free(m);

@@ -91,14 +91,26 @@ void lm_kv_free(lm_kv_cache *c) {
   free(c);
 }
 
-const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n) {
-  switch (c->kind) {
+static const char *kv_sig(lm_kv_kind kind, int bits, int group, char *buf, size_t n) {
+  switch (kind) {
   case LM_KV_PLAIN: snprintf(buf, n, "kv:plain"); break;
   case LM_KV_ROTATING_PLAIN: snprintf(buf, n, "kv:rotating-plain"); break;
-  case LM_KV_QUANT: snprintf(buf, n, "kv:quant:%d:%d", c->bits, c->group); break;
-  case LM_KV_ROTATING_QUANT: snprintf(buf, n, "kv:rotating-quant:%d:%d", c->bits, c->group); break;
+  case LM_KV_QUANT: snprintf(buf, n, "kv:quant:%d:%d", bits, group); break;
+  case LM_KV_ROTATING_QUANT: snprintf(buf, n, "kv:rotating-quant:%d:%d", bits, group); break;
   }
   return buf;
+}
+
+const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n) { return kv_sig(c->kind, c->bits, c->group, buf, n); }
+
+const char *lm_kv_spec_signature(const lm_kv_spec *s, char *buf, size_t n) {
+  return kv_sig(s->kind, s->bits, s->group, buf, n);
+}
+
+int64_t lm_kv_spec_bytes_per_token(const lm_kv_spec *s, lm_dtype act) {
+  int64_t w = (int64_t)s->n_kv_heads * s->head_dim;
+  if (!lm_kv_kind_quant(s->kind)) return 2 * w * (int64_t)lm_dtype_size(act);
+  return 2 * (w * s->bits / 8 + 2 * (w / s->group) * 2);
 }
 
 int64_t lm_kv_bytes_per_token(const lm_kv_cache *c) {

@@ -69,6 +69,11 @@ int64_t lm_kv_stage_row_bytes(const lm_kv_cache *c);
 static inline int64_t lm_kv_stage_row_bound(int64_t w) { return 2 * w + 4 * (w / 32) * 2; }
 
 lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out);
+
+/* What a cache of this spec would report, without creating one (planning, `lumen info`).
+ * act: the element type of plain caches (the backend's activation dtype). */
+int64_t lm_kv_spec_bytes_per_token(const lm_kv_spec *spec, lm_dtype act);
+const char *lm_kv_spec_signature(const lm_kv_spec *spec, char *buf, size_t n);
 void lm_kv_free(lm_kv_cache *c);
 
 /* "kv:plain", "kv:rotating-plain", ... written into buf (NUL-terminated). */
