@@ -1,5 +1,8 @@
 /* test_jinja.c — the template interpreter: expressions, filters, tests, loops, scoping, whitespace
  * control, Python printing, errors with positions, and the limits that bound runaway templates.
+ * The last rows of the differential table are whole templates in the style of Qwen 3 (reverse scan
+ * for the last query, <think> split out of content), Llama 3 (tojson(indent=4), single-call guard)
+ * and plain ChatML, written for this test.
  *
  * The differential table's expected outputs are what Python jinja2 3.1.6 renders for the same template
  * and variables in the transformers environment (trim_blocks, lstrip_blocks, loopcontrols, the
@@ -31,7 +34,8 @@ static const diff_case DIFF[] = {
      "{}",
      "[1, 'a', None, True, 1.5, {'k': \"v'\"}]|(1,)|(1, 2)|()"},
     {"{{ d }}|{{ l }}|{{ f }}|{{ big }}",
-     "{\"d\": {\"b\": 1, \"A\": [1, 2.0]}, \"l\": [\"x\", \"it's\", \"say \\\"hi\\\"\"], \"f\": 1234567.125, \"big\": 12345678901234567890}",
+     "{\"d\": {\"b\": 1, \"A\": [1, 2.0]}, \"l\": [\"x\", \"it's\", \"say \\\"hi\\\"\"], \"f\": 1234567.125, \"big\""
+     ": 12345678901234567890}",
      "{'b': 1, 'A': [1, 2.0]}|['x', \"it's\", 'say \"hi\"']|1234567.125|12345678901234567890"},
     {"{{ 'tab\\there' }}|{{ 'nl\\nx' }}|{{ '\\u00e9\\x41' }}|{{ '\\d' }}|{{ [\"a\\nb\", 'c\\\\d'] }}",
      "{}",
@@ -63,31 +67,37 @@ static const diff_case DIFF[] = {
     {"{{ {'a': {'b': 1}} }}",
      "{}",
      "{'a': {'b': 1}}"},
-    {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 / 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 2 ** 10 }} {{ 4 / 2 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }}",
+    {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 / 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 2 ** 10 }} {{ 4 / 2 }} {{ 7.5 // 2 }} {{ -"
+     "7.5 % 2 }}",
      "{}",
      "3 -4 3.5 2 -2 1024 2.0 3.0 0.5"},
-    {"{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 'a' ~ 1 ~ none }} {{ 'ab' * 3 }} {{ [1] * 2 }} {{ [1] + [2] }} {{ 'x' + 'y' }}",
+    {"{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 'a' ~ 1 ~ none }} {{ 'ab' * 3 }} {{ [1] * 2 }} {{ [1] + [2] }} {{ 'x' + '"
+     "y' }}",
      "{}",
      "7 9 a1None ababab [1, 1] [1, 2] xy"},
-    {"{{ 1 < 2 < 3 }} {{ 3 > 2 > 5 }} {{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ none == none }}",
+    {"{{ 1 < 2 < 3 }} {{ 3 > 2 > 5 }} {{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ none ="
+     "= none }}",
      "{}",
      "True False True True True True True"},
     {"{{ 'b' in 'abc' }} {{ 1 in [1, 2] }} {{ 'k' in d }} {{ 'z' not in d }} {{ not 'k' in d }}",
      "{\"d\": {\"k\": 1}}",
      "True True True True False"},
-    {"{{ 0 or 'x' }} {{ 1 and 'y' }} {{ '' or [] }} {{ none and 1 }} {{ not none }} {{ 'yes' if 0 else 'no' }} {{ 'x' if false }}|",
+    {"{{ 0 or 'x' }} {{ 1 and 'y' }} {{ '' or [] }} {{ none and 1 }} {{ not none }} {{ 'yes' if 0 else 'no' }} {{ 'x"
+     "' if false }}|",
      "{}",
      "x y [] None True no |"},
     {"{{ -x }} {{ +x }} {{ -2.5 }} {{ - - 3 }}",
      "{\"x\": 4}",
      "-4 4 -2.5 3"},
-    {"{{ x[0] }} {{ x[-1] }} {{ x[1:] }} {{ x[:-1] }} {{ x[::2] }} {{ x[::-1] }} {{ x[5] }}| {{ x[1:100] }} {{ x[-100:1] }} {{ x[3:1:-1] }}",
+    {"{{ x[0] }} {{ x[-1] }} {{ x[1:] }} {{ x[:-1] }} {{ x[::2] }} {{ x[::-1] }} {{ x[5] }}| {{ x[1:100] }} {{ x[-10"
+     "0:1] }} {{ x[3:1:-1] }}",
      "{\"x\": [1, 2, 3, 4]}",
      "1 4 [2, 3, 4] [1, 2, 3] [1, 3] [4, 3, 2, 1] | [2, 3, 4] [1] [4, 3]"},
     {"{{ s[1:3] }} {{ s[-2:] }} {{ s[::-1] }} {{ s.0 }} {{ x.1 }}",
      "{\"s\": \"abcdé\", \"x\": [7, 8]}",
      "bc dé édcba a 8"},
-    {"{{ d.a }} {{ d['b'] }} {{ d.missing }}|{{ d['missing'] }}|{{ d.get('a') }} {{ d.get('zz', 'def') }} {{ d.get('zz') }}",
+    {"{{ d.a }} {{ d['b'] }} {{ d.missing }}|{{ d['missing'] }}|{{ d.get('a') }} {{ d.get('zz', 'def') }} {{ d.get('"
+     "zz') }}",
      "{\"d\": {\"a\": 1, \"b\": 2}}",
      "1 2 ||1 def None"},
     {"{{ none.x }}|{{ 5.x }}|{{ 'str'.x }}|",
@@ -96,10 +106,12 @@ static const diff_case DIFF[] = {
     {"{% if a %}A{% elif b %}B{% else %}C{% endif %}{% if not a and not b %}!{% endif %}",
      "{\"a\": 0, \"b\": 1}",
      "B"},
-    {"{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.length }}/{{ loop.first }}/{{ loop.last }}/{{ loop.revindex }}/{{ loop.revindex0 }} {% endfor %}",
+    {"{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.length }}/{{ loop.first }}/{{ loop.last }}/{{ loop"
+     ".revindex }}/{{ loop.revindex0 }} {% endfor %}",
      "{\"xs\": [\"a\", \"b\", \"c\"]}",
      "1/0/3/True/False/3/2 2/1/3/False/False/2/1 3/2/3/False/True/1/0 "},
-    {"{% for x in xs %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }} {% endfor %}|{% for x in [] %}no{% else %}empty{% endfor %}",
+    {"{% for x in xs %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }} {% endfor %}|{% for x in [] %}no{% else %}emp"
+     "ty{% endfor %}",
      "{\"xs\": [1, 2, 3]}",
      "<1>2 1<2>3 2<3> |empty"},
     {"{% for x in xs if x % 2 %}{{ x }}{{ ',' if not loop.last }}{% endfor %}",
@@ -114,10 +126,12 @@ static const diff_case DIFF[] = {
     {"{% for x in 'hé' %}[{{ x }}]{% endfor %}",
      "{}",
      "[h][é]"},
-    {"{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+    {"{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{%"
+     " endfor %}",
      "{}",
      "0134"},
-    {"{% for i in range(2) %}{% for j in range(2) %}{{ loop.index }}{{ i }}{{ j }} {% endfor %}{{ loop.index }}|{% endfor %}",
+    {"{% for i in range(2) %}{% for j in range(2) %}{{ loop.index }}{{ i }}{{ j }} {% endfor %}{{ loop.index }}|{% e"
+     "ndfor %}",
      "{}",
      "100 201 1|110 211 2|"},
     {"{{ range(5)|list }} {{ range(1, 4)|list }} {{ range(10, 0, -3)|list }} {{ range(0)|list }}",
@@ -126,7 +140,8 @@ static const diff_case DIFF[] = {
     {"{% set x = 1 %}{% for i in [1,2] %}{{ x }}{% set x = x + 1 %}{{ x }}{% endfor %}{{ x }}",
      "{}",
      "12121"},
-    {"{% set ns = namespace(n=0, s='') %}{% for i in [1,2,3] %}{% set ns.n = ns.n + i %}{% set ns.s = ns.s ~ i %}{% endfor %}{{ ns.n }} {{ ns.s }}",
+    {"{% set ns = namespace(n=0, s='') %}{% for i in [1,2,3] %}{% set ns.n = ns.n + i %}{% set ns.s = ns.s ~ i %}{% "
+     "endfor %}{{ ns.n }} {{ ns.s }}",
      "{}",
      "6 123"},
     {"{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = (3, 4) %}{% set c, d = t %}{{ c }}{{ d }}",
@@ -147,7 +162,8 @@ static const diff_case DIFF[] = {
     {"{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1)|int }}{% endif %}{% endmacro %}{{ fact(6) }}",
      "{}",
      "720"},
-    {"{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}bold {{ 1 + 1 }}{% endcall %}",
+    {"{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}bold {{ 1 + 1 }}{%"
+     " endcall %}",
      "{}",
      "<b>bold 2</b>"},
     {"{% macro row(x) %}[{{ caller(x * 2) }}]{% endmacro %}{% call(v) row(4) %}v={{ v }}{% endcall %}",
@@ -156,7 +172,8 @@ static const diff_case DIFF[] = {
     {"{% filter upper %}shout {{ 'it' }}{% endfilter %}",
      "{}",
      "SHOUT IT"},
-    {"[{{ '  a b \\n'|trim }}] [{{ 'xxaxx'|trim('x') }}] {{ 'abc'|upper }} {{ 'ABC'|lower }} {{ 'hello world'|capitalize }} {{ 'hello wORLD-x(y'|title }}",
+    {"[{{ '  a b \\n'|trim }}] [{{ 'xxaxx'|trim('x') }}] {{ 'abc'|upper }} {{ 'ABC'|lower }} {{ 'hello world'|capita"
+     "lize }} {{ 'hello wORLD-x(y'|title }}",
      "{}",
      "[a b] [a] ABC abc Hello world Hello World-X(Y"},
     {"{{ [3, 1, 2]|length }} {{ 'abc'|count }} {{ {'a': 1}|length }} {{ undefined_var|length }}",
@@ -164,17 +181,22 @@ static const diff_case DIFF[] = {
      "3 3 1 0"},
     {"{{ d|dictsort }} {{ d|dictsort(true) }} {{ d|dictsort(by='value') }} {{ d|dictsort(reverse=true) }}",
      "{\"d\": {\"b\": 2, \"A\": 3, \"c\": 1, \"Zeta\": 0}}",
-     "[('A', 3), ('b', 2), ('c', 1), ('Zeta', 0)] [('A', 3), ('Zeta', 0), ('b', 2), ('c', 1)] [('Zeta', 0), ('c', 1), ('b', 2), ('A', 3)] [('Zeta', 0), ('c', 1), ('b', 2), ('A', 3)]"},
-    {"{{ x|tojson }} {{ d|tojson }} {{ d|tojson(indent=2) }} {{ 'é\"\\n'|tojson }} {{ [1.0, 1e-07, none, true]|tojson }} {{ d|tojson(sort_keys=true) }}",
+     "[('A', 3), ('b', 2), ('c', 1), ('Zeta', 0)] [('A', 3), ('Zeta', 0), ('b', 2), ('c', 1)] [('Zeta', 0), ('c', 1)"
+     ", ('b', 2), ('A', 3)] [('Zeta', 0), ('c', 1), ('b', 2), ('A', 3)]"},
+    {"{{ x|tojson }} {{ d|tojson }} {{ d|tojson(indent=2) }} {{ 'é\"\\n'|tojson }} {{ [1.0, 1e-07, none, true]|tojso"
+     "n }} {{ d|tojson(sort_keys=true) }}",
      "{\"x\": [1, \"a\"], \"d\": {\"b\": 1, \"a\": [1, {\"c\": null}]}}",
-     "[1, \"a\"] {\"b\": 1, \"a\": [1, {\"c\": null}]} {\n  \"b\": 1,\n  \"a\": [\n    1,\n    {\n      \"c\": null\n    }\n  ]\n} \"é\\\"\\n\" [1.0, 1e-07, null, true] {\"a\": [1, {\"c\": null}], \"b\": 1}"},
+     "[1, \"a\"] {\"b\": 1, \"a\": [1, {\"c\": null}]} {\n  \"b\": 1,\n"
+     "  \"a\": [\n    1,\n    {\n      \"c\": null\n    }\n  ]\n} \"é\\\"\\n\" [1.0, 1e-07, null, true] {\"a\": [1, "
+     "{\"c\": null}], \"b\": 1}"},
     {"{{ {'a': []}|tojson(indent=2) }}|{{ [{}]|tojson(separators=(',', ':')) }}|{{ 'é'|tojson(ensure_ascii=true) }}",
      "{}",
      "{\n  \"a\": []\n}|[{}]|\"\\u00e9\""},
     {"{{ d|items|list }} {{ d.items()|list }} {{ d.keys()|list }} {{ d.values()|list }}",
      "{\"d\": {\"x\": 1, \"y\": [2]}}",
      "[('x', 1), ('y', [2])] [('x', 1), ('y', [2])] ['x', 'y'] [1, [2]]"},
-    {"{{ u|default('dflt') }} {{ ''|default('e') }} {{ ''|default('e', true) }} {{ none|default('n') }} {{ none|d('n', true) }} {{ 0|default(5, boolean=true) }}",
+    {"{{ u|default('dflt') }} {{ ''|default('e') }} {{ ''|default('e', true) }} {{ none|default('n') }} {{ none|d('n"
+     "', true) }} {{ 0|default(5, boolean=true) }}",
      "{}",
      "dflt  e None n 5"},
     {"{{ [1, 2, 3]|join }} {{ ['a', 'b']|join(', ') }} {{ users|join('/', attribute='name') }}",
@@ -183,73 +205,95 @@ static const diff_case DIFF[] = {
     {"{{ 'a-b-c'|replace('-', '+') }} {{ 'aaa'|replace('a', 'b', 2) }} {{ 'ab'|replace('', '.') }}",
      "{}",
      "a+b+c bba .a.b."},
-    {"{{ 5|string ~ 'x' }} {{ none|string }} {{ [1]|string }} {{ '42'|int + 1 }} {{ '0x1A'|int(0, 16) }} {{ 'x'|int }} {{ 'x'|int(7) }} {{ 3.99|int }} {{ ' 12 '|int }} {{ '1.5'|float }} {{ 2|float }} {{ 'q'|float }}",
+    {"{{ 5|string ~ 'x' }} {{ none|string }} {{ [1]|string }} {{ '42'|int + 1 }} {{ '0x1A'|int(0, 16) }} {{ 'x'|int "
+     "}} {{ 'x'|int(7) }} {{ 3.99|int }} {{ ' 12 '|int }} {{ '1.5'|float }} {{ 2|float }} {{ 'q'|float }}",
      "{}",
      "5x None [1] 43 26 0 7 3 12 1.5 2.0 0.0"},
-    {"{{ xs|first }} {{ xs|last }} {{ 'abc'|first }} {{ 'abc'|last }} {{ []|first }}|{{ xs|list }} {{ 'ab'|list }} {{ d|list }}",
+    {"{{ xs|first }} {{ xs|last }} {{ 'abc'|first }} {{ 'abc'|last }} {{ []|first }}|{{ xs|list }} {{ 'ab'|list }} {"
+     "{ d|list }}",
      "{\"xs\": [4, 5, 6], \"d\": {\"k\": 1, \"j\": 2}}",
      "4 6 a c |[4, 5, 6] ['a', 'b'] ['k', 'j']"},
-    {"{{ xs|map(attribute='a')|list }} {{ ['a', 'b']|map('upper')|list }} {{ xs|map(attribute='zz', default='-')|list }} {{ ['1', '2']|map('int')|sum }}",
+    {"{{ xs|map(attribute='a')|list }} {{ ['a', 'b']|map('upper')|list }} {{ xs|map(attribute='zz', default='-')|lis"
+     "t }} {{ ['1', '2']|map('int')|sum }}",
      "{\"xs\": [{\"a\": 1}, {\"a\": 2}]}",
      "[1, 2] ['A', 'B'] ['-', '-'] 3"},
-    {"{{ [1, 2, 3, 4]|select('odd')|list }} {{ [1, 2, 3, 4]|reject('odd')|list }} {{ [0, 1, '', 'a']|select|list }} {{ [1, 5, 9]|select('gt', 4)|list }}",
+    {"{{ [1, 2, 3, 4]|select('odd')|list }} {{ [1, 2, 3, 4]|reject('odd')|list }} {{ [0, 1, '', 'a']|select|list }} "
+     "{{ [1, 5, 9]|select('gt', 4)|list }}",
      "{}",
      "[1, 3] [2, 4] [1, 'a'] [5, 9]"},
-    {"{{ xs|selectattr('a')|list }} {{ xs|rejectattr('a')|list }} {{ xs|selectattr('a', 'equalto', 2)|list }} {{ xs|selectattr('b', 'defined')|list }}",
+    {"{{ xs|selectattr('a')|list }} {{ xs|rejectattr('a')|list }} {{ xs|selectattr('a', 'equalto', 2)|list }} {{ xs|"
+     "selectattr('b', 'defined')|list }}",
      "{\"xs\": [{\"a\": 0}, {\"a\": 2, \"b\": 1}, {\"a\": 3}]}",
      "[{'a': 2, 'b': 1}, {'a': 3}] [{'a': 0}] [{'a': 2, 'b': 1}] [{'a': 2, 'b': 1}]"},
     {"{{ '<b>&\\'\"'|e }} {{ '<i>'|escape }} {{ '<x>'|safe }}",
      "{}",
      "&lt;b&gt;&amp;&#39;&#34; &lt;i&gt; <x>"},
-    {"{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}|{{ 'x\\n'|indent('> ') }}|",
+    {"{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}|{{ 'x\\n'|ind"
+     "ent('> ') }}|",
      "{}",
      "a\n    b\n\n    c|  a\n  b|a\n  \n  b|x\n|"},
-    {"{{ 2.5|round }} {{ 3.5|round }} {{ 2.567|round(2) }} {{ 2.561|round(2, 'floor') }} {{ 2.561|round(1, 'ceil') }} {{ 7|round }} {{ -2.5|abs }} {{ -3|abs }}",
+    {"{{ 2.5|round }} {{ 3.5|round }} {{ 2.567|round(2) }} {{ 2.561|round(2, 'floor') }} {{ 2.561|round(1, 'ceil') }"
+     "} {{ 7|round }} {{ -2.5|abs }} {{ -3|abs }}",
      "{}",
      "2.0 4.0 2.57 2.56 2.6 7 2.5 3"},
-    {"{{ [3, 1, 2]|sort }} {{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} {{ [3, 1, 2]|sort(reverse=true) }} {{ xs|sort(attribute='n')|map(attribute='n')|list }}",
+    {"{{ [3, 1, 2]|sort }} {{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} {{ [3, 1, 2]|s"
+     "ort(reverse=true) }} {{ xs|sort(attribute='n')|map(attribute='n')|list }}",
      "{\"xs\": [{\"n\": 2}, {\"n\": 1}]}",
      "[1, 2, 3] ['A', 'b', 'c'] ['A', 'b', 'c'] [3, 2, 1] [1, 2]"},
-    {"{{ [1, 2, 1, 'A', 'a']|unique|list }} {{ [3, 1, 2]|min }} {{ [3, 1, 2]|max }} {{ ['b', 'A']|min }} {{ [1, 2, 3]|sum }} {{ [1.5, 2]|sum }} {{ xs|sum(attribute='n') }}",
+    {"{{ [1, 2, 1, 'A', 'a']|unique|list }} {{ [3, 1, 2]|min }} {{ [3, 1, 2]|max }} {{ ['b', 'A']|min }} {{ [1, 2, 3"
+     "]|sum }} {{ [1.5, 2]|sum }} {{ xs|sum(attribute='n') }}",
      "{\"xs\": [{\"n\": 2}, {\"n\": 1}]}",
      "[1, 2, 'A'] 1 3 A 6 3.5 3"},
-    {"{{ 'abc'|reverse }} {{ [1, 2]|reverse|list }} {{ 'one two  three'|wordcount }} {{ 'abc'|center(9) }}| {{ 'hello world foo bar'|truncate(9) }} {{ 'hello world'|truncate(5, true) }} {{ 'short'|truncate(9) }}",
+    {"{{ 'abc'|reverse }} {{ [1, 2]|reverse|list }} {{ 'one two  three'|wordcount }} {{ 'abc'|center(9) }}| {{ 'hell"
+     "o world foo bar'|truncate(9) }} {{ 'hello world'|truncate(5, true) }} {{ 'short'|truncate(9) }}",
      "{}",
      "cba [2, 1] 3    abc   | hello... he... short"},
-    {"{{ '%s-%d-%05.2f-%x-%r-%%' % ('a', 3, 3.14159, 255, 'q') }} {{ '%s' % 5 }} {{ '%(a)s+%(b)d' % {'a': 'x', 'b': 2} }} {{ '%-4s|%4s' % ('a', 'b') }} {{ '%s and %s'|format('x', 'y') }}",
+    {"{{ '%s-%d-%05.2f-%x-%r-%%' % ('a', 3, 3.14159, 255, 'q') }} {{ '%s' % 5 }} {{ '%(a)s+%(b)d' % {'a': 'x', 'b': "
+     "2} }} {{ '%-4s|%4s' % ('a', 'b') }} {{ '%s and %s'|format('x', 'y') }}",
      "{}",
      "a-3-03.14-ff-'q'-% 5 x+2 a   |   b x and y"},
     {"{{ {'a': 1}|attr('a') }}|{{ x|attr('y') }}|",
      "{\"x\": {\"y\": 2}}",
      "||"},
-    {"{{ u is defined }} {{ u is undefined }} {{ none is none }} {{ 1 is none }} {{ 's' is string }} {{ 1 is string }} {{ d is mapping }} {{ [] is mapping }}",
+    {"{{ u is defined }} {{ u is undefined }} {{ none is none }} {{ 1 is none }} {{ 's' is string }} {{ 1 is string "
+     "}} {{ d is mapping }} {{ [] is mapping }}",
      "{\"d\": {}}",
      "False True True False True False True False"},
-    {"{{ 1 is number }} {{ 1.5 is number }} {{ true is number }} {{ 's' is number }} {{ 1 is integer }} {{ 1.0 is integer }} {{ true is integer }} {{ 1.0 is float }} {{ true is boolean }} {{ 1 is boolean }}",
+    {"{{ 1 is number }} {{ 1.5 is number }} {{ true is number }} {{ 's' is number }} {{ 1 is integer }} {{ 1.0 is in"
+     "teger }} {{ true is integer }} {{ 1.0 is float }} {{ true is boolean }} {{ 1 is boolean }}",
      "{}",
      "True True True False True False False True True False"},
-    {"{{ [] is iterable }} {{ 's' is iterable }} {{ d is iterable }} {{ 1 is iterable }} {{ [] is sequence }} {{ 's' is sequence }} {{ d is sequence }} {{ 1 is sequence }} {{ u is sequence }}",
+    {"{{ [] is iterable }} {{ 's' is iterable }} {{ d is iterable }} {{ 1 is iterable }} {{ [] is sequence }} {{ 's'"
+     " is sequence }} {{ d is sequence }} {{ 1 is sequence }} {{ u is sequence }}",
      "{\"d\": {}}",
      "True True True False True True True False True"},
-    {"{{ true is true }} {{ 1 is true }} {{ false is false }} {{ 0 is false }} {{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 9 is divisibleby(4) }} {{ 2 is in [1, 2] }} {{ 'a' is in 'cat' }}",
+    {"{{ true is true }} {{ 1 is true }} {{ false is false }} {{ 0 is false }} {{ 3 is odd }} {{ 4 is even }} {{ 9 i"
+     "s divisibleby 3 }} {{ 9 is divisibleby(4) }} {{ 2 is in [1, 2] }} {{ 'a' is in 'cat' }}",
      "{}",
      "True False True False True True True False True True"},
-    {"{{ 1 is eq 1 }} {{ 1 is ne 2 }} {{ 1 is lt 2 }} {{ 3 is ge 3 }} {{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 'aB' is lower }} {{ m is callable }} {{ 1 is callable }} {{ none is sameas none }} {{ x is not none and x > 1 }}",
+    {"{{ 1 is eq 1 }} {{ 1 is ne 2 }} {{ 1 is lt 2 }} {{ 3 is ge 3 }} {{ 'abc' is lower }} {{ 'ABC' is upper }} {{ '"
+     "aB' is lower }} {{ m is callable }} {{ 1 is callable }} {{ none is sameas none }} {{ x is not none and x > 1 }"
+     "}",
      "{\"x\": 2}",
      "True True True True True True False True False True True"},
-    {"{{ '  x  '.strip() }}|{{ 'xxyxx'.strip('x') }}|{{ '  x  '.lstrip() }}|{{ '  x  '.rstrip() }}|{{ '\\n\\nx'.lstrip('\\n') }}",
+    {"{{ '  x  '.strip() }}|{{ 'xxyxx'.strip('x') }}|{{ '  x  '.lstrip() }}|{{ '  x  '.rstrip() }}|{{ '\\n\\nx'.lstr"
+     "ip('\\n') }}",
      "{}",
      "x|y|x  |  x|x"},
-    {"{{ 'a b  c '.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ '  a b '.rsplit() }} {{ 'x'.split('y') }} {{ 'a</think>b'.split('</think>')[-1] }}",
+    {"{{ 'a b  c '.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ "
+     "'  a b '.rsplit() }} {{ 'x'.split('y') }} {{ 'a</think>b'.split('</think>')[-1] }}",
      "{}",
      "['a', 'b', 'c'] ['a', 'b', '', 'c'] ['a', 'b,c'] ['a,b', 'c'] ['a', 'b'] ['x'] b"},
-    {"{{ 'abc'.startswith('ab') }} {{ 'abc'.startswith(('x', 'a')) }} {{ 'abc'.endswith('bc') }} {{ 'abc'.endswith('x') }} {{ 'ab'.upper() }} {{ 'AB'.lower() }} {{ 'a b'.title() }} {{ 'ab'.capitalize() }}",
+    {"{{ 'abc'.startswith('ab') }} {{ 'abc'.startswith(('x', 'a')) }} {{ 'abc'.endswith('bc') }} {{ 'abc'.endswith('"
+     "x') }} {{ 'ab'.upper() }} {{ 'AB'.lower() }} {{ 'a b'.title() }} {{ 'ab'.capitalize() }}",
      "{}",
      "True True True False AB ab A B Ab"},
-    {"{{ 'hello'.replace('l', 'L') }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.find('z') }} {{ 'hello'.count('l') }} {{ '-'.join(['a', 'b']) }} {{ '{} {}-{x}'.format(1, 'two', x=3) }}",
+    {"{{ 'hello'.replace('l', 'L') }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.find('z') }} {{ 'h"
+     "ello'.count('l') }} {{ '-'.join(['a', 'b']) }} {{ '{} {}-{x}'.format(1, 'two', x=3) }}",
      "{}",
      "heLLo 2 3 -1 2 a-b 1 two-3"},
-    {"{{ '12'.isdigit() }} {{ 'ab'.isalpha() }} {{ 'a1'.isalnum() }} {{ ' '.isspace() }} {{ ''.isdigit() }} {{ 'ab'.islower() }} {{ 'line1\\nline2\\r\\nline3'.splitlines() }} {{ 'prefix_x'.removeprefix('prefix_') }}",
+    {"{{ '12'.isdigit() }} {{ 'ab'.isalpha() }} {{ 'a1'.isalnum() }} {{ ' '.isspace() }} {{ ''.isdigit() }} {{ 'ab'."
+     "islower() }} {{ 'line1\\nline2\\r\\nline3'.splitlines() }} {{ 'prefix_x'.removeprefix('prefix_') }}",
      "{}",
      "True True True True False True ['line1', 'line2', 'line3'] x"},
     {"{% for x in xs %}{{ loop.cycle('odd', 'even') }} {% endfor %}",
@@ -273,6 +317,97 @@ static const diff_case DIFF[] = {
     {"{{ raise_exception is defined }} {{ namespace is callable }}",
      "{}",
      "True True"},
+    {"{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+     "{%- for message in messages[::-1] %}\n    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+     "    {%- if ns.multi_step_tool and message.role == \"user\" and message.content is string and not(message.conte"
+     "nt.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}\n"
+     "        {%- set ns.multi_step_tool = false %}\n        {%- set ns.last_query_index = index %}\n"
+     "    {%- endif %}\n{%- endfor %}\n{%- for message in messages %}\n"
+     "    {%- set content = message.content if message.content is string else '' %}\n"
+     "    {%- if message.role == \"assistant\" %}\n        {%- set reasoning_content = '' %}\n"
+     "        {%- if message.reasoning_content is string %}\n            {%- set reasoning_content = message.reasoni"
+     "ng_content %}\n        {%- elif '</think>' in content %}\n            {%- set reasoning_content = content.spli"
+     "t('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}\n"
+     "            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}\n"
+     "        {%- endif %}\n        {%- if loop.index0 > ns.last_query_index %}\n"
+     "            {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think"
+     ">\\n\\n' + content.lstrip('\\n') }}\n        {%- else %}\n            {{- '<|im_start|>' + message.role + '\\n"
+     "' + content }}\n        {%- endif %}\n        {%- if message.tool_calls %}\n"
+     "            {%- for tool_call in message.tool_calls %}\n                {%- if (loop.first and content) or (no"
+     "t loop.first) %}{{- '\\n' }}{%- endif %}\n                {%- if tool_call.function %}{%- set tool_call = tool"
+     "_call.function %}{%- endif %}\n                {{- '<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\""
+     ", \"arguments\": ' }}\n                {%- if tool_call.arguments is string %}{{- tool_call.arguments }}{%- el"
+     "se %}{{- tool_call.arguments | tojson }}{%- endif %}\n                {{- '}\\n</tool_call>' }}\n"
+     "            {%- endfor %}\n        {%- endif %}\n        {{- '<|im_end|>\\n' }}\n"
+     "    {%- elif message.role == \"tool\" %}\n        {%- if loop.first or (messages[loop.index0 - 1].role != \"to"
+     "ol\") %}{{- '<|im_start|>user' }}{%- endif %}\n        {{- '\\n<tool_response>\\n' }}{{- content }}{{- '\\n</t"
+     "ool_response>' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}{{- '<|im_end|>\\"
+     "n' }}{%- endif %}\n    {%- else %}\n        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>'"
+     " + '\\n' }}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif"
+     " %}{%- endif %}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"<think>\\n"
+     "plan\\n</think>\\n\\nHello\"}, {\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": \"assistant\", \"co"
+     "ntent\": \"\", \"reasoning_content\": \"need tool\", \"tool_calls\": [{\"type\": \"function\", \"function\": {"
+     "\"name\": \"w\", \"arguments\": {\"c\": \"P\", \"n\": 2.0}}}]}, {\"role\": \"tool\", \"content\": \"18C\"}, {\""
+     "role\": \"tool\", \"content\": \"dry\"}], \"add_generation_prompt\": true, \"enable_thinking\": false}",
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+     "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n"
+     "<think>\nneed tool\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"P\", \"n\": 2.0}}\n"
+     "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n18C\n"
+     "</tool_response>\n<tool_response>\ndry\n</tool_response><|im_end|>\n"
+     "<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+    {"{{- bos_token }}\n{%- if messages[0]['role'] == 'system' %}\n"
+     "    {%- set system_message = messages[0]['content']|trim %}\n"
+     "    {%- set messages = messages[1:] %}\n{%- else %}\n    {%- set system_message = \"\" %}\n"
+     "{%- endif %}\n{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+     "{%- if tools is not none %}\n    {{- \"Environment: ipython\\n\" }}\n"
+     "{%- endif %}\n{{- \"Cutting Knowledge Date: December 2023\\n\\n\" }}\n"
+     "{%- if tools is not none %}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n"
+     "        {{- \"\\n\\n\" }}\n    {%- endfor %}\n{%- endif %}\n{{- system_message }}\n"
+     "{{- \"<|eot_id|>\" }}\n{%- for message in messages %}\n    {%- if not (message.role == 'ipython' or message.ro"
+     "le == 'tool' or 'tool_calls' in message) %}\n        {{- '<|start_header_id|>' + message['role'] + '<|end_head"
+     "er_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n"
+     "    {%- elif 'tool_calls' in message %}\n        {%- if not message.tool_calls|length == 1 %}\n"
+     "            {{- raise_exception(\"This model only supports single tool-calls at once!\") }}\n"
+     "        {%- endif %}\n        {%- set tool_call = message.tool_calls[0].function %}\n"
+     "        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}\n"
+     "        {{- '{\"name\": \"' + tool_call.name + '\", ' }}\n        {{- '\"parameters\": ' }}\n"
+     "        {{- tool_call.arguments | tojson }}\n        {{- \"}\" }}\n"
+     "        {{- \"<|eot_id|>\" }}\n    {%- elif message.role == \"tool\" or message.role == \"ipython\" %}\n"
+     "        {{- \"<|start_header_id|>ipython<|end_header_id|>\\n\\n\" }}\n"
+     "        {%- if message.content is mapping or message.content is iterable %}\n"
+     "            {{- message.content | tojson }}\n        {%- else %}\n"
+     "            {{- message.content }}\n        {%- endif %}\n        {{- \"<|eot_id|>\" }}\n"
+     "    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n"
+     "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+     "{%- endif %}",
+     "{\"bos_token\": \"<|begin_of_text|>\", \"messages\": [{\"role\": \"system\", \"content\": \" Be kind. \"}, {\""
+     "role\": \"user\", \"content\": \" q \"}, {\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": "
+     "\"f\", \"arguments\": {\"x\": [1, {\"y\": null}]}}}]}, {\"role\": \"tool\", \"content\": {\"ok\": true}}], \"t"
+     "ools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"pro"
+     "perties\": {\"x\": {\"type\": \"array\"}}}}}], \"add_generation_prompt\": true}",
+     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
+     "\nEnvironment: ipython\nCutting Knowledge Date: December 2023\n"
+     "\n{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"f\",\n"
+     "        \"parameters\": {\n            \"type\": \"object\",\n"
+     "            \"properties\": {\n                \"x\": {\n                    \"type\": \"array\"\n"
+     "                }\n            }\n        }\n    }\n}\n\nBe kind.<|eot_id|><|start_header_id|>user<|end_header"
+     "_id|>\n\nq<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+     "\n{\"name\": \"f\", \"parameters\": {\"x\": [1, {\"y\": null}]}}<|eot_id|><|start_header_id|>ipython<|end_head"
+     "er_id|>\n\n{\"ok\": true}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+     "\n"},
+    {"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+     "You are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n"
+     "' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assist"
+     "ant\n' }}{% endif %}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"hello\"}, {\"role\": \"assistant\", \"content\": \"hi\"}],"
+     " \"add_generation_prompt\": true}",
+     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+     "hello<|im_end|>\n<|im_start|>assistant\nhi<|im_end|>\n<|im_start|>assistant\n"},
+    {"{{ strftime_now('%Y') | length }} {{ strftime_now('') }}|",
+     "{}",
+     "4 |"},
 };
 
 /* Renders src with the JSON object ctx; returns the status, *out malloc'd on success. */
