@@ -130,6 +130,13 @@ static void run_case(const lm_weight *w, const tcase *c, const char *label) {
   lm_status s = lm_cpu_matmul_isa(&a, c->isa);
   if (s != LM_OK) fail_msg("%s: %s", label, lm_errmsg());
   float *wr = malloc((size_t)cols * sizeof(float));
+  double *step = malloc((size_t)(c->m * cols) * sizeof(double)); /* d_b/2 of each activation */
+  for (int64_t t = 0; t < c->m; t++)
+    for (int64_t b = 0; b < cols / 32; b++) {
+      double amax = 0;
+      for (int64_t i = b * 32; i < b * 32 + 32 && i < cols; i++) amax = fmax(amax, fabs(x[t * c->ldx + i]));
+      for (int64_t i = b * 32; i < b * 32 + 32 && i < cols; i++) step[t * cols + i] = amax / 127.0 * 0.5;
+    }
   for (int64_t r = c->row0; r < c->row0 + nr; r++) {
     lm_weight_dequant_row(w, c->expert, r, wr);
     for (int64_t t = 0; t < c->m; t++) {
@@ -141,12 +148,8 @@ static void run_case(const lm_weight *w, const tcase *c, const char *label) {
       }
       if (c->prec == LM_CPU_PREC_FAST && w->bits) {
         const uint8_t *sp = lm_weight_scale_ptr(w, c->expert, r), *row = lm_weight_row_ptr(w, c->expert, r);
-        for (int64_t k = 0; k < cols; k++) {
-          double amax = 0;
-          for (int64_t i = k / 32 * 32; i < k / 32 * 32 + 32; i++) amax = fmax(amax, fabs(xt[i]));
-          double q = (double)code_at(row, k, w->bits);
-          qbound += fabs(lm_load_f32(sp, w->sdtype, k / w->group) * q) * (amax / 127.0) * 0.5;
-        }
+        for (int64_t k = 0; k < cols; k++)
+          qbound += fabs(lm_load_f32(sp, w->sdtype, k / w->group) * (double)code_at(row, k, w->bits)) * step[t * cols + k];
       }
       double want = (c->acc ? init[t * c->ldy + r] : 0.0) + ref, got = y[t * c->ldy + r];
       double tol = 1e-5 * mag + 1.001 * qbound + 1e-6 * fabs(want) + 1e-30;
@@ -155,6 +158,7 @@ static void run_case(const lm_weight *w, const tcase *c, const char *label) {
                  got, want, tol, mag);
     }
   }
+  free(step);
   for (int64_t i = 0; i < ny; i++) {
     int64_t t = i / c->ldy, col = i % c->ldy;
     int inside = t < c->m && col >= c->row0 && col < c->row0 + nr;

@@ -14,12 +14,11 @@
 #include "backend/cpu/cpu_matmul_impl.h"
 #include "base/status.h"
 
-#define LM_MM_HAVE_AVX512 0
 #define LM_MM_STACK_BYTES 65536     /* decode scratch on the caller's stack */
 #define LM_MM_SGEMM_MIN_M 8         /* F32: from this m on, dequantized tiles + sgemm */
 #define LM_MM_GEMM_MIN_M 8          /* FAST: from this m on, the family's int8 GEMM */
 #define LM_MM_ROW_BLOCK 16          /* decode: rows per scheduling block */
-#define LM_MM_TILE_BYTES (4 << 20)  /* F32 prefill: f32 tile handed to sgemm */
+#define LM_MM_TILE_BYTES (2 << 20)  /* F32 prefill: f32 tile per thread handed to sgemm */
 #define LM_MM_SUBTILES 4            /* FAST prefill: NR-row subtiles packed together */
 
 /* ---- kernel families ------------------------------------------------------------------- */
@@ -32,7 +31,7 @@ int lm_cpu_isa_available(lm_cpu_isa isa) {
   case LM_CPU_ISA_AVX2:
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   case LM_CPU_ISA_AVX512:
-    return LM_MM_HAVE_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
            __builtin_cpu_supports("fma");
 #endif
@@ -50,9 +49,7 @@ static lm_cpu_isa lm_isa_resolve(lm_cpu_isa isa) {
 static const lm_cpu_kernels *lm_kernels(lm_cpu_isa isa) {
   switch (isa) {
 #if defined(__x86_64__)
-#if LM_MM_HAVE_AVX512
   case LM_CPU_ISA_AVX512: return &lm_cpu_kernels_avx512;
-#endif
   case LM_CPU_ISA_AVX2: return &lm_cpu_kernels_avx2;
 #endif
   default: return &lm_cpu_kernels_scalar;
@@ -179,30 +176,36 @@ static void lm_mm_group_sums(const lm_mm_job *j, float *gsum) {
 
 static int lm_fits_blas(int64_t v) { return v <= INT_MAX; }
 
+/* Each thread dequantizes its own tiles of rows and multiplies them with a single-threaded
+ * sgemm (OpenBLAS runs serially inside a parallel region): no barrier between the two
+ * steps, and the tile is still in the thread's cache when sgemm packs it. */
 static lm_status lm_mm_sgemm(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t row0, int64_t n) {
   const lm_weight *w = j->w;
   float beta = j->acc ? 1.0f : 0.0f;
-  if (!w->bits && w->dtype == LM_DT_F32) { /* dense f32: no copy */
+  if (!w->bits && w->dtype == LM_DT_F32) { /* dense f32: no copy, OpenBLAS threads itself */
     const float *wp = (const float *)(const void *)lm_weight_row_ptr(w, j->e, row0);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)n, (int)j->k, 1.0f, j->x, (int)j->ldx,
                 wp, (int)j->k, beta, j->y + row0, (int)j->ldy);
     return LM_OK;
   }
+  int nt = omp_get_max_threads();
   int64_t tn = LM_MM_TILE_BYTES / (4 * j->k);
   tn = tn < 16 ? 16 : tn / 16 * 16;
-  if (tn > n) tn = n;
-  float *buf = malloc((size_t)(tn * j->k) * sizeof(float));
-  if (!buf) return LM_ERRF(LM_ERR_NOMEM, "matmul: %s: %lld-byte f32 tile", w->name ? w->name : "?",
-                           (long long)(tn * j->k * 4));
-  for (int64_t r = row0; r < row0 + n; r += tn) {
-    int64_t cnt = r + tn < row0 + n ? tn : row0 + n - r, nb4 = (cnt + 3) / 4;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nb4; b++) {
-      int64_t i = b * 4, c = i + 4 < cnt ? 4 : cnt - i;
-      kn->dequant_rows(w, j->e, r + i, c, buf + i * j->k, j->k);
+  if (tn * nt > n) tn = (n + nt - 1) / nt; /* every thread gets a tile */
+  float *buf = malloc((size_t)(tn * j->k) * sizeof(float) * (size_t)nt);
+  if (!buf) return LM_ERRF(LM_ERR_NOMEM, "matmul: %s: %lld-byte f32 tiles", w->name ? w->name : "?",
+                           (long long)(tn * j->k * 4 * nt));
+  int64_t ntiles = (n + tn - 1) / tn;
+#pragma omp parallel num_threads(nt)
+  {
+    float *tile = buf + (size_t)omp_get_thread_num() * (size_t)(tn * j->k);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < ntiles; i++) {
+      int64_t r = row0 + i * tn, cnt = r + tn < row0 + n ? tn : row0 + n - r;
+      kn->dequant_rows(w, j->e, r, cnt, tile, j->k);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)cnt, (int)j->k, 1.0f, j->x,
+                  (int)j->ldx, tile, (int)j->k, beta, j->y + r, (int)j->ldy);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)cnt, (int)j->k, 1.0f, j->x, (int)j->ldx,
-                buf, (int)j->k, beta, j->y + r, (int)j->ldy);
   }
   free(buf);
   return LM_OK;
@@ -247,7 +250,8 @@ static lm_fast_plan lm_fast_plan_make(const lm_cpu_kernels *kn, const lm_mm_job 
                 (qa->perm ? lm_align64((size_t)(p.mp * j->nb) * 16) : 0) + 2 * lm_align64((size_t)(p.mp * j->ng) * 4);
   if (p.use_gemm) {
     size_t nr = (size_t)kn->gemm_nr * LM_MM_SUBTILES;
-    p.tile_bytes = lm_align64(nr * (size_t)j->k) + 2 * lm_align64(nr * (size_t)j->ng * 4) + lm_align64((size_t)j->k);
+    p.tile_bytes = lm_align64(nr * (size_t)j->k) + 2 * lm_align64(nr * (size_t)j->ng * 4) +
+                   (size_t)kn->gemm_nr * LM_PACK_CHUNK;
   }
   p.bytes = p.act_bytes + p.tile_bytes * (size_t)p.nthreads;
   return p;

@@ -240,19 +240,46 @@ LM_AVX2 void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, 
   }
 }
 
-LM_AVX2 void lm_mm_avx2_unpack_row(const lm_weight *w, const uint8_t *row, uint8_t *out) {
+LM_AVX2 void lm_mm_avx2_unpack_codes(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n, uint8_t *out) {
   if (w->bits == 8) {
-    memcpy(out, row, (size_t)w->cols);
+    memcpy(out, row + c0, (size_t)n);
   } else if (w->bits == 4) {
-    for (int64_t c = 0; c < w->cols; c += 32) {
-      __m128i c0, c1;
-      lm_q4_unpack32(row + c / 2, &c0, &c1);
-      _mm_storeu_si128((__m128i *)(void *)(out + c), c0);
-      _mm_storeu_si128((__m128i *)(void *)(out + c + 16), c1);
+    for (int64_t c = 0; c < n; c += 32) {
+      __m128i v0, v1;
+      lm_q4_unpack32(row + (c0 + c) / 2, &v0, &v1);
+      _mm_storeu_si128((__m128i *)(void *)(out + c), v0);
+      _mm_storeu_si128((__m128i *)(void *)(out + c + 16), v1);
     }
   } else {
-    lm_mm_unpack_codes(row, w->bits, 0, w->cols, out);
+    lm_mm_unpack_codes(row, w->bits, c0, n, out);
   }
+}
+
+/* 8 rows × 8 quads (32 bytes of each row) transposed as 32-bit elements: the classic
+ * unpack/permute network; output vector q holds quad q of the 8 rows. */
+LM_AVX2 static inline void lm_transpose8x8_epi32(const uint8_t *src, int64_t ld, uint8_t *dst, int64_t dst_stride) {
+  __m256i r[8], t[8], u[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(const void *)(src + i * ld));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; i++) {
+    _mm256_storeu_si256((__m256i *)(void *)(dst + i * dst_stride), _mm256_permute2x128_si256(u[i], u[i + 4], 0x20));
+    _mm256_storeu_si256((__m256i *)(void *)(dst + (i + 4) * dst_stride), _mm256_permute2x128_si256(u[i], u[i + 4], 0x31));
+  }
+}
+
+LM_AVX2 void lm_mm_avx2_interleave(const uint8_t *rows, int64_t ldr, int nr, int64_t nq, uint8_t *dst) {
+  for (int64_t q = 0; q < nq; q += 8)
+    for (int r = 0; r < nr; r += 8)
+      lm_transpose8x8_epi32(rows + r * ldr + 4 * q, ldr, dst + q * nr * 4 + r * 4, (int64_t)nr * 4);
 }
 
 /* ---- FAST: activation quantization ----------------------------------------------------- */
@@ -612,7 +639,8 @@ const lm_cpu_kernels lm_cpu_kernels_avx2 = {
     .gemv_fast = lm_gemv_fast_avx2,
     .dequant_rows = lm_mm_avx2_dequant_rows,
     .quantize = lm_mm_avx2_quantize,
-    .unpack_row = lm_mm_avx2_unpack_row,
+    .unpack_codes = lm_mm_avx2_unpack_codes,
+    .interleave = lm_mm_avx2_interleave,
     .gemm_nr = 16,
     .gemm_mr = 4,
     .gemm_signed8 = 1,

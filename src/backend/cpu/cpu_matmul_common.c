@@ -19,7 +19,10 @@ void lm_mm_unpack_codes(const uint8_t *row, int bits, int64_t k0, int64_t n, uin
 }
 
 void lm_mm_load_f32s(const void *p, lm_dtype t, int64_t i0, int64_t n, float *out) {
-  for (int64_t i = 0; i < n; i++) out[i] = lm_load_f32(p, t, i0 + i);
+  if (t == LM_DT_BF16) /* the common case, inline: one shift per element */
+    for (int64_t i = 0; i < n; i++) out[i] = lm_bf16_to_f32(((const uint16_t *)p)[i0 + i]);
+  else
+    for (int64_t i = 0; i < n; i++) out[i] = lm_load_f32(p, t, i0 + i);
 }
 
 /* Position of column c in a perm-P layout (see lm_qact): evens of the chunk, then odds. */
@@ -70,26 +73,47 @@ void lm_mm_quantize_rows(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1
                     qa->dexp ? qa->dexp + t * j->nb * 4 : NULL, qa->sx + t * j->ng, qa->c8 + t * j->ng);
 }
 
+static void lm_interleave_scalar(const uint8_t *rows, int64_t ldr, int nr, int64_t nq, uint8_t *dst) {
+  for (int r = 0; r < nr; r++)
+    for (int64_t q = 0; q < nq; q++) memcpy(dst + (q * nr + r) * 4, rows + r * ldr + 4 * q, 4);
+}
+
+/* Chunk by chunk of columns: unpack the nr rows' codes to bytes, then interleave them by
+ * 4-column quads, so the scratch stays small (nr × LM_PACK_CHUNK) for any width. */
 void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, int nvalid, lm_qtile *t,
                      uint8_t *rowbuf) {
   const lm_weight *w = j->w;
   int nr = t->nr;
-  int64_t quads = j->k / 4;
-  uint32_t *dst = (uint32_t *)(void *)t->codes;
+  float *tmp = (float *)(void *)rowbuf; /* nr·LM_PACK_CHUNK bytes >= 2·ng floats per pass */
   for (int r = 0; r < nr; r++) {
-    if (r < nvalid) {
-      const uint8_t *sp = lm_weight_scale_ptr(w, j->e, r0 + r), *bp = lm_weight_bias_ptr(w, j->e, r0 + r);
-      kn->unpack_row(w, lm_weight_row_ptr(w, j->e, r0 + r), rowbuf);
-      if (t->signed8)
-        for (int64_t i = 0; i < j->k; i++) rowbuf[i] ^= 0x80u;
-      for (int64_t g = 0; g < j->ng; g++) {
-        t->s[g * nr + r] = lm_load_f32(sp, w->sdtype, g);
-        t->b[g * nr + r] = lm_load_f32(bp, w->sdtype, g);
+    for (int64_t g0 = 0; g0 < j->ng; g0 += LM_PACK_CHUNK / 8) {
+      int64_t n = j->ng - g0 < LM_PACK_CHUNK / 8 ? j->ng - g0 : LM_PACK_CHUNK / 8;
+      if (r < nvalid) {
+        lm_mm_load_f32s(lm_weight_scale_ptr(w, j->e, r0 + r), w->sdtype, g0, n, tmp);
+        lm_mm_load_f32s(lm_weight_bias_ptr(w, j->e, r0 + r), w->sdtype, g0, n, tmp + n);
+      } else { /* padding rows: zero scales; their outputs are never stored */
+        memset(tmp, 0, (size_t)(2 * n) * sizeof(float));
       }
-    } else { /* padding rows: zero codes and scales; their outputs are never stored */
-      memset(rowbuf, 0, (size_t)j->k);
-      for (int64_t g = 0; g < j->ng; g++) t->s[g * nr + r] = t->b[g * nr + r] = 0.0f;
+      for (int64_t g = 0; g < n; g++) {
+        t->s[(g0 + g) * nr + r] = tmp[g];
+        t->b[(g0 + g) * nr + r] = tmp[n + g];
+      }
     }
-    for (int64_t qd = 0; qd < quads; qd++) memcpy(&dst[qd * nr + r], rowbuf + 4 * qd, 4);
+  }
+  for (int64_t c0 = 0; c0 < j->k; c0 += LM_PACK_CHUNK) {
+    int64_t n = j->k - c0 < LM_PACK_CHUNK ? j->k - c0 : LM_PACK_CHUNK;
+    for (int r = 0; r < nr; r++) {
+      uint8_t *rb = rowbuf + r * LM_PACK_CHUNK;
+      if (r >= nvalid) {
+        memset(rb, 0, (size_t)n);
+        continue;
+      }
+      kn->unpack_codes(w, lm_weight_row_ptr(w, j->e, r0 + r), c0, n, rb);
+      if (t->signed8)
+        for (int64_t i = 0; i < n; i++) rb[i] ^= 0x80u;
+    }
+    uint8_t *dst = t->codes + c0 * nr;
+    if (kn->interleave) kn->interleave(rowbuf, LM_PACK_CHUNK, nr, n / 4, dst);
+    else lm_interleave_scalar(rowbuf, LM_PACK_CHUNK, nr, n / 4, dst);
   }
 }

@@ -68,8 +68,11 @@ typedef struct lm_cpu_kernels {
   void (*dequant_rows)(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out, int64_t ldo);
   /* quantizes token rows [t0, t1) into qa, exactly as lm_mm_quantize_rows */
   void (*quantize)(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1);
-  /* codes of a whole row as bytes (natural order) */
-  void (*unpack_row)(const lm_weight *w, const uint8_t *row, uint8_t *out);
+  /* codes [c0, c0+n) of a row as bytes, natural order (c0, n multiples of 32) */
+  void (*unpack_codes)(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n, uint8_t *out);
+  /* GEMM tile layout from byte rows: dst[q][r][0..3] = rows[r][4q..4q+3] for r < nr, q < nq
+   * (rows has stride ldr; nq a multiple of 8); NULL: the portable loop */
+  void (*interleave)(const uint8_t *rows, int64_t ldr, int nr, int64_t nq, uint8_t *dst);
   /* int8 GEMM over a packed tile: tokens [t0, t1) (t1 - t0 a multiple of gemm_mr; the
    * activations are padded), rows tile_r0 + [0, nvalid). NULL: FAST prefill uses gemv_fast. */
   int gemm_nr, gemm_mr;
@@ -90,7 +93,10 @@ void lm_mm_unpack_codes(const uint8_t *row, int bits, int64_t k0, int64_t n, uin
 void lm_mm_load_f32s(const void *p, lm_dtype t, int64_t i0, int64_t n, float *out);
 /* Quantizes token rows [t0, t1) of x into qa (layout qa->perm), see lm_qact. */
 void lm_mm_quantize_rows(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1);
-/* Packs rows [r0, r0+nvalid) of the job's weight into tile t (rows past nvalid are zero). */
+/* Columns per packing step of lm_mm_pack_tile; its scratch holds nr × this many bytes. */
+#define LM_PACK_CHUNK 256
+/* Packs rows [r0, r0+nvalid) of the job's weight into tile t (rows past nvalid are zero);
+ * rowbuf: t->nr · LM_PACK_CHUNK bytes. */
 void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, int nvalid, lm_qtile *t,
                      uint8_t *rowbuf);
 /* Stores or accumulates v into y (n floats). */
@@ -112,7 +118,8 @@ typedef struct lm_seg_kernels {
 void lm_mm_avx2_gemv_f32_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1);
 void lm_mm_avx2_gemv_fast_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1);
 void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out, int64_t ldo);
-void lm_mm_avx2_unpack_row(const lm_weight *w, const uint8_t *row, uint8_t *out);
+void lm_mm_avx2_unpack_codes(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n, uint8_t *out);
+void lm_mm_avx2_interleave(const uint8_t *rows, int64_t ldr, int nr, int64_t nq, uint8_t *dst);
 void lm_mm_avx2_quantize(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1);
 
 #endif

@@ -71,8 +71,8 @@ static void lm_dequant_rows_scalar(const lm_weight *w, int64_t e, int64_t r0, in
   for (int64_t i = 0; i < n; i++) lm_weight_dequant_row(w, e, r0 + i, out + i * ldo);
 }
 
-static void lm_unpack_row_scalar(const lm_weight *w, const uint8_t *row, uint8_t *out) {
-  lm_mm_unpack_codes(row, w->bits, 0, w->cols, out);
+static void lm_unpack_codes_scalar(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n, uint8_t *out) {
+  lm_mm_unpack_codes(row, w->bits, c0, n, out);
 }
 
 const lm_cpu_kernels lm_cpu_kernels_scalar = {
@@ -83,7 +83,8 @@ const lm_cpu_kernels lm_cpu_kernels_scalar = {
     .gemv_fast = lm_gemv_fast_scalar,
     .dequant_rows = lm_dequant_rows_scalar,
     .quantize = lm_mm_quantize_rows,
-    .unpack_row = lm_unpack_row_scalar,
+    .unpack_codes = lm_unpack_codes_scalar,
+    .interleave = NULL,
     .gemm_nr = 0,
     .gemm_mr = 0,
     .gemm_fast = NULL,

@@ -1,0 +1,265 @@
+/* cpu_matmul_avx512.c — the AVX-512 (F/BW/VL) + VNNI kernel family, chosen at run time on
+ * CPUs that have it (Intel Xeon since Cascade Lake, AMD Zen 4). What differs from AVX2:
+ *  - F32 gemv: 16-lane FMAs, bytes widened with one vpmovzxbd per 16 codes;
+ *  - FAST gemv: vpdpbusd (u8 × s8, four products summed straight into s32) replaces
+ *    vpmaddubsw + vpmaddwd, and has no s16 saturation, so 8-bit codes need no signed trick;
+ *    it keeps 256-bit vectors and the AVX2 perm-64 activation layout (decode is memory-bound);
+ *  - GEMM: 4 tokens × 32 rows of vpdpbusd on 512-bit tiles.
+ * Row drivers, dequantization, unpacking and the activation quantizer are the AVX2 ones. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_matmul_impl.h"
+
+#define LM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define LM_INLINE __attribute__((always_inline)) inline
+/* see cpu_matmul_avx2.c: keeps GCC from reassociating accumulator chains */
+#define LM_KEEP(v) __asm__("" : "+v"(v))
+
+/* ---- F32 ------------------------------------------------------------------------------- */
+
+#define LM_DENSE_DOT16(NAME, ESZ, LOAD16)                                                              \
+  LM_AVX512 static float NAME(const lm_weight *w, const uint8_t *row, const float *x, int64_t k) {     \
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;                                                          \
+    int64_t c = 0;                                                                                     \
+    for (; c + 32 <= k; c += 32) {                                                                     \
+      a0 = _mm512_fmadd_ps(LOAD16(row + c * ESZ), _mm512_loadu_ps(x + c), a0);                         \
+      a1 = _mm512_fmadd_ps(LOAD16(row + (c + 16) * ESZ), _mm512_loadu_ps(x + c + 16), a1);             \
+    }                                                                                                  \
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));                                             \
+    for (; c < k; c++) s += lm_load_f32(row, w->dtype, c) * x[c];                                      \
+    return s;                                                                                          \
+  }
+
+#define LM_LD16_F32(p) _mm512_loadu_ps((const float *)(const void *)(p))
+#define LM_LD16_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define LM_LD16_BF16(p) \
+  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+LM_DENSE_DOT16(lm_dot_f32_512, 4, LM_LD16_F32)
+LM_DENSE_DOT16(lm_dot_f16_512, 2, LM_LD16_F16)
+LM_DENSE_DOT16(lm_dot_bf16_512, 2, LM_LD16_BF16)
+
+LM_AVX512 static float lm_dot_dense_512(const lm_weight *w, const uint8_t *row, const float *x, int64_t k) {
+  switch (w->dtype) {
+  case LM_DT_F32: return lm_dot_f32_512(w, row, x, k);
+  case LM_DT_F16: return lm_dot_f16_512(w, row, x, k);
+  default: return lm_dot_bf16_512(w, row, x, k);
+  }
+}
+
+LM_AVX512 static inline __m512 lm_u8x16_to_f32(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
+
+/* Σ float(q)·x over one group: 4-bit codes packed, or codes as bytes. */
+LM_AVX512 static LM_INLINE __m512 lm_group_dot_f32(const lm_weight *w, const uint8_t *q, const float *x) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  if (w->bits == 4) {
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int c = 0; c < w->group; c += 32) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(q + c / 2));
+      __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+      a0 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_unpacklo_epi8(lo, hi)), _mm512_loadu_ps(x + c), a0);
+      a1 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_unpackhi_epi8(lo, hi)), _mm512_loadu_ps(x + c + 16), a1);
+    }
+  } else {
+    for (int c = 0; c < w->group; c += 32) {
+      a0 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(q + c))),
+                           _mm512_loadu_ps(x + c), a0);
+      a1 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(q + c + 16))),
+                           _mm512_loadu_ps(x + c + 16), a1);
+    }
+  }
+  return _mm512_add_ps(a0, a1);
+}
+
+LM_AVX512 static float lm_seg_quant_f32_512(const lm_weight *w, const uint8_t *q, const float *x, const float *sf,
+                                            int64_t n) {
+  int64_t gs = w->group, qstep = w->bits == 4 ? gs / 2 : gs;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+  int64_t g = 0;
+  for (; g + 2 <= n / gs; g += 2) {
+    acc0 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + g * qstep, x + g * gs), _mm512_set1_ps(sf[g]), acc0);
+    acc1 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + (g + 1) * qstep, x + (g + 1) * gs), _mm512_set1_ps(sf[g + 1]),
+                           acc1);
+  }
+  if (g < n / gs) acc0 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + g * qstep, x + g * gs), _mm512_set1_ps(sf[g]), acc0);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* ---- FAST gemv segments (256-bit VNNI) ----------------------------------------------------- */
+
+LM_AVX512 static LM_INLINE __m256 lm_q4_chunk_vnni(const uint8_t *p, const int8_t *xq) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+  __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  __m256i i = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, _mm256_loadu_si256((const __m256i *)(const void *)xq));
+  i = _mm256_dpbusd_epi32(i, hi, _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32)));
+  return _mm256_cvtepi32_ps(i);
+}
+
+LM_AVX512 static inline float lm_hsum8_512(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* Same contract and activation layout as the AVX2 q4 segment (perm-64, dexp). */
+LM_AVX512 static float lm_q4_seg_vnni(const uint8_t *row, const int8_t *xq, const float *dexp, const float *sf,
+                                      int group, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  int64_t c = 0;
+  if (group == 32) {
+    for (int64_t i = 0; c + 64 <= n; c += 64, i += 2) {
+      __m256 sv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(sf + i)), _mm_broadcast_ss(sf + i + 1), 1);
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), sv),
+                             acc0);
+    }
+  } else {
+    int gsh = group == 64 ? 6 : 7;
+    for (; c + 128 <= n; c += 128) {
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2, xq + c),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + (c >> gsh))), acc0);
+      acc1 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2 + 32, xq + c + 64),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), _mm256_broadcast_ss(sf + ((c + 64) >> gsh))),
+                             acc1);
+    }
+    if (c < n) {
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2, xq + c),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + (c >> gsh))), acc0);
+      c += 64;
+    }
+  }
+  float s = lm_hsum8_512(_mm256_add_ps(acc0, acc1));
+  if (c < n) { /* group 32 only: a final block of 32 in the [16 evens | 16 odds] layout */
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + c / 2));
+    __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+    __m128i i = _mm_dpbusd_epi32(_mm_setzero_si128(), lo, _mm_loadu_si128((const __m128i *)(const void *)(xq + c)));
+    i = _mm_dpbusd_epi32(i, hi, _mm_loadu_si128((const __m128i *)(const void *)(xq + c + 16)));
+    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(1, 0, 3, 2)));
+    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(2, 3, 0, 1)));
+    s += (float)_mm_cvtsi128_si32(i) * dexp[c / 8] * sf[c / 32];
+  }
+  return s;
+}
+
+/* Byte codes (any width, 8-bit included: u8 × s8 into s32 cannot saturate), natural layout. */
+LM_AVX512 static float lm_u8_seg_vnni(const uint8_t *q, const int8_t *xq, const float *d, const float *sf, int group,
+                                      int64_t n, int signed8) {
+  (void)signed8;
+  int sh = group == 32 ? 0 : group == 64 ? 1 : 2;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  int64_t nb = n / 32, b = 0;
+  for (; b < nb; b++) {
+    __m256i i = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * b)),
+                                    _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * b)));
+    __m256 sd = _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b));
+    if (b & 1)
+      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sd, acc1);
+    else
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sd, acc0);
+  }
+  return lm_hsum8_512(_mm256_add_ps(acc0, acc1));
+}
+
+static const lm_seg_kernels lm_seg_avx512 = {.f32_quant = lm_seg_quant_f32_512, .f32_dense = lm_dot_dense_512,
+                                             .fast_q4 = lm_q4_seg_vnni, .fast_u8 = lm_u8_seg_vnni, .signed8 = 0};
+
+static void lm_gemv_f32_avx512(const lm_mm_job *j, int64_t r0, int64_t r1) {
+  lm_mm_avx2_gemv_f32_with(&lm_seg_avx512, j, r0, r1);
+}
+
+static void lm_gemv_fast_avx512(const lm_mm_job *j, int64_t r0, int64_t r1) {
+  lm_mm_avx2_gemv_fast_with(&lm_seg_avx512, j, r0, r1);
+}
+
+/* ---- FAST GEMM: 4 tokens × 32 rows ------------------------------------------------------ */
+
+LM_AVX512 static LM_INLINE __m512i lm_bcast4_512(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+/* Tile step = 128 bytes: 32 rows × 4 codes, as two 16-row vectors. */
+LM_AVX512 static void lm_gemm_body_512(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0, int nvalid,
+                                       int64_t tt) {
+  const lm_qact *qa = j->qa;
+  int64_t bpg = j->w->group / LM_QA_BLOCK;
+  int sh = bpg == 1 ? 0 : bpg == 2 ? 1 : 2;
+  const int8_t *xq[4];
+  const float *d[4], *sx[4];
+  _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+    xq[t] = qa->q + (tt + t) * qa->ldq;
+    d[t] = qa->d + (tt + t) * j->nb;
+    sx[t] = qa->sx + (tt + t) * j->ng;
+  }
+  __m512 f[4][2];
+  _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) f[t][0] = f[t][1] = _mm512_setzero_ps();
+  const uint8_t *wp = tl->codes;
+  for (int64_t b = 0; b < j->nb; b++, wp += 32 * 32) {
+    __m512i a[4][2];
+    _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) a[t][0] = a[t][1] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
+      __m512i w0 = _mm512_loadu_si512((const void *)(wp + s * 128)), w1 = _mm512_loadu_si512((const void *)(wp + s * 128 + 64));
+      _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+        __m512i xb = lm_bcast4_512(xq[t] + b * LM_QA_BLOCK + 4 * s);
+        a[t][0] = _mm512_dpbusd_epi32(a[t][0], w0, xb);
+        a[t][1] = _mm512_dpbusd_epi32(a[t][1], w1, xb);
+        LM_KEEP(a[t][0]);
+        LM_KEEP(a[t][1]);
+      }
+    }
+    int64_t g = b >> sh;
+    __m512 s0 = _mm512_loadu_ps(tl->s + g * 32), s1 = _mm512_loadu_ps(tl->s + g * 32 + 16);
+    _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+      __m512 dt = _mm512_set1_ps(d[t][b]);
+      f[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t][0]), _mm512_mul_ps(s0, dt), f[t][0]);
+      f[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t][1]), _mm512_mul_ps(s1, dt), f[t][1]);
+    }
+    if ((b & (bpg - 1)) == bpg - 1) {
+      __m512 b0 = _mm512_loadu_ps(tl->b + g * 32), b1 = _mm512_loadu_ps(tl->b + g * 32 + 16);
+      _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+        __m512 st = _mm512_set1_ps(sx[t][g]);
+        f[t][0] = _mm512_fmadd_ps(b0, st, f[t][0]);
+        f[t][1] = _mm512_fmadd_ps(b1, st, f[t][1]);
+      }
+    }
+  }
+  for (int t = 0; t < 4 && tt + t < j->m; t++) {
+    float *y = j->y + (tt + t) * j->ldy + tile_r0;
+    if (nvalid == 32) {
+      _mm512_storeu_ps(y, j->acc ? _mm512_add_ps(_mm512_loadu_ps(y), f[t][0]) : f[t][0]);
+      _mm512_storeu_ps(y + 16, j->acc ? _mm512_add_ps(_mm512_loadu_ps(y + 16), f[t][1]) : f[t][1]);
+    } else {
+      float tmp[32];
+      _mm512_storeu_ps(tmp, f[t][0]);
+      _mm512_storeu_ps(tmp + 16, f[t][1]);
+      for (int r = 0; r < nvalid; r++) lm_mm_put(y + r, tmp[r], j->acc);
+    }
+  }
+}
+
+LM_AVX512 static void lm_gemm_fast_avx512(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0, int nvalid,
+                                          int64_t t0, int64_t t1) {
+  for (int64_t tt = t0; tt < t1; tt += 4) lm_gemm_body_512(j, tl, tile_r0, nvalid, tt);
+}
+
+const lm_cpu_kernels lm_cpu_kernels_avx512 = {
+    .isa = LM_CPU_ISA_AVX512,
+    .name = "avx512",
+    .q4_perm = 64,
+    .gemv_f32 = lm_gemv_f32_avx512,
+    .gemv_fast = lm_gemv_fast_avx512,
+    .dequant_rows = lm_mm_avx2_dequant_rows,
+    .quantize = lm_mm_avx2_quantize,
+    .unpack_codes = lm_mm_avx2_unpack_codes,
+    .interleave = lm_mm_avx2_interleave,
+    .gemm_nr = 32,
+    .gemm_mr = 4,
+    .gemm_signed8 = 0,
+    .gemm_fast = lm_gemm_fast_avx512,
+};
+
+#endif
