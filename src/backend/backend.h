@@ -131,6 +131,14 @@ typedef struct lm_kv_stage_args {
   int cache;
 } lm_kv_stage_args;
 
+/* Converts the held rows of a plain cache into `to` (a quantized cache of the same
+ * geometry and slot count, freshly allocated): quantizes every held slot's K and V rows.
+ * Outside steps (it runs when a cache reaches --kv-quant-start tokens). */
+typedef struct lm_kv_convert_args {
+  const lm_kv_cache *from;
+  lm_kv_cache *to;
+} lm_kv_convert_args;
+
 /* Appends the chunk's K/V (plain caches) or its staged codes (quantized caches) to the cache
  * `cache` of each sequence of the step. */
 typedef struct lm_kv_append_args {
@@ -201,6 +209,7 @@ typedef struct lm_backend_ops {
   lm_status (*gather_logit_rows)(lm_backend *be, const lm_gather_args *a);
   lm_status (*attention)(lm_backend *be, const lm_attn_args *a);
   lm_status (*kv_stage)(lm_backend *be, const lm_kv_stage_args *a);
+  lm_status (*kv_convert)(lm_backend *be, const lm_kv_convert_args *a);
   lm_status (*kv_append)(lm_backend *be, const lm_kv_append_args *a);
   lm_status (*moe_route)(lm_backend *be, const lm_moe_route_args *a);
   lm_status (*moe_experts)(lm_backend *be, const lm_moe_experts_args *a);

@@ -35,7 +35,7 @@ static int parse(int argc, char **argv, logits_opts *o) {
   static const struct option lo[] = {{"ids", 1, 0, 'i'},     {"prefill", 1, 0, 'p'}, {"chunk", 1, 0, 'c'},
                                      {"out", 1, 0, 'o'},     {"backend", 1, 0, 'b'}, {"precision", 1, 0, 'P'},
                                      {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},    {"kv-quant", 1, 0, 'q'},
-                                     {"kv-group", 1, 0, 'g'}, {"kv-config", 1, 0, 'K'}, {0, 0, 0, 0}};
+                                     {"kv-group", 1, 0, 'g'}, {"kv-config", 1, 0, 'K'}, {"kv-quant-start", 1, 0, 'S'}, {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->prefill = o->chunk = -1;
   int c;
@@ -52,6 +52,7 @@ static int parse(int argc, char **argv, logits_opts *o) {
     case 'q': o->kv.mode = optarg; break;
     case 'g': o->kv.group = atoi(optarg); break;
     case 'K': o->kv.config_path = optarg; break;
+    case 'S': o->kv.quant_start = atoll(optarg); break;
     case 'h': fputs(logits_help, stdout); return 0;
     default: fputs(logits_help, stderr); return 2;
     }

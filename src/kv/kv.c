@@ -49,8 +49,16 @@ static lm_status kv_alloc_slots(lm_kv_cache *c, int64_t slots) {
   return LM_OK;
 }
 
-lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out) {
+lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec_in, lm_kv_cache **out) {
   *out = NULL;
+  lm_kv_spec plain = *spec_in;
+  const lm_kv_spec *spec = spec_in;
+  /* A delayed quantization starts plain and converts itself in lm_kv_reserve. */
+  int delayed = lm_kv_kind_quant(spec_in->kind) && spec_in->quant_start > 0;
+  if (delayed) {
+    plain.kind = lm_kv_kind_ring(spec_in->kind) ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN;
+    spec = &plain;
+  }
   if (spec->n_kv_heads <= 0 || spec->head_dim <= 0 || (lm_kv_kind_ring(spec->kind) && spec->window <= 0))
     return LM_ERRF(LM_ERR_INVALID, "KV cache: invalid geometry");
   if (spec->kind < LM_KV_PLAIN || spec->kind > LM_KV_ROTATING_QUANT)
@@ -77,11 +85,47 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out
     return s;
   }
   char sig[64];
-  if (!be->ops->supports_cache(be, lm_kv_signature(c, sig, sizeof sig))) {
+  if (!be->ops->supports_cache(be, lm_kv_signature(c, sig, sizeof sig)) ||
+      (delayed && !be->ops->supports_cache(be, lm_kv_spec_signature(spec_in, sig, sizeof sig)))) {
     lm_kv_free(c);
     return LM_ERRF(LM_ERR_UNSUPPORTED, "backend %s cannot run a %s cache", be->ops->name, sig);
   }
+  if (delayed) {
+    c->pending = *spec_in;
+    c->has_pending = 1;
+    if (lm_kv_kind_quant(spec_in->kind) && ((spec_in->bits != 4 && spec_in->bits != 8) ||
+                                            (spec_in->group != 32 && spec_in->group != 64 && spec_in->group != 128) ||
+                                            spec_in->head_dim % spec_in->group)) {
+      lm_kv_free(c);
+      return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: unsupported quantization %d/%d", spec_in->bits, spec_in->group);
+    }
+  }
   *out = c;
+  return LM_OK;
+}
+
+/* Swaps a plain cache for its pending quantized kind, quantizing the rows it holds. */
+static lm_status kv_convert(lm_kv_cache *c) {
+  lm_kv_spec to = c->pending;
+  to.quant_start = 0;
+  lm_kv_cache q = *c;
+  q.kind = to.kind;
+  q.bits = to.bits;
+  q.group = to.group;
+  q.k = q.v = q.ks = q.kb = q.vs = q.vb = NULL;
+  q.slots = 0;
+  int64_t n = q.n;
+  q.n = 0; /* nothing to copy while allocating */
+  LM_TRY(kv_alloc_slots(&q, c->slots));
+  q.n = n;
+  lm_status s = c->be->ops->kv_convert(c->be, &(lm_kv_convert_args){.from = c, .to = &q});
+  if (s) {
+    for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, *kv_array(&q, a));
+    return s;
+  }
+  for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, *kv_array(c, a));
+  q.has_pending = 0;
+  *c = q;
   return LM_OK;
 }
 
@@ -127,6 +171,7 @@ int64_t lm_kv_bytes(const lm_kv_cache *c) { return lm_kv_held(c) * lm_kv_bytes_p
 
 lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new) {
   if (n_new < 0) return LM_ERRF(LM_ERR_INVALID, "KV reserve: negative count");
+  if (c->has_pending && c->n >= c->pending.quant_start) LM_TRY(kv_convert(c));
   if (c->window) return LM_OK; /* a ring holds its window whatever comes */
   int64_t need = c->n + n_new, slots = c->slots;
   if (need <= slots) return LM_OK;

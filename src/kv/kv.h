@@ -34,6 +34,15 @@ typedef enum lm_kv_kind {
 static inline int lm_kv_kind_quant(lm_kv_kind k) { return k == LM_KV_QUANT || k == LM_KV_ROTATING_QUANT; }
 static inline int lm_kv_kind_ring(lm_kv_kind k) { return k == LM_KV_ROTATING_PLAIN || k == LM_KV_ROTATING_QUANT; }
 
+/* What a session's cache set looks like: one entry per cache (donor layer). */
+typedef struct lm_kv_spec {
+  lm_kv_kind kind;
+  int n_kv_heads, head_dim;
+  int64_t window; /* for rotating kinds */
+  int bits, group; /* for quantized kinds */
+  int64_t quant_start; /* quantized kinds: stay plain until the cache holds this many tokens */
+} lm_kv_spec;
+
 /* Storage arrays of a cache: K and V rows (elements, or codes), and for quantized kinds the
  * per-group scales and biases of each. */
 enum { LM_KV_K = 0, LM_KV_V, LM_KV_KS, LM_KV_KB, LM_KV_VS, LM_KV_VB, LM_KV_ARRAYS };
@@ -49,15 +58,11 @@ struct lm_kv_cache {
   int64_t n;        /* tokens appended so far = next position */
   void *k, *v;      /* backend memory [slots][row]: elements (plain) or packed codes (quant) */
   void *ks, *kb, *vs, *vb; /* quant: bf16 [slots][n_kv_heads*head_dim/group] */
+  lm_kv_spec pending;      /* a plain cache that becomes this quantized kind at pending.quant_start */
+  int has_pending;
 };
 
-/* What a session's cache set looks like: one entry per cache (donor layer). */
-typedef struct lm_kv_spec {
-  lm_kv_kind kind;
-  int n_kv_heads, head_dim;
-  int64_t window; /* for rotating kinds */
-  int bits, group; /* for quantized kinds */
-} lm_kv_spec;
+
 
 /* Bytes of one slot's row of array a (LM_KV_K...). */
 int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a);
@@ -86,7 +91,8 @@ int64_t lm_kv_capacity(const lm_kv_cache *c);
 int64_t lm_kv_held(const lm_kv_cache *c);
 /* Bytes it holds now. */
 int64_t lm_kv_bytes(const lm_kv_cache *c);
-/* Makes room for n_new more tokens (plain kinds grow; rings never need to). Outside steps. */
+/* Makes room for n_new more tokens (plain kinds grow; rings never need to), and converts a
+ * cache that reached its --kv-quant-start length. Outside steps: the signature may change. */
 lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new);
 /* Drops the last n tokens. A ring that has wrapped cannot give back evicted positions:
  * LM_ERR_STATE, and the caller re-prefills. */

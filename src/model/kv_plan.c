@@ -53,7 +53,17 @@ static lm_status apply_config(const lm_model *m, const char *path, lm_kv_spec *s
   return s;
 }
 
+static lm_status plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *specs);
+
 lm_status lm_model_kv_plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *specs) {
+  LM_TRY(plan(m, o, specs));
+  if (o && o->quant_start < 0) return LM_ERRF(LM_ERR_INVALID, "--kv-quant-start must be >= 0");
+  for (int i = 0; o && i < m->cfg.n_caches; i++)
+    if (lm_kv_kind_quant(specs[i].kind)) specs[i].quant_start = o->quant_start;
+  return LM_OK;
+}
+
+static lm_status plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *specs) {
   lm_model_kv_specs(m, specs);
   const char *mode = o && o->mode ? o->mode : "off";
   if (!strcmp(mode, "off")) return LM_OK;

@@ -118,8 +118,44 @@ static void t_kvmix(void **st) {
   check("e4b_like_kvmix", &(lm_kv_options){.mode = "config", .config_path = FX "/e4b_like_kvmix/kv_config.json"});
 }
 
+/* --kv-quant-start: plain until a cache holds N tokens, then converted in place. */
+static void t_quant_start(void **st) {
+  (void)st;
+  lm_model *m;
+  lm_backend *be;
+  assert_int_equal(lm_model_load(FX "/e4b_like", &m), LM_OK);
+  assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
+  int32_t *ids;
+  int64_t T = lm_fx_read_ids(FX "/e4b_like/ids.txt", &ids), V = m->cfg.vocab_size;
+  float *ref = lm_fx_read_f32(FX "/e4b_like/logits.f32", T * V), *got = malloc((size_t)(T * V) * sizeof(float));
+  lm_kv_spec specs[16];
+  assert_int_equal(lm_model_kv_plan(m, &(lm_kv_options){.mode = "8", .group = 32, .quant_start = 20}, specs), LM_OK);
+  lm_kv_set *kv;
+  lm_forward *f;
+  assert_int_equal(lm_kv_set_create(be, specs, m->cfg.n_caches, &kv), LM_OK);
+  assert_int_equal(lm_forward_create(m, be, 4, 4, &f), LM_OK);
+  char sig[64];
+  assert_int_equal(lm_forward_feed(f, kv, ids, 20, 4, got), LM_OK);
+  assert_string_equal(lm_kv_signature(kv->caches[5], sig, sizeof sig), "kv:plain");
+  lm_fx_cmp r = lm_fx_compare(ref, got, 20, V); /* before the threshold: the unquantized reference */
+  assert_true(r.max_abs_diff <= 1e-3 * r.max_abs_ref);
+  assert_int_equal(lm_forward_feed(f, kv, ids + 20, T - 20, 4, got + 20 * V), LM_OK);
+  assert_string_equal(lm_kv_signature(kv->caches[5], sig, sizeof sig), "kv:quant:8:32");
+  assert_string_equal(lm_kv_signature(kv->caches[0], sig, sizeof sig), "kv:rotating-quant:8:32");
+  r = lm_fx_compare(ref, got, T, V);
+  printf("kv-quant-start 20: mean KL vs unquantized %.3g, argmax %lld/%lld\n", r.mean_kl, (long long)r.argmax_agree,
+         (long long)T);
+  assert_true(r.mean_kl > 0 && r.mean_kl < 0.1);
+  lm_forward_free(f);
+  lm_kv_set_free(kv);
+  free(ref), free(got), free(ids);
+  lm_backend_destroy(be);
+  lm_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(t_codes_bit_exact), cmocka_unit_test(t_kv8),
-                                     cmocka_unit_test(t_kv4), cmocka_unit_test(t_kvmix)};
+                                     cmocka_unit_test(t_kv4), cmocka_unit_test(t_kvmix),
+                                     cmocka_unit_test(t_quant_start)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,3 +147,21 @@ lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   }
   return LM_OK;
 }
+
+lm_status lm_cpu_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
+  (void)be;
+  const lm_kv_cache *f = a->from;
+  lm_kv_cache *t = a->to;
+  int64_t w = (int64_t)f->n_kv_heads * f->head_dim, cb = lm_kv_row_bytes(t, LM_KV_K), sb = w / t->group;
+  float tmp[w];
+  for (int64_t pos = lm_kv_first_held(f); pos < f->n; pos++) {
+    int64_t slot = lm_kv_slot(f, pos);
+    memcpy(tmp, (const float *)f->k + slot * w, (size_t)w * sizeof(float));
+    lm_affine_quantize_row_bf16(tmp, w, t->bits, t->group, (uint8_t *)t->k + slot * cb,
+                                (uint16_t *)t->ks + slot * sb, (uint16_t *)t->kb + slot * sb, NULL);
+    memcpy(tmp, (const float *)f->v + slot * w, (size_t)w * sizeof(float));
+    lm_affine_quantize_row_bf16(tmp, w, t->bits, t->group, (uint8_t *)t->v + slot * cb,
+                                (uint16_t *)t->vs + slot * sb, (uint16_t *)t->vb + slot * sb, NULL);
+  }
+  return LM_OK;
+}

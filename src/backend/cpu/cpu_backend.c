@@ -70,6 +70,7 @@ static const lm_backend_ops lm_cpu_ops = {
     .gather_logit_rows = lm_cpu_gather_logit_rows,
     .attention = lm_cpu_attention,
     .kv_stage = lm_cpu_kv_stage,
+    .kv_convert = lm_cpu_kv_convert,
     .kv_append = lm_cpu_kv_append,
     .moe_route = lm_cpu_moe_route,
     .moe_experts = lm_cpu_moe_experts,

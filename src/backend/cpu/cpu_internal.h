@@ -24,6 +24,7 @@ lm_status lm_cpu_softcap(lm_backend *be, const lm_softcap_args *a);
 lm_status lm_cpu_gather_logit_rows(lm_backend *be, const lm_gather_args *a);
 lm_status lm_cpu_argmax(lm_backend *be, const lm_argmax_args *a);
 lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a);
+lm_status lm_cpu_kv_convert(lm_backend *be, const lm_kv_convert_args *a);
 lm_status lm_cpu_kv_stage(lm_backend *be, const lm_kv_stage_args *a);
 lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a);
 lm_status lm_cpu_moe_route(lm_backend *be, const lm_moe_route_args *a);
