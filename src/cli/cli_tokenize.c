@@ -81,10 +81,25 @@ static char *read_stdin(size_t *len) {
   return buf;
 }
 
+/* Prints [a,b,c] and a newline; ids are non-negative. Formats by hand: printf per id would cost
+ * as much as the encoding. */
 static void print_ids(const int32_t *ids, size_t n) {
-  putchar('[');
-  for (size_t i = 0; i < n; i++) printf(i ? ",%d" : "%d", ids[i]);
-  fputs("]\n", stdout);
+  char buf[4096];
+  size_t w = 0;
+  buf[w++] = '[';
+  for (size_t i = 0; i < n; i++) {
+    char digits[12];
+    int k = 0;
+    uint32_t v = (uint32_t)ids[i];
+    do digits[k++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    if (w + (size_t)k + 2 > sizeof buf) fwrite(buf, 1, w, stdout), w = 0;
+    if (i) buf[w++] = ',';
+    while (k) buf[w++] = digits[--k];
+  }
+  buf[w++] = ']';
+  buf[w++] = '\n';
+  fwrite(buf, 1, w, stdout);
 }
 
 typedef struct tok_opts {

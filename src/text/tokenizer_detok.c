@@ -84,7 +84,7 @@ static void strip_token(const lm_tok_dec *dec, lm_tbuf *b) {
   size_t c = dec->content_len, a = 0, e = b->n;
   for (size_t k = 0; k < dec->start && e - a >= c && !memcmp(b->p + a, dec->content, c); k++) a += c;
   for (size_t k = 0; k < dec->stop && e - a >= c && !memcmp(b->p + e - c, dec->content, c); k++) e -= c;
-  memmove(b->p, b->p + a, e - a);
+  if (a) memmove(b->p, b->p + a, e - a);
   b->n = e - a;
 }
 
@@ -136,7 +136,7 @@ static lm_status release(lm_detok *d, int final) {
     else LM_TRY(lm_tbuf_put(&d->out, p + i, k));
     i += k;
   }
-  memmove(d->pending.p, p + i, n - i);
+  if (i < n) memmove(d->pending.p, p + i, n - i);
   d->pending.n = n - i;
   return LM_OK;
 }
@@ -149,7 +149,7 @@ static void strip_stream_start(lm_detok *d) {
   while (d->strip_left && d->out.n - a >= s->content_len && !memcmp(d->out.p + a, s->content, s->content_len))
     a += s->content_len, d->strip_left--;
   if (a < d->out.n) d->strip_left = 0; /* other text came first: the strip is over */
-  memmove(d->out.p, d->out.p + a, d->out.n - a);
+  if (a) memmove(d->out.p, d->out.p + a, d->out.n - a);
   d->out.n -= a;
 }
 

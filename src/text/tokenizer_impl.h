@@ -5,7 +5,8 @@
  *        --(normalizers)--> --(normalized added tokens, normalized trie)--> segments
  *        --(pre-tokenizers)--> pieces --(BPE)--> ids --(post-processor)--> ids
  * Files: tokenizer_tables.c (buffers, string table, hash maps), tokenizer_json.c (a strict
- * streaming JSON scanner for the big vocab/merges arrays), tokenizer_load.c (file -> model),
+ * streaming JSON scanner for the big vocab/merges arrays), tokenizer_load.c (file, top level,
+ * load/free), tokenizer_model.c (the BPE model), tokenizer_config.c (BOS/EOS, tokenizer_config.json),
  * tokenizer_components.c (normalizer / pre-tokenizer / decoder / post-processor / added-token
  * specs), tokenizer_added.c (added-token trie and matching), tokenizer_normalize.c,
  * tokenizer_pretok.c (Split, ByteLevel, regex), tokenizer_bpe.c, tokenizer_encode.c,
@@ -89,6 +90,8 @@ lm_status lm_tok_smap_init(lm_tok_smap *m, size_t expected);
 /* Maps the string of index idx to idx. If the string was present, *prev (if non-NULL) gets the
  * index it mapped to (which is replaced), else -1. */
 lm_status lm_tok_smap_put(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, int32_t *prev);
+/* The same with the string's lm_tok_hash computed by the caller. */
+lm_status lm_tok_smap_put_h(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, uint32_t h, int32_t *prev);
 int32_t lm_tok_smap_get(const lm_tok_smap *m, const lm_tok_strtab *st, const char *s, size_t n);
 /* The same with the hash computed by the caller, who may prefetch its slot first (bulk lookups
  * at load overlap their cache misses this way). */
@@ -110,17 +113,26 @@ typedef struct lm_tok_pmap {
 } lm_tok_pmap;
 lm_status lm_tok_pmap_init(lm_tok_pmap *m, size_t expected);
 lm_status lm_tok_pmap_put(lm_tok_pmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
+/* Home slot of a pair: the splitmix64 finalizer spreads (left, right) over all index bits. */
+static inline size_t lm_tok_pmap_home(uint64_t key, size_t mask) {
+  key ^= key >> 30;
+  key *= 0xbf58476d1ce4e5b9ull;
+  key ^= key >> 27;
+  key *= 0x94d049bb133111ebull;
+  key ^= key >> 31;
+  return (size_t)key & mask;
+}
 static inline const lm_tok_merge *lm_tok_pmap_get(const lm_tok_pmap *m, int32_t a, int32_t b) {
   uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
   if (!m->slot) return NULL;
-  for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;; i = (i + 1) & m->mask) {
+  for (size_t i = lm_tok_pmap_home(key, m->mask);; i = (i + 1) & m->mask) {
     if (m->slot[i].key == key) return &m->slot[i];
     if (m->slot[i].key == UINT64_MAX) return NULL;
   }
 }
 static inline void lm_tok_pmap_prefetch(const lm_tok_pmap *m, int32_t a, int32_t b) {
   uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-  if (m->slot) __builtin_prefetch(&m->slot[(size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask], 1);
+  if (m->slot) __builtin_prefetch(&m->slot[lm_tok_pmap_home(key, m->mask)], 1);
 }
 void lm_tok_pmap_free(lm_tok_pmap *m);
 
@@ -244,6 +256,13 @@ typedef struct lm_tok_file {
 lm_status lm_tok_file_open(const char *path, lm_tok_file *f);
 void lm_tok_file_close(lm_tok_file *f);
 lm_status lm_tok_parse_json(lm_tokenizer *t, const char *name, const char *data, size_t len);
+/* The "model" object (tokenizer_model.c): created per load, fed the value of "model", finished
+ * once the whole file is read (the vocab and merges may come in either order). */
+typedef struct lm_tok_model_state lm_tok_model_state;
+lm_status lm_tok_model_new(lm_tokenizer *t, const char *name, lm_tok_model_state **out);
+lm_status lm_tok_model_parse(lm_tjs *j, lm_tok_model_state *mp);
+lm_status lm_tok_model_finish(lm_tok_model_state *mp);
+void lm_tok_model_free(lm_tok_model_state *mp); /* NULL is a no-op */
 lm_status lm_tok_parse_normalizer(lm_tokenizer *t, const json_t *v, const char *name);
 lm_status lm_tok_parse_pretokenizer(lm_tokenizer *t, const json_t *v, const char *name);
 lm_status lm_tok_parse_decoder(lm_tokenizer *t, const json_t *v, const char *name);

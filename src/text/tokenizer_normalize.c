@@ -23,6 +23,9 @@ static lm_status unicode_form(lm_tn_kind kind, const char *in, size_t len, lm_tb
   else opt |= UTF8PROC_DECOMPOSE;
   if (kind == LM_TN_NFKC || kind == LM_TN_NFKD) opt |= UTF8PROC_COMPAT;
   if (len == 0) return LM_OK;
+  size_t i = 0; /* ASCII is its own normal form in all four */
+  while (i < len && (unsigned char)in[i] < 0x80) i++;
+  if (i == len) return lm_tbuf_put(out, in, len);
   if (len > (size_t)PTRDIFF_MAX / 4) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: text too long to normalize");
   utf8proc_uint8_t *dst = NULL;
   utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)in, (utf8proc_ssize_t)len, &dst, (utf8proc_option_t)opt);

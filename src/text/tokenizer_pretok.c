@@ -158,22 +158,20 @@ lm_status lm_tok_pattern_find(const lm_tok_pattern *p, const char *s, size_t n, 
 }
 
 /* ---- GPT-2 byte table (HF pre_tokenizers/byte_level.rs bytes_char) ------------------------ */
-static int printable_byte(unsigned b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); }
-
+/* Printable bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) map to themselves; the other 68 get
+ * U+0100.. in byte order: 0x00..0x20 -> +0..32, 0x7F..0xA0 -> +33..66, 0xAD -> +67. */
 uint32_t lm_tok_byte_char(uint8_t b) {
-  if (printable_byte(b)) return b;
-  unsigned k = 0; /* the others get U+0100.. in byte order */
-  for (unsigned i = 0; i < b; i++) k += !printable_byte(i);
-  return 256 + k;
+  if (b <= 0x20) return 256u + b;
+  if (b >= 0x7F && b <= 0xA0) return 256u + 33u + (b - 0x7Fu);
+  if (b == 0xAD) return 256u + 67u;
+  return b;
 }
 
 int lm_tok_char_byte(uint32_t cp) {
-  if (cp < 256) return printable_byte(cp) ? (int)cp : -1;
-  if (cp >= 256 + 68) return -1; /* 68 bytes are not printable */
-  unsigned k = cp - 256;
-  for (unsigned b = 0; b < 256; b++)
-    if (!printable_byte(b) && k-- == 0) return (int)b;
-  return -1;
+  if (cp < 256) return (cp <= 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) ? -1 : (int)cp;
+  if (cp <= 256 + 32) return (int)(cp - 256);
+  if (cp <= 256 + 66) return (int)(cp - 256 - 33 + 0x7F);
+  return cp == 256 + 67 ? 0xAD : -1;
 }
 
 /* ---- Split -------------------------------------------------------------------------------- */

