@@ -2,9 +2,8 @@
  *
  * Cost per call: the penalties touch only the ids of their window; the truncations work on a
  * candidate list. With top-k the list is built by a k-heap over the logits (O(V log k)); top-p
- * without top-k sorts only the smallest set of highest logits that is sure to hold the nucleus
- * (all logits within a margin of the maximum, widened until their mass reaches top_p), so a
- * 262k vocabulary is not sorted per token. Pure temperature / min-p never sorts. */
+ * without top-k buckets the logits and sorts only the bucket where the mass crosses top_p, so a
+ * 262k vocabulary is never sorted per token. Pure temperature / min-p never sorts. */
 #include "sample/sampler.h"
 
 #include <math.h>
@@ -24,6 +23,8 @@ struct lm_sampler {
   lm_rng rng;
   int64_t cap;      /* entries of cand / count */
   cand *cand;       /* [cap] working candidate list */
+  cand *tmp;        /* [cap] scratch (the top-p boundary bucket) */
+  float *w;         /* [cap] weights of the candidates */
   int32_t *count;   /* [cap] occurrences in a penalty window (zero between uses) */
   int32_t *touched; /* [cap] ids whose count is non-zero */
 };
@@ -130,6 +131,8 @@ void lm_sampler_free(lm_sampler *s) {
   if (!s) return;
   lm_sampling_clear(&s->p);
   free(s->cand);
+  free(s->tmp);
+  free(s->w);
   free(s->count);
   free(s->touched);
   free(s);
@@ -142,12 +145,16 @@ const lm_sampling *lm_sampler_params(const lm_sampler *s) { return &s->p; }
 static int reserve(lm_sampler *s, int64_t vocab) {
   if (vocab <= s->cap) return 0;
   free(s->cand);
+  free(s->tmp);
+  free(s->w);
   free(s->count);
   free(s->touched);
   s->cand = malloc((size_t)vocab * sizeof *s->cand);
+  s->tmp = malloc((size_t)vocab * sizeof *s->tmp);
+  s->w = malloc((size_t)vocab * sizeof *s->w);
   s->count = calloc((size_t)vocab, sizeof *s->count);
   s->touched = malloc((size_t)vocab * sizeof *s->touched);
-  s->cap = s->cand && s->count && s->touched ? vocab : 0;
+  s->cap = s->cand && s->tmp && s->w && s->count && s->touched ? vocab : 0;
   return s->cap ? 0 : -1;
 }
 
@@ -206,7 +213,10 @@ static int32_t argmax(const float *x, int64_t vocab) {
   return (int32_t)b;
 }
 
-/* ---- 6-9: candidates and truncation ---------------------------------------------------------- */
+/* ---- 6-9: candidates and truncation ----------------------------------------------------------
+ * Probabilities are weights w = expf(logit - max) (float) summed in double; every step uses the
+ * same weights, so the cut points do not depend on the path taken. The draw walks the kept tokens
+ * in id order, whichever truncation ran. */
 
 /* a before b: higher logit first, the lower id on ties (a total order, so sorts are deterministic). */
 static int before(const cand *a, const cand *b) { return a->logit > b->logit || (a->logit == b->logit && a->id < b->id); }
@@ -214,6 +224,11 @@ static int before(const cand *a, const cand *b) { return a->logit > b->logit || 
 static int cmp_cand(const void *pa, const void *pb) {
   const cand *a = pa, *b = pb;
   return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+static int cmp_id(const void *pa, const void *pb) {
+  const cand *a = pa, *b = pb;
+  return (a->id > b->id) - (a->id < b->id);
 }
 
 /* Min-heap on `before` (the worst candidate at the root). */
@@ -263,65 +278,77 @@ static float max_logit(const cand *c, int64_t n) {
   return m;
 }
 
-/* c[0..n) sorted; z = Σ exp(l - c[0].logit) over the whole distribution (which may hold more than
- * these n). Keeps the prefix whose mass before each kept token is < top_p (at least one). */
-static int64_t cut_top_p(const cand *c, int64_t n, double z, float top_p) {
-  double cum = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (cum >= (double)top_p * z) return i > 0 ? i : 1;
-    cum += exp((double)(c[i].logit - c[0].logit));
-  }
+/* w[i] = expf(c[i].logit - m); returns their sum. */
+static double weigh(const cand *c, int64_t n, float m, float *w) {
+  double z = 0;
+  for (int64_t i = 0; i < n; i++) z += w[i] = expf(c[i].logit - m);
+  return z;
+}
+
+/* Sorted c (with weights w): how many stay under top-p, the mass before each kept token being
+ * < target = top_p * z, starting from `cum` (the mass of what comes before c). At least one. */
+static int64_t cut_sorted(const cand *c, const float *w, int64_t n, double cum, double target) {
+  for (int64_t i = 0; i < n; i++)
+    if (cum >= target) return i > 0 ? i : 1;
+    else cum += w[i];
   return n;
 }
 
-/* Top-p over unsorted c: only the highest logits are sorted — all within a margin of the maximum,
- * the margin widened until their mass reaches top_p, so the nucleus lies inside them. */
-static int64_t nucleus(cand *c, int64_t n, float top_p) {
-  float m = max_logit(c, n);
-  double z = 0;
-  for (int64_t i = 0; i < n; i++) z += exp((double)(c[i].logit - m));
-  for (double margin = 8;; margin *= 2) {
-    int64_t k = 0;
-    double mass = 0;
-    for (int64_t i = 0; i < n; i++)
-      if (c[i].logit >= m - margin) {
-        mass += exp((double)(c[i].logit - m));
-        cand t = c[k];
-        c[k++] = c[i];
-        c[i] = t;
-      }
-    if (mass >= (double)top_p * z || k == n) {
-      qsort(c, (size_t)k, sizeof *c, cmp_cand);
-      return cut_top_p(c, k, z, top_p);
-    }
+/* Top-p over the sorted top-k list (the distribution is those k); then id order for the draw. */
+static int64_t top_p_sorted(cand *c, int64_t n, float top_p, float *w) {
+  double z = weigh(c, n, c[0].logit, w);
+  n = cut_sorted(c, w, n, 0, (double)top_p * z);
+  qsort(c, (size_t)n, sizeof *c, cmp_id);
+  return n;
+}
+
+#define LM_SAMPLE_BUCKETS 1024
+
+/* Top-p over c in id order without sorting it: the logits fall into buckets of equal width below
+ * the maximum; the bucket where the mass crosses top_p is sorted alone to place the exact cut, and
+ * c is filtered in place (id order kept). `t` is scratch for that bucket. */
+static int64_t nucleus(cand *c, int64_t n, float top_p, float *w, cand *t) {
+  float m = max_logit(c, n), lo = m;
+  for (int64_t i = 0; i < n; i++) lo = c[i].logit < lo ? c[i].logit : lo;
+  float scale = m > lo ? (float)(LM_SAMPLE_BUCKETS - 1) / (m - lo) : 0.0f;
+#define BUCKET(l) ((int)fminf((m - (l)) * scale, (float)(LM_SAMPLE_BUCKETS - 1)))
+  double z = weigh(c, n, m, w), mass[LM_SAMPLE_BUCKETS] = {0}, target = (double)top_p * z, cum = 0;
+  for (int64_t i = 0; i < n; i++) mass[BUCKET(c[i].logit)] += w[i];
+  int b = 0;
+  while (b < LM_SAMPLE_BUCKETS - 1 && cum + mass[b] < target) cum += mass[b++];
+  int64_t nt = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (BUCKET(c[i].logit) == b) t[nt++] = c[i];
+  if (!nt) return n; /* the mass never reached the target: rounding; keep everything */
+  qsort(t, (size_t)nt, sizeof *t, cmp_cand);
+  float *wt = w; /* the bucket's weights, in its sorted order (w is free again) */
+  for (int64_t i = 0; i < nt; i++) wt[i] = expf(t[i].logit - m);
+  cand last = t[cut_sorted(t, wt, nt, cum, target) - 1];
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int bi = BUCKET(c[i].logit);
+    if (bi < b || (bi == b && (before(&c[i], &last) || c[i].id == last.id))) c[k++] = c[i];
   }
+#undef BUCKET
+  return k;
 }
 
-/* Top-p over the sorted top-k list: the distribution is those k. */
-static int64_t top_p_sorted(const cand *c, int64_t n, float top_p) {
-  double z = 0;
-  for (int64_t i = 0; i < n; i++) z += exp((double)(c[i].logit - c[0].logit));
-  return cut_top_p(c, n, z, top_p);
-}
-
-/* Drops (keeping order) the tokens with p < min_p * p_max, i.e. exp(l - l_max) < min_p. */
+/* Drops (keeping order) the tokens with p < min_p * p_max, i.e. expf(l - l_max) < min_p. */
 static int64_t apply_min_p(cand *c, int64_t n, float min_p) {
   float m = max_logit(c, n);
   int64_t k = 0;
   for (int64_t i = 0; i < n; i++)
-    if (exp((double)(c[i].logit - m)) >= (double)min_p) c[k++] = c[i];
+    if (expf(c[i].logit - m) >= min_p) c[k++] = c[i];
   return k;
 }
 
 /* ---- 10: the draw ---------------------------------------------------------------------------- */
 
 static int32_t draw(lm_sampler *s, const cand *c, int64_t n) {
-  float m = max_logit(c, n);
-  double z = 0;
-  for (int64_t i = 0; i < n; i++) z += exp((double)(c[i].logit - m));
+  double z = weigh(c, n, max_logit(c, n), s->w);
   double u = (double)lm_rng_next_uniform(&s->rng) * z, cum = 0;
   for (int64_t i = 0; i < n; i++) {
-    cum += exp((double)(c[i].logit - m));
+    cum += s->w[i];
     if (u < cum) return c[i].id;
   }
   return c[n - 1].id; /* u rounded onto the total */
@@ -349,10 +376,11 @@ int32_t lm_sampler_sample(lm_sampler *s, float *logits, int64_t vocab, const int
   int64_t nc;
   if (p->top_k > 0 && p->top_k < vocab) {
     nc = top_k_sorted(logits, vocab, p->top_k, c);
-    if (nc && p->top_p < 1) nc = top_p_sorted(c, nc, p->top_p);
+    if (nc && p->top_p < 1) nc = top_p_sorted(c, nc, p->top_p, s->w);
+    else qsort(c, (size_t)nc, sizeof *c, cmp_id);
   } else {
     nc = all_finite(logits, vocab, c);
-    if (nc && p->top_p < 1) nc = nucleus(c, nc, p->top_p);
+    if (nc && p->top_p < 1) nc = nucleus(c, nc, p->top_p, s->w, s->tmp);
   }
   if (!nc) {
     lm_err_set(LM_ERR_INVALID, "sample: no token has a finite logit");

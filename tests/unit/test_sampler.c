@@ -267,7 +267,13 @@ static int cmp_desc(const void *pa, const void *pb) {
   return a[1] < b[1] ? -1 : a[1] > b[1];
 }
 
-/* The whole pipeline (temperature, top-p) written the slow way: sort everything. */
+static int cmp_id_pair(const void *pa, const void *pb) {
+  const float *a = pa, *b = pb;
+  return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* The whole pipeline (temperature, top-p, the draw in id order) written the slow way: sort
+ * everything, weights expf(l - max) summed in double (sampler.c's definition). */
 static int32_t reference_top_p(const float *logits, int n, float temperature, float top_p, uint64_t seed,
                                uint64_t counter) {
   float(*c)[2] = malloc((size_t)n * sizeof *c);
@@ -276,22 +282,24 @@ static int32_t reference_top_p(const float *logits, int n, float temperature, fl
     c[i][1] = (float)i;
   }
   qsort(c, (size_t)n, sizeof *c, cmp_desc);
+  float m = c[0][0];
   double z = 0, cum = 0;
-  for (int i = 0; i < n; i++) z += exp((double)(c[i][0] - c[0][0]));
+  for (int i = 0; i < n; i++) z += expf(c[i][0] - m);
   int k = n;
   for (int i = 0; i < n; i++) {
     if (cum >= (double)top_p * z) {
       k = i > 0 ? i : 1;
       break;
     }
-    cum += exp((double)(c[i][0] - c[0][0]));
+    cum += expf(c[i][0] - m);
   }
+  qsort(c, (size_t)k, sizeof *c, cmp_id_pair);
   double zk = 0;
-  for (int i = 0; i < k; i++) zk += exp((double)(c[i][0] - c[0][0]));
+  for (int i = 0; i < k; i++) zk += expf(c[i][0] - m);
   double u = (double)lm_rng_uniform(seed, 0, counter) * zk, acc = 0;
   int32_t id = (int32_t)c[k - 1][1];
   for (int i = 0; i < k; i++) {
-    acc += exp((double)(c[i][0] - c[0][0]));
+    acc += expf(c[i][0] - m);
     if (u < acc) {
       id = (int32_t)c[i][1];
       break;
@@ -424,6 +432,7 @@ static void t_gen_config_bad(void **st) {
       {"{\"temperature\":\"hot\"}", "temperature", LM_ERR_CORRUPT},
       {"{\"temperature\":-1}", "temperature", LM_ERR_CORRUPT},
       {"{\"top_p\":0}", "top_p", LM_ERR_CORRUPT},
+      {"{\"top_p\":1e-50}", "top_p", LM_ERR_CORRUPT},
       {"{\"top_p\":1.5}", "top_p", LM_ERR_CORRUPT},
       {"{\"min_p\":-0.5}", "min_p", LM_ERR_CORRUPT},
       {"{\"top_k\":-3}", "top_k", LM_ERR_CORRUPT},
