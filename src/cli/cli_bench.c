@@ -11,6 +11,9 @@
 #include "cli/cli.h"
 #include "cli/cli_common.h"
 #include "model/forward.h"
+#ifdef LM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 static const char *bench_help =
     "usage: lumen bench (--preset FILE | MODEL_DIR) [options]\n"
@@ -28,7 +31,8 @@ static const char *bench_help =
     "  --context LIST      decode context lengths (default 512)\n"
     "  --decode-tokens N   tokens per decode measurement (default 16)\n"
     "  --reps N            measured repetitions (default 3); --warmup N (default 1)\n"
-    "  --backend B         cpu (default); --precision f32|fast (default fast); --threads N\n"
+    "  --backend B         cpu or cuda (default: cuda when built and a GPU is present);\n"
+    "                      --precision f32|fast (default fast); --threads N\n"
     "  --json              one JSON object on stdout\n";
 
 typedef struct bench_opts {
@@ -78,7 +82,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
 
 /* Bytes one decode token reads: every matrix once (MoE: the top_k experts of E), the tied
  * head, a row of each lookup table, and the KV cache held at context n. */
-static double decode_bytes(const lm_model *m, int64_t n) {
+static double decode_bytes(const lm_model *m, int64_t n, size_t kv_elem) {
   const lm_model_config *c = &m->cfg;
   double b = (double)lm_weight_bytes(&m->embed) + (double)lm_weight_bytes(&m->embed) / (double)c->vocab_size;
   if (c->ple_dim)
@@ -98,7 +102,7 @@ static double decode_bytes(const lm_model *m, int64_t n) {
   lm_model_kv_specs(m, specs);
   for (int i = 0; i < c->n_caches; i++) {
     int64_t held = specs[i].window && n > specs[i].window ? specs[i].window : n;
-    b += (double)held * 2.0 * specs[i].n_kv_heads * specs[i].head_dim * sizeof(float);
+    b += (double)held * 2.0 * specs[i].n_kv_heads * specs[i].head_dim * (double)kv_elem;
   }
   return b;
 }
@@ -140,25 +144,35 @@ static double time_prefill(const lm_model *m, lm_backend *be, lm_forward *f, con
   return s ? -1 : dt;
 }
 
-/* n greedy decode steps continuing kv; returns seconds, or -1. */
-static double time_decode(const lm_model *m, lm_forward *f, lm_kv_set *kv, int64_t n) {
-  int64_t V = m->cfg.vocab_size;
-  float *logits = malloc((size_t)V * sizeof(float));
+/* n greedy decode steps continuing kv (the argmax runs on the backend; only the token id
+ * comes back); returns seconds, or -1. */
+static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n) {
   int32_t id = 3, seq = 0, row = 0;
   double t0 = lm_cli_now();
-  lm_status s = logits ? LM_OK : LM_ERR_NOMEM;
+  lm_status s = LM_OK;
   for (int64_t i = 0; i < n && !s; i++) {
-    int32_t pos = (int32_t)lm_kv_set_len(kv);
+    int32_t pos = (int32_t)lm_kv_set_len(kv), next = 0;
     lm_batch b = {.n_tokens = 1, .ids = &id, .pos = &pos, .seq = &seq, .n_seqs = 1, .kv = &kv, .n_logits = 1,
                   .logit_rows = &row};
-    s = lm_forward_run(f, &b, logits);
-    int64_t best = 0;
-    for (int64_t v = 1; !s && v < V; v++) best = logits[v] > logits[best] ? v : best;
-    id = (int32_t)best;
+    s = lm_forward_run_greedy(f, &b, NULL, &next);
+    id = next;
   }
   double dt = lm_cli_now() - t0;
-  free(logits);
   return s ? -1 : dt;
+}
+
+/* The backend's own read bandwidth (and copy bandwidth where it measures one), GB/s. */
+static double backend_bandwidth(lm_backend *be, const bench_opts *o, double *copy, char *info, size_t n) {
+  *copy = 0;
+#ifdef LM_HAVE_CUDA
+  if (!strcmp(be->ops->name, "cuda")) {
+    lm_cuda_mem_report(be, info, n);
+    *copy = lm_cuda_copy_bandwidth_gbs(be);
+    return lm_cuda_read_bandwidth_gbs(be);
+  }
+#endif
+  lm_cpu_kernels_info(info, n);
+  return lm_cpu_read_bandwidth_gbs(o->be.threads);
 }
 
 int lm_cli_bench(int argc, char **argv) {
@@ -184,21 +198,27 @@ int lm_cli_bench(int argc, char **argv) {
   fprintf(stderr, "bench: model ready in %.1f s: %.2f B parameters, %.2f GB of weights\n", lm_cli_now() - t0,
           (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9);
   if (!(be = lm_cli_backend(&o.be, LM_PRECISION_FAST))) goto done;
-  double bw = lm_cpu_read_bandwidth_gbs(o.be.threads);
-  char isa[256];
-  lm_cpu_kernels_info(isa, sizeof isa);
+  t0 = lm_cli_now();
+  if (lm_model_prepare(m, be)) { /* device backends upload the weights once */
+    lm_cli_fail("preparing the weights");
+    goto done;
+  }
+  fprintf(stderr, "bench: weights prepared for %s in %.1f s\n", be->ops->name, lm_cli_now() - t0);
+  char isa[512];
+  double copy_bw, bw = backend_bandwidth(be, &o, &copy_bw, isa, sizeof isa);
   int64_t maxlen = 1;
   for (int64_t i = 0; i < np; i++) maxlen = plist[i] > maxlen ? plist[i] : maxlen;
   for (int64_t i = 0; i < nc; i++) maxlen = clist[i] > maxlen ? clist[i] : maxlen;
   if (!(ids = malloc((size_t)(maxlen + 1) * sizeof *ids))) goto done;
   fill_ids(ids, maxlen, m->cfg.vocab_size, o.seed);
   if (o.json)
-    printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"params\":%lld,"
-           "\"weight_bytes\":%lld,\"prefill\":[",
-           be->ops->name, isa, bw, (long long)m->n_params, (long long)m->weight_bytes);
+    printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"copy_bandwidth_gbs\":%.2f,"
+           "\"params\":%lld,\"weight_bytes\":%lld,\"prefill\":[",
+           be->ops->name, isa, bw, copy_bw, (long long)m->n_params, (long long)m->weight_bytes);
   else
     printf("backend %s (%s), measured read bandwidth %.1f GB/s\nmodel: %lld parameters, %lld weight bytes\n",
            be->ops->name, isa, bw, (long long)m->n_params, (long long)m->weight_bytes);
+  if (!o.json && copy_bw > 0) printf("measured copy bandwidth %.1f GB/s (read + write)\n", copy_bw);
   for (int64_t i = 0; i < np; i++) {
     lm_forward *f = NULL;
     if (plist[i] < 1 || lm_forward_create(m, be, plist[i], 1, &f)) {
@@ -236,7 +256,7 @@ int lm_cli_bench(int argc, char **argv) {
     int bad = 0;
     for (int r = 0; r < o.warmup + o.reps && !bad; r++) {
       bad = time_prefill(m, be, fp, ids, ctx, &kv) < 0;
-      double dt = bad ? -1 : time_decode(m, fd, kv, o.decode_tokens);
+      double dt = bad ? -1 : time_decode(fd, kv, o.decode_tokens);
       bad |= dt < 0;
       if (!bad && r >= o.warmup) v[r - o.warmup] = dt;
       lm_kv_set_free(kv);
@@ -249,7 +269,7 @@ int lm_cli_bench(int argc, char **argv) {
       goto done;
     }
     double med = median(v, o.reps), tps = (double)o.decode_tokens / med;
-    double bytes = decode_bytes(m, ctx + o.decode_tokens / 2), gbs = bytes * tps / 1e9;
+    double bytes = decode_bytes(m, ctx + o.decode_tokens / 2, lm_dtype_size(be->act_dtype)), gbs = bytes * tps / 1e9;
     if (o.json)
       printf("%s{\"context\":%lld,\"tokens\":%lld,\"tok_s\":%.2f,\"bytes_per_token\":%.0f,\"gb_s\":%.2f,"
              "\"bandwidth_pct\":%.1f}",

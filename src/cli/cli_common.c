@@ -8,6 +8,9 @@
 #include <time.h>
 
 #include "base/status.h"
+#ifdef LM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 int lm_cli_fail(const char *what) {
   fprintf(stderr, "lumen: %s%s%s\n", what ? what : "", what && *lm_errmsg() ? ": " : "", lm_errmsg());
@@ -68,13 +71,21 @@ lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_pr
   }
   if (o->threads > 0) omp_set_num_threads(o->threads);
   lm_backend *be = NULL;
-  if (!o->backend || !strcmp(o->backend, "cpu")) {
+  const char *name = o->backend;
+#ifdef LM_HAVE_CUDA
+  if (!name) name = lm_cuda_device_count() > 0 ? "cuda" : "cpu"; /* default: the GPU when there is one */
+#endif
+  if (!name || !strcmp(name, "cpu")) {
     if (lm_backend_cpu_create(prec, o->threads, &be)) lm_cli_fail("cpu backend");
     return be;
   }
-  if (!strcmp(o->backend, "cuda")) {
-    fprintf(stderr, "lumen: --backend cuda: this build has no CUDA backend yet\n");
-    return NULL;
+  if (!strcmp(name, "cuda")) {
+#ifdef LM_HAVE_CUDA
+    if (lm_backend_cuda_create(prec, 0, &be)) lm_cli_fail("cuda backend");
+#else
+    fprintf(stderr, "lumen: --backend cuda: this build has no CUDA backend (configure with -DLUMEN_CUDA=ON)\n");
+#endif
+    return be;
   }
   fprintf(stderr, "lumen: --backend must be cpu or cuda (got '%s')\n", o->backend);
   return NULL;

@@ -20,6 +20,10 @@ void lm_forward_free(lm_forward *f);
 /* Runs the batch: validates it, reserves cache room, runs every layer, and copies the logits
  * of the batch's logit rows to logits_out [n_logits][vocab] (host, f32; may be NULL). */
 lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out);
+/* The same, and also the greedy token (argmax, lowest id on ties) of every logit row, computed
+ * on the backend: ids_out [n_logits] (host). Only the ids cross to the host when logits_out
+ * is NULL. */
+lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_out, int32_t *ids_out);
 
 /* Teacher-forces one sequence: feeds ids[0..n) into kv in steps of `step` tokens and writes
  * every position's logits to out[n][vocab] (host; may be NULL). step <= the forward's max_tokens. */

@@ -1,0 +1,126 @@
+/* cuda_kernels.h — the kernel launchers of the CUDA backend: C parameter structs and
+ * extern "C" functions, so the C op layer (cuda_ops.c) never sees a template. Each launcher
+ * enqueues on `s` and returns the launch's cudaError_t (cudaGetLastError after the launch).
+ * Tensors are 2-D row-major device views; `dt` is an lm_dtype (activations: F32 or BF16).
+ * All index math is 64-bit. */
+#ifndef LM_BACKEND_CUDA_KERNELS_H
+#define LM_BACKEND_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A device tensor view [rows][cols] with row stride ld (elements). */
+typedef struct lm_cu_t {
+  void *p;
+  int64_t rows, cols, ld;
+  int dt; /* lm_dtype */
+} lm_cu_t;
+
+/* Scale/bias pair layouts of a quantized device weight (one pair per group). */
+enum { LM_CU_SB_BF16 = 0, LM_CU_SB_F16 = 1, LM_CU_SB_F32 = 2 };
+
+/* A device-resident weight: [E][rows][row_bytes] codes or elements (experts compacted), and
+ * for affine weights [E][rows][cols/group] scale/bias pairs (u32 bf16x2 or f16x2: scale in the
+ * low half; float2 for f32). w = scale*q + bias, as the stored MLX format defines. */
+typedef struct lm_cu_w {
+  const void *data, *sb;
+  int64_t n_experts, rows, cols, row_bytes;
+  int bits, group; /* 0, 0: dense */
+  int wdt;         /* dense element lm_dtype */
+  int sb_kind;     /* LM_CU_SB_* */
+} lm_cu_w;
+
+/* The per-(sequence, cache) descriptor begin_step uploads: where the cache lives and how
+ * many tokens it held when the step began. window > 0 marks a ring (slot = pos % window). */
+typedef struct lm_cu_kvdesc {
+  void *k, *v;
+  int64_t n, window, slots;
+} lm_cu_kvdesc;
+
+/* ---- elementwise / row ops (k_rows.cu) ---- */
+cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids, float scale);
+/* residual == NULL: out = norm(x)*w; else residual += norm(x)*w. w may be NULL. */
+cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, const lm_cu_t *residual);
+cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq, const int32_t *pos);
+cudaError_t lm_cu_geglu(cudaStream_t s, lm_cu_t out, lm_cu_t gate, lm_cu_t up);
+/* out = (a + b) * scale, or a * scale when b.p == NULL. */
+cudaError_t lm_cu_add(cudaStream_t s, lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale);
+cudaError_t lm_cu_softcap(cudaStream_t s, lm_cu_t x, float cap);
+/* out[i] = x[rows[i]] for i < out.rows. */
+cudaError_t lm_cu_gather_rows(cudaStream_t s, lm_cu_t out, lm_cu_t x, const int32_t *rows);
+/* ids[r*ids.ld] = argmax of row r (lowest index on ties); ids is int32. */
+cudaError_t lm_cu_argmax(cudaStream_t s, lm_cu_t ids, lm_cu_t x);
+/* Writes token t's K/V row into the cache of its sequence (kv[seq[t]*n_caches + cache]). */
+cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv, int n_caches,
+                            int cache, const int32_t *pos, const int32_t *seq);
+
+/* ---- attention (k_attention.cu) ---- */
+typedef struct lm_cu_attn_p {
+  lm_cu_t out, q, k_new, v_new;
+  const lm_cu_kvdesc *kv;
+  int n_caches, cache;
+  const int32_t *pos, *seq, *tiles; /* tiles: [n_tiles][2] (first token, count) within one sequence */
+  int n_tiles, max_tile;            /* max_tile: largest token count of a tile */
+  int n_heads, n_kv_heads, head_dim;
+  int64_t window;
+  float scale;
+  float *part;          /* split partials scratch */
+  int64_t part_floats;  /* its capacity */
+} lm_cu_attn_p;
+/* Largest head dim the kernels take. */
+#define LM_CU_ATTN_MAX_HD 512
+cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms);
+
+/* ---- matrix products (k_gemv.cu, k_gemm.cu) ---- */
+typedef struct lm_cu_mm_p {
+  lm_cu_w w;
+  int64_t expert;       /* the matrix of a stack (ignored when ids is set) */
+  lm_cu_t x, y;         /* y[m][rows] = x[m][cols] · Wᵀ (+ y) */
+  int accumulate;
+  /* grouped (MoE decode): when ids is set, output row g (g < y.rows) uses expert
+   * ids[(g / ids_k) * ids_ld + g % ids_k] and input row g / x_div. */
+  const int32_t *ids;
+  int64_t ids_ld;
+  int ids_k, x_div;
+  int grid_cap;   /* most blocks one launch starts (a multiple of the SM count) */
+  int smem_optin; /* the device's opt-in shared memory per block */
+} lm_cu_mm_p;
+/* Decode product for x.rows <= 8 (or any y.rows groups); returns cudaErrorNotSupported when
+ * the shape is outside what it takes (the caller then uses a GEMM). */
+cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *p);
+/* Dequantizes/converts rows [r0, r0+n) of expert e to dst [n][cols] of dtype dt (F32/BF16). */
+cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n, void *dst, int dt);
+/* MoE prefill: for every expert e and sorted pair j in [start[e], start[e+1]):
+ * y[order[j]] = x[order[j] / x_div] · W_eᵀ (rows). max_rows bounds any expert's count. */
+typedef struct lm_cu_gather_mm_p {
+  lm_cu_w w;
+  lm_cu_t x, y;
+  const int32_t *start, *order;
+  int x_div;
+  int64_t max_rows;
+} lm_cu_gather_mm_p;
+cudaError_t lm_cu_gemm_gathered(cudaStream_t s, const lm_cu_gather_mm_p *p);
+
+/* ---- MoE (k_moe.cu) ---- */
+cudaError_t lm_cu_moe_route(cudaStream_t s, lm_cu_t ids, lm_cu_t weights, lm_cu_t logits, int top_k,
+                            const float *per_expert_scale);
+/* Stable counting sort of the T*K (token, slot) pairs by expert: start[E+1], order[T*K]. */
+cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32_t *start, int32_t *order);
+/* out[t] = Σ_k weights[t][k] · y[t*K + k] (y rows in pair order). */
+cudaError_t lm_cu_moe_combine(cudaStream_t s, lm_cu_t out, lm_cu_t weights, lm_cu_t y, int top_k);
+
+/* ---- misc (k_rows.cu) ---- */
+/* Streams `bytes` (a multiple of 16) through the SMs and writes one word per block to sink. */
+cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int blocks);
+/* Raises the dynamic shared-memory limit of every kernel instance that needs more than 48 KiB. */
+cudaError_t lm_cu_kernels_init(int max_smem_optin);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

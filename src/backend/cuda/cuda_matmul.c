@@ -1,0 +1,163 @@
+/* cuda_matmul.c — matrix products of the CUDA backend. Decode (≤ 8 activation rows) runs the
+ * packed GEMV kernels straight off the device weights; prefill dequantizes row blocks of the
+ * weight to the activation dtype (bf16 weights in a bf16 run are used in place) and multiplies
+ * them with cuBLAS (f32 accumulation; tensor cores for bf16, plain FP32 SGEMM for the parity
+ * path). MoE experts run as grouped GEMVs in decode and as a gathered GEMM over the device-side
+ * routing in prefill, so the routing never crosses to the host. */
+#include "backend/cuda/cuda_internal.h"
+#include "base/status.h"
+
+#define GEMV_MAX_ROWS 8
+
+static size_t dt_size(int dt) { return dt == LM_DT_F32 ? 4 : 2; }
+
+static lm_cu_mm_p gemv_params(const lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t expert, lm_tensor x,
+                              lm_tensor y, int acc) {
+  return (lm_cu_mm_p){.w = h->w, .expert = expert, .x = lm_cuda_view(x), .y = lm_cuda_view(y), .accumulate = acc,
+                      .grid_cap = 4 * c->n_sms, .smem_optin = c->smem_optin};
+}
+
+/* y = x · W_eᵀ (+ y) through cuBLAS, over row blocks of W that fit the scratch. */
+static lm_status gemm_blas(lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t e, lm_tensor x, lm_tensor y, int acc) {
+  const lm_cu_w *w = &h->w;
+  int act = (int)x.dtype;
+  cudaDataType tx = act == LM_DT_F32 ? CUDA_R_32F : CUDA_R_16BF, ty = y.dtype == LM_DT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+  if (act == LM_DT_F32 && ty != CUDA_R_32F)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA matmul: f32 activations into a bf16 output");
+  int direct = !w->bits && w->wdt == act;
+  int64_t chunk = direct ? w->rows : (int64_t)(c->mm_scratch_bytes / ((size_t)w->cols * dt_size(act)));
+  if (chunk > 65535 && !direct) chunk = 65535;
+  if (chunk < 1) return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA matmul: a row of %lld columns exceeds the scratch",
+                                (long long)w->cols);
+  const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+  for (int64_t r0 = 0; r0 < w->rows; r0 += chunk) {
+    int64_t nr = w->rows - r0 < chunk ? w->rows - r0 : chunk;
+    const void *B = (const char *)w->data + (e * w->rows + r0) * w->row_bytes;
+    if (!direct) {
+      LM_CU(lm_cu_dequant_rows(c->stream, w, e, r0, nr, c->mm_scratch, act));
+      B = c->mm_scratch;
+    }
+    /* Row-major y[m][n] = x[m][k] · B[n][k]ᵀ is column-major yᵀ = op(B)ᵀ·xᵀ: B transposed. */
+    LM_CUBLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)x.rows, (int)w->cols, &one, B, tx,
+                           (int)w->cols, x.data, tx, (int)x.ld, &beta, (char *)y.data + (size_t)r0 * dt_size(y.dtype),
+                           ty, (int)y.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  return LM_OK;
+}
+
+lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const lm_cuda_weight *h;
+  LM_TRY(lm_cuda_weight_of(a->w, "matmul", &h));
+  int64_t ne = h->w.n_experts ? h->w.n_experts : 1;
+  if (a->x.cols != h->w.cols || a->out.cols != h->w.rows || a->out.rows != a->x.rows || a->expert < 0 ||
+      a->expert >= ne)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: [%lld][%lld] x %s [%lld][%lld] (expert %lld of %lld) into [%lld][%lld]",
+                   (long long)a->x.rows, (long long)a->x.cols, a->w->name, (long long)h->w.rows, (long long)h->w.cols,
+                   (long long)a->expert, (long long)ne, (long long)a->out.rows, (long long)a->out.cols);
+  if (a->x.dtype != be->act_dtype || (a->out.dtype != be->act_dtype && a->out.dtype != LM_DT_F32))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: %s into %s with %s activations", lm_dtype_name(a->x.dtype),
+                   lm_dtype_name(a->out.dtype), lm_dtype_name(be->act_dtype));
+  if (a->x.rows <= 0) return LM_OK;
+  if (a->x.rows <= GEMV_MAX_ROWS) {
+    lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, a->accumulate);
+    cudaError_t e = lm_cu_gemv(c->stream, &p);
+    if (e == cudaSuccess) return LM_OK;
+    if (e != cudaErrorNotSupported) return lm_cuda_fail(e, "gemv", __FILE__, __LINE__);
+  }
+  return gemm_blas(c, h, a->expert, a->x, a->out, a->accumulate);
+}
+
+/* ---- MoE experts ------------------------------------------------------------------------------ */
+
+typedef struct moe_bufs {
+  lm_tensor g, u, y; /* [P][I], [P][I], [P][H] column blocks of the scratch, rows in pair order */
+} moe_bufs;
+
+static lm_status moe_check(lm_backend *be, const lm_moe_experts_args *a, const lm_cuda_weight *hg,
+                           const lm_cuda_weight *hu, const lm_cuda_weight *hd, moe_bufs *b) {
+  int64_t T = a->x.rows, K = a->ids.cols, H = a->x.cols, I = hg->w.rows, E = hg->w.n_experts, P = T * K;
+  if (!E || hu->w.n_experts != E || hd->w.n_experts != E || hg->w.cols != H || hu->w.rows != I || hu->w.cols != H ||
+      hd->w.rows != H || hd->w.cols != I || a->out.cols != H || a->out.rows != T || a->ids.rows < T ||
+      a->weights.rows < T || a->weights.cols < K || a->ids.dtype != LM_DT_I32 || a->weights.dtype != LM_DT_F32)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA moe_experts: shapes do not match %lld tokens x top %lld of %lld experts",
+                   (long long)T, (long long)K, (long long)E);
+  if (a->scratch.rows < P || a->scratch.cols < 2 * I + H || a->scratch.dtype != be->act_dtype ||
+      a->iscratch.dtype != LM_DT_I32 || a->iscratch.cols < P + E + 1 || a->x.dtype != be->act_dtype ||
+      a->out.dtype != be->act_dtype)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA moe_experts: workspace too small or of the wrong dtype");
+  lm_tensor s = lm_tensor_rows(a->scratch, 0, P);
+  b->g = lm_tensor_cols(s, 0, I);
+  b->u = lm_tensor_cols(s, I, I);
+  b->y = lm_tensor_cols(s, 2 * I, H);
+  return LM_OK;
+}
+
+/* Decode: every (token, slot) pair is one group of a grouped GEMV. */
+static lm_status moe_decode(lm_cuda_ctx *c, const lm_moe_experts_args *a, const lm_cuda_weight *hg,
+                            const lm_cuda_weight *hu, const lm_cuda_weight *hd, const moe_bufs *b) {
+  int K = (int)a->ids.cols;
+  lm_cu_mm_p p = gemv_params(c, hg, 0, a->x, b->g, 0);
+  p.ids = a->ids.data;
+  p.ids_ld = a->ids.ld;
+  p.ids_k = K;
+  p.x_div = K;
+  cudaError_t e = lm_cu_gemv(c->stream, &p);
+  if (e == cudaSuccess) {
+    p.w = hu->w;
+    p.y = lm_cuda_view(b->u);
+    e = lm_cu_gemv(c->stream, &p);
+  }
+  if (e == cudaSuccess) e = lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u));
+  if (e == cudaSuccess) {
+    p.w = hd->w;
+    p.x = lm_cuda_view(b->g);
+    p.y = lm_cuda_view(b->y);
+    p.x_div = 1;
+    e = lm_cu_gemv(c->stream, &p);
+  }
+  return e == cudaSuccess ? LM_OK : lm_cuda_fail(e, "moe_experts (grouped gemv)", __FILE__, __LINE__);
+}
+
+/* Prefill: sort the pairs by expert on the device, then one gathered GEMM per projection. */
+static lm_status moe_prefill(lm_cuda_ctx *c, const lm_moe_experts_args *a, const lm_cuda_weight *hg,
+                             const lm_cuda_weight *hu, const lm_cuda_weight *hd, const moe_bufs *b) {
+  int64_t E = hg->w.n_experts, K = a->ids.cols;
+  int32_t *start = a->iscratch.data, *order = start + E + 1;
+  lm_cu_t ids = lm_cuda_view(a->ids);
+  ids.rows = a->x.rows;
+  ids.cols = K;
+  LM_CU(lm_cu_moe_sort(c->stream, ids, E, start, order));
+  lm_cu_gather_mm_p p = {.w = hg->w, .x = lm_cuda_view(a->x), .y = lm_cuda_view(b->g), .start = start,
+                         .order = order, .x_div = (int)K, .max_rows = a->x.rows};
+  LM_CU(lm_cu_gemm_gathered(c->stream, &p));
+  p.w = hu->w;
+  p.y = lm_cuda_view(b->u);
+  LM_CU(lm_cu_gemm_gathered(c->stream, &p));
+  LM_CU(lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u)));
+  p.w = hd->w;
+  p.x = lm_cuda_view(b->g);
+  p.y = lm_cuda_view(b->y);
+  p.x_div = 1;
+  LM_CU(lm_cu_gemm_gathered(c->stream, &p));
+  return LM_OK;
+}
+
+lm_status lm_cuda_moe_experts(lm_backend *be, const lm_moe_experts_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const lm_cuda_weight *hg, *hu, *hd;
+  moe_bufs b;
+  LM_TRY(lm_cuda_weight_of(a->gate, "moe_experts", &hg));
+  LM_TRY(lm_cuda_weight_of(a->up, "moe_experts", &hu));
+  LM_TRY(lm_cuda_weight_of(a->down, "moe_experts", &hd));
+  LM_TRY(moe_check(be, a, hg, hu, hd, &b));
+  if (a->x.rows <= 0) return LM_OK;
+  if (a->x.rows <= 4 && a->x.rows * a->ids.cols <= 65535)
+    LM_TRY(moe_decode(c, a, hg, hu, hd, &b));
+  else
+    LM_TRY(moe_prefill(c, a, hg, hu, hd, &b));
+  lm_cu_t w = lm_cuda_view(a->weights);
+  w.rows = a->x.rows;
+  LM_CU(lm_cu_moe_combine(c->stream, lm_cuda_view(a->out), w, lm_cuda_view(b.y), (int)a->ids.cols));
+  return LM_OK;
+}

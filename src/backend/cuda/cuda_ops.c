@@ -1,0 +1,222 @@
+/* cuda_ops.c — the row-wise ops, attention and the KV append of the CUDA backend: argument
+ * checks (fail closed, naming the op and the shapes), then one kernel launch each. Positions,
+ * token ids and cache descriptors are read from the step's device buffers (begin_step), so a
+ * captured graph of these launches replays correctly for later tokens. */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "base/status.h"
+#include "kv/kv.h"
+
+lm_cu_t lm_cuda_view(lm_tensor t) { return (lm_cu_t){t.data, t.rows, t.cols, t.ld, (int)t.dtype}; }
+
+static int act_ok(const lm_backend *be, lm_tensor t) { return t.dtype == be->act_dtype; }
+
+static lm_status bad_dtype(const char *op, const char *name, lm_tensor t) {
+  return LM_ERRF(LM_ERR_INVALID, "CUDA %s: %s has dtype %s", op, name, lm_dtype_name(t.dtype));
+}
+
+static lm_status launched(cudaError_t e, const char *op, const char *file, int line) {
+  return e == cudaSuccess ? LM_OK : lm_cuda_fail(e, op, file, line);
+}
+#define LAUNCH(call, op) launched((call), op, __FILE__, __LINE__)
+
+static lm_status vector_of(const lm_weight *w, int64_t n, const char *op, const float **out) {
+  const lm_cuda_weight *h;
+  *out = NULL;
+  if (!w) return LM_OK;
+  LM_TRY(lm_cuda_weight_of(w, op, &h));
+  if (h->w.bits || h->w.wdt != LM_DT_F32 || h->w.rows != 1 || h->w.cols != n)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: %s must be an f32 vector of %lld values", op, w->name, (long long)n);
+  *out = h->w.data;
+  return LM_OK;
+}
+
+lm_status lm_cuda_embed(lm_backend *be, const lm_embed_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const lm_cuda_weight *h;
+  LM_TRY(lm_cuda_need_step(c, "embed"));
+  LM_TRY(lm_cuda_weight_of(a->table, "embed", &h));
+  if (a->out.cols != h->w.cols || a->out.rows < c->st.n_tokens)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA embed: output [%lld][%lld] for %d tokens of %s [%lld]", (long long)a->out.rows,
+                   (long long)a->out.cols, c->st.n_tokens, a->table->name, (long long)h->w.cols);
+  if (!act_ok(be, a->out)) return bad_dtype("embed", "out", a->out);
+  lm_cu_t out = lm_cuda_view(a->out);
+  out.rows = c->st.n_tokens;
+  return LAUNCH(lm_cu_embed(c->stream, out, &h->w, c->st.ids, a->scale), "embed");
+}
+
+lm_status lm_cuda_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const float *w;
+  LM_TRY(vector_of(a->w, a->x.cols, "rmsnorm", &w));
+  lm_tensor o = a->residual ? *a->residual : a->out;
+  if (o.rows != a->x.rows || o.cols != a->x.cols)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: [%lld][%lld] into [%lld][%lld]", (long long)a->x.rows,
+                   (long long)a->x.cols, (long long)o.rows, (long long)o.cols);
+  if (!act_ok(be, a->x) || !act_ok(be, o)) return bad_dtype("rmsnorm", "a tensor", act_ok(be, a->x) ? o : a->x);
+  lm_cu_t res = lm_cuda_view(o);
+  return LAUNCH(lm_cu_rmsnorm(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps, a->residual ? &res : NULL),
+                "rmsnorm");
+}
+
+lm_status lm_cuda_rope(lm_backend *be, const lm_rope_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const float *inv;
+  LM_TRY(lm_cuda_need_step(c, "rope"));
+  if (a->head_dim <= 0 || a->head_dim % 2 || a->x.cols != (int64_t)a->n_heads * a->head_dim ||
+      a->x.rows > c->st.n_tokens)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA rope: [%lld][%lld] is not %d tokens of %d heads x %d", (long long)a->x.rows,
+                   (long long)a->x.cols, c->st.n_tokens, a->n_heads, a->head_dim);
+  LM_TRY(vector_of(a->inv_freq, a->head_dim / 2, "rope", &inv));
+  if (!inv) return LM_ERRF(LM_ERR_INVALID, "CUDA rope: no inverse frequencies");
+  if (!act_ok(be, a->x)) return bad_dtype("rope", "x", a->x);
+  return LAUNCH(lm_cu_rope(c->stream, lm_cuda_view(a->x), a->n_heads, a->head_dim, inv, c->st.pos), "rope");
+}
+
+static int same_shape(lm_tensor a, lm_tensor b) { return a.rows == b.rows && a.cols == b.cols; }
+
+lm_status lm_cuda_geglu(lm_backend *be, const lm_geglu_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  if (!same_shape(a->out, a->gate) || !same_shape(a->out, a->up))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA geglu: shapes differ");
+  if (!act_ok(be, a->out) || !act_ok(be, a->gate) || !act_ok(be, a->up)) return bad_dtype("geglu", "a tensor", a->out);
+  return LAUNCH(lm_cu_geglu(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->gate), lm_cuda_view(a->up)), "geglu");
+}
+
+lm_status lm_cuda_add(lm_backend *be, const lm_add_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  if (!same_shape(a->out, a->a) || (a->b.data && !same_shape(a->out, a->b)))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA add: shapes differ");
+  if (!act_ok(be, a->out) || !act_ok(be, a->a) || (a->b.data && !act_ok(be, a->b)))
+    return bad_dtype("add", "a tensor", a->out);
+  return LAUNCH(lm_cu_add(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->a), lm_cuda_view(a->b), a->scale), "add");
+}
+
+static int float_act(lm_tensor t) { return t.dtype == LM_DT_F32 || t.dtype == LM_DT_BF16; }
+
+lm_status lm_cuda_softcap(lm_backend *be, const lm_softcap_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  if (!float_act(a->x)) return bad_dtype("softcap", "x", a->x);
+  if (!(a->cap > 0.0f)) return LM_ERRF(LM_ERR_INVALID, "CUDA softcap: cap %g", (double)a->cap);
+  return LAUNCH(lm_cu_softcap(c->stream, lm_cuda_view(a->x), a->cap), "softcap");
+}
+
+lm_status lm_cuda_gather_logit_rows(lm_backend *be, const lm_gather_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  LM_TRY(lm_cuda_need_step(c, "gather_logit_rows"));
+  if (a->out.rows < c->st.n_logits || a->out.cols != a->x.cols || a->x.rows < c->st.n_tokens ||
+      a->out.dtype != a->x.dtype)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA gather_logit_rows: %d rows of [%lld][%lld] into [%lld][%lld]",
+                   c->st.n_logits, (long long)a->x.rows, (long long)a->x.cols, (long long)a->out.rows,
+                   (long long)a->out.cols);
+  if (!float_act(a->x)) return bad_dtype("gather_logit_rows", "x", a->x);
+  lm_cu_t out = lm_cuda_view(a->out);
+  out.rows = c->st.n_logits;
+  return LAUNCH(lm_cu_gather_rows(c->stream, out, lm_cuda_view(a->x), c->st.rows), "gather_logit_rows");
+}
+
+lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  if (a->ids.dtype != LM_DT_I32 || a->ids.rows < a->x.rows || !float_act(a->x))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA argmax: ids must be int32 [%lld] for an f32/bf16 input", (long long)a->x.rows);
+  return LAUNCH(lm_cu_argmax(c->stream, lm_cuda_view(a->ids), lm_cuda_view(a->x)), "argmax");
+}
+
+/* ---- attention and the cache append -------------------------------------------------------- */
+
+static lm_status check_attn(lm_backend *be, const lm_cuda_ctx *c, const lm_attn_args *a) {
+  int64_t qd = (int64_t)a->n_heads * a->head_dim, kvd = (int64_t)a->n_kv_heads * a->head_dim;
+  if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 || a->head_dim > LM_CU_ATTN_MAX_HD)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA attention: %d heads over %d KV heads of dim %d (dims 1..%d)", a->n_heads,
+                   a->n_kv_heads, a->head_dim, LM_CU_ATTN_MAX_HD);
+  if (a->cache < 0 || a->cache >= c->st.n_caches)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA attention: cache %d of %d", a->cache, c->st.n_caches);
+  if (a->q.cols != qd || a->out.cols != qd || a->k_new.cols != kvd || a->v_new.cols != kvd ||
+      a->q.rows < c->st.n_tokens || a->out.rows < c->st.n_tokens || a->k_new.rows < c->st.n_tokens ||
+      a->v_new.rows < c->st.n_tokens)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA attention: shapes do not match %d tokens of %d heads x %d (KV %d)",
+                   c->st.n_tokens, a->n_heads, a->head_dim, a->n_kv_heads);
+  const lm_kv_cache *kc = c->batch->kv[0]->caches[a->cache];
+  if (kc->n_kv_heads != a->n_kv_heads || kc->head_dim != a->head_dim)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA attention: cache %d holds %d heads x %d, the layer reads %d x %d", a->cache,
+                   kc->n_kv_heads, kc->head_dim, a->n_kv_heads, a->head_dim);
+  if (!act_ok(be, a->q) || !act_ok(be, a->out) || !act_ok(be, a->k_new) || !act_ok(be, a->v_new))
+    return bad_dtype("attention", "a tensor", a->q);
+  return LM_OK;
+}
+
+lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  LM_TRY(lm_cuda_need_step(c, "attention"));
+  LM_TRY(check_attn(be, c, a));
+  lm_cu_attn_p p = {
+      .out = lm_cuda_view(a->out), .q = lm_cuda_view(a->q), .k_new = lm_cuda_view(a->k_new),
+      .v_new = lm_cuda_view(a->v_new), .kv = c->st.kv, .n_caches = c->st.n_caches, .cache = a->cache,
+      .pos = c->st.pos, .seq = c->st.seq, .tiles = c->st.tiles, .n_tiles = c->st.n_tiles,
+      .max_tile = c->st.max_tile, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = a->head_dim,
+      .window = a->window, .scale = a->scale, .part = c->attn_part, .part_floats = c->attn_part_floats,
+  };
+  p.out.rows = c->st.n_tokens;
+  return LAUNCH(lm_cu_attention(c->stream, &p, c->n_sms), "attention");
+}
+
+/* Plain caches store the chunk's K/V as computed, so staging is a no-op; quantized kinds
+ * are refused at cache creation (supports_cache), and fail closed here too. */
+lm_status lm_cuda_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  LM_TRY(lm_cuda_need_step(c, "kv_stage"));
+  if (a->cache < 0 || a->cache >= c->st.n_caches)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_stage: cache %d of %d", a->cache, c->st.n_caches);
+  for (int32_t s = 0; s < c->batch->n_seqs; s++)
+    if (lm_kv_kind_quant(c->batch->kv[s]->caches[a->cache]->kind))
+      return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA kv_stage: quantized caches are not supported by this backend");
+  return LM_OK;
+}
+
+lm_status lm_cuda_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
+  (void)be;
+  (void)a;
+  return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA kv_convert: quantized caches are not supported by this backend");
+}
+
+lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  LM_TRY(lm_cuda_need_step(c, "kv_append"));
+  const lm_batch *b = c->batch;
+  if (a->cache < 0 || a->cache >= c->st.n_caches)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_append: cache %d of %d", a->cache, c->st.n_caches);
+  const lm_kv_cache *k0 = b->kv[0]->caches[a->cache];
+  int64_t kvw = (int64_t)k0->n_kv_heads * k0->head_dim;
+  if (a->k_new.cols != kvw || a->v_new.cols != kvw || a->k_new.rows < b->n_tokens || a->v_new.rows < b->n_tokens ||
+      !act_ok(be, a->k_new) || !act_ok(be, a->v_new))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_append: K/V [%lld][%lld] for a cache of rows %lld", (long long)a->k_new.rows,
+                   (long long)a->k_new.cols, (long long)kvw);
+  lm_cu_t kn = lm_cuda_view(a->k_new), vn = lm_cuda_view(a->v_new);
+  kn.rows = vn.rows = b->n_tokens;
+  LM_TRY(LAUNCH(lm_cu_kv_append(c->stream, kn, vn, c->st.kv, c->st.n_caches, a->cache, c->st.pos, c->st.seq),
+                "kv_append"));
+  if (c->capturing) LM_TRY(lm_cuda_plan_note_append(c, a->cache));
+  /* Positions advance once every token is written (attention reads n as "past"). */
+  for (int32_t t = 0; t < b->n_tokens; t++) {
+    lm_kv_cache *kc = b->kv[b->seq[t]]->caches[a->cache];
+    if (b->pos[t] + 1 > kc->n) kc->n = b->pos[t] + 1;
+  }
+  return LM_OK;
+}
+
+/* ---- MoE routing ------------------------------------------------------------------------------ */
+
+lm_status lm_cuda_moe_route(lm_backend *be, const lm_moe_route_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const float *pes;
+  LM_TRY(vector_of(a->per_expert_scale, a->logits.cols, "moe_route", &pes));
+  if (!pes || a->top_k <= 0 || a->top_k > a->logits.cols || a->ids.dtype != LM_DT_I32 || a->ids.cols < a->top_k ||
+      a->weights.dtype != LM_DT_F32 || a->weights.cols < a->top_k || a->logits.dtype != LM_DT_F32 ||
+      a->ids.rows < a->logits.rows || a->weights.rows < a->logits.rows || a->logits.cols > 1536)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA moe_route: top %d of [%lld][%lld] f32 logits into int32 ids / f32 weights "
+                   "(up to 1536 experts)", a->top_k, (long long)a->logits.rows, (long long)a->logits.cols);
+  return LAUNCH(lm_cu_moe_route(c->stream, lm_cuda_view(a->ids), lm_cuda_view(a->weights), lm_cuda_view(a->logits),
+                                a->top_k, pes),
+                "moe_route");
+}

@@ -1,0 +1,231 @@
+/* k_attention.cu — Gemma 4 attention over a cache read in place plus the step's own chunk
+ * (keys not yet appended), flash style: online softmax in f32, so no [T, S] score matrix
+ * exists anywhere. Raw dot products times `scale` (1.0 for Gemma 4), causal, and a sliding
+ * window of `window` keys including the query.
+ *
+ * A block takes up to 32 query rows (heads of one KV group × tokens of one tile of one
+ * sequence; 8 warps × 4 rows) and walks their key range in tiles of 32 keys staged in shared
+ * memory as f32: lane j scores key j for the warp's 4 rows, then every lane accumulates its
+ * head-dim slice of P·V. Keys are addressed by absolute position: below the cache's length
+ * they come from slot(pos) of the cache (a ring wraps), above it from the chunk's K/V rows.
+ * For decode (few blocks) the key range is split across blocks (flash-decoding); a second
+ * kernel merges the splits' (max, sum, acc) partials. Grid and split count depend only on the
+ * batch's shape, never on the context length, so a captured graph stays valid as caches grow.
+ * Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4, 8, 16} (5 kernels + 1 combine). */
+#include <math.h>
+
+#include "backend/cuda/k_common.cuh"
+
+using namespace lmcu;
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRw = 4;                /* query rows per warp */
+constexpr int kRows = kWarps * kRw;   /* query rows per block */
+constexpr int kKt = 32;               /* keys per tile (one per lane) */
+constexpr int64_t kMinChunk = 64;     /* fewest keys a split takes */
+
+/* Shared floats for head dim hd: q rows, K tile (rows padded by one float), V tile. */
+constexpr int64_t smem_floats(int64_t hd) { return kRows * hd + kKt * (hd + 1) + kKt * hd; }
+
+struct Range {
+  int64_t lo, hi; /* this split's key positions [lo, hi) */
+};
+
+template <int NPL>
+__global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int passes, int splits) {
+  extern __shared__ float4 smem4[];
+  const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
+  float *qs = reinterpret_cast<float *>(smem4), *ks = qs + kRows * hd, *vs = ks + kKt * (hd + 1);
+  const int tb = p.tiles[2 * blockIdx.x], tn = p.tiles[2 * blockIdx.x + 1];
+  const int g = blockIdx.y / passes, pass = blockIdx.y % passes, split = blockIdx.z;
+  const int rbeg = pass * kRows, nrows = tn * G;
+  if (rbeg >= nrows) return; /* a pass past a short tile: it owns no rows, not even partials */
+  const int rend = min(rbeg + kRows, nrows);
+  const lm_cu_kvdesc d = p.kv[(int64_t)p.seq[tb] * p.n_caches + p.cache];
+  const int64_t n_past = d.n, first = d.window > 0 && d.n > d.window ? d.n - d.window : 0;
+  const int64_t t0 = tb - (p.pos[tb] - n_past); /* batch row of this sequence's position n_past */
+  const int64_t p_lo = p.pos[tb + rbeg / G], p_hi = p.pos[tb + (rend - 1) / G];
+  int64_t klo = p.window > 0 ? max(p_lo - p.window + 1, (int64_t)0) : 0;
+  klo = max(klo, first);
+  const int64_t L = p_hi - klo + 1;
+  int64_t chunk = L;
+  if (splits > 1) chunk = max((L + splits - 1) / splits, kMinChunk);
+  const Range rg{klo + split * chunk, min(klo + (split + 1) * chunk, p_hi + 1)};
+
+  for (int i = threadIdx.x; i < kRows * hd; i += kThreads) {
+    int rl = i / hd, dd = i % hd, r = rbeg + rl;
+    float v = 0.0f;
+    if (r < rend) v = ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale;
+    qs[i] = v;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int64_t prow[kRw];
+  bool rv[kRw];
+  float m[kRw], l[kRw], acc[kRw][NPL];
+#pragma unroll
+  for (int j = 0; j < kRw; j++) {
+    int r = rbeg + warp * kRw + j;
+    rv[j] = r < rend;
+    prow[j] = rv[j] ? p.pos[tb + r / G] : -1;
+    m[j] = -INFINITY;
+    l[j] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NPL; c++) acc[j][c] = 0.0f;
+  }
+  const int64_t kvw = (int64_t)p.n_kv_heads * hd, goff = (int64_t)g * hd;
+  for (int64_t kb = rg.lo; kb < rg.hi; kb += kKt) {
+    const int nk = (int)min((int64_t)kKt, rg.hi - kb);
+    __syncthreads(); /* the previous tile is consumed (and q is staged) */
+    for (int i = threadIdx.x; i < kKt * hd; i += kThreads) {
+      int j = i / hd, dd = i % hd;
+      float kk = 0.0f, vv = 0.0f;
+      if (j < nk) {
+        int64_t kp = kb + j;
+        if (kp < n_past) {
+          int64_t off = (d.window > 0 ? kp % d.window : kp) * kvw + goff + dd;
+          kk = ld(d.k, p.k_new.dt, off);
+          vv = ld(d.v, p.v_new.dt, off);
+        } else {
+          int64_t u = t0 + (kp - n_past);
+          kk = ldt(p.k_new, u, goff + dd);
+          vv = ldt(p.v_new, u, goff + dd);
+        }
+      }
+      ks[j * (hd + 1) + dd] = kk;
+      vs[j * hd + dd] = vv;
+    }
+    __syncthreads();
+    float s[kRw] = {};
+    const float *kr = ks + lane * (hd + 1), *qw = qs + warp * kRw * hd;
+    for (int dd = 0; dd < hd; dd++) {
+      float kv = kr[dd];
+#pragma unroll
+      for (int j = 0; j < kRw; j++) s[j] = fmaf(qw[j * hd + dd], kv, s[j]);
+    }
+    const int64_t kp = kb + lane;
+#pragma unroll
+    for (int j = 0; j < kRw; j++) {
+      bool ok = rv[j] && lane < nk && kp <= prow[j] && (p.window <= 0 || kp > prow[j] - p.window);
+      float sj = ok ? s[j] : -INFINITY, mx = warp_max(sj);
+      if (mx == -INFINITY) { /* no key of this tile is visible to the row */
+        s[j] = 0.0f;
+        continue;
+      }
+      float mn = fmaxf(m[j], mx), r = expf(m[j] - mn), pj = ok ? expf(sj - mn) : 0.0f;
+      l[j] = l[j] * r + warp_sum(pj);
+#pragma unroll
+      for (int c = 0; c < NPL; c++) acc[j][c] *= r;
+      m[j] = mn;
+      s[j] = pj;
+    }
+    for (int jj = 0; jj < nk; jj++) {
+      float pv[kRw];
+#pragma unroll
+      for (int j = 0; j < kRw; j++) pv[j] = __shfl_sync(0xffffffffu, s[j], jj);
+#pragma unroll
+      for (int c = 0; c < NPL; c++) {
+        int dd = lane + 32 * c;
+        float v = dd < hd ? vs[jj * hd + dd] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kRw; j++) acc[j][c] = fmaf(pv[j], v, acc[j][c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRw; j++) {
+    if (!rv[j]) continue;
+    int r = rbeg + warp * kRw + j;
+    int64_t t = tb + r / G, h = g * G + r % G;
+    if (splits == 1) {
+      float inv = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < NPL; c++) {
+        int dd = lane + 32 * c;
+        if (dd < hd) stt(p.out, t, h * hd + dd, acc[j][c] * inv);
+      }
+    } else {
+      float *pp = p.part + ((t * p.n_heads + h) * splits + split) * (int64_t)(hd + 2);
+      if (lane == 0) pp[0] = m[j], pp[1] = l[j];
+#pragma unroll
+      for (int c = 0; c < NPL; c++) {
+        int dd = lane + 32 * c;
+        if (dd < hd) pp[2 + dd] = acc[j][c];
+      }
+    }
+  }
+}
+
+/* Merges the splits of row (t, h): out = Σ_s acc_s·e^{m_s−M} / Σ_s l_s·e^{m_s−M}. */
+__global__ void __launch_bounds__(kThreads) k_attn_combine(const lm_cu_attn_p p, int splits) {
+  const int64_t row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
+  const int hd = p.head_dim;
+  const float *pp = p.part + row * splits * (int64_t)(hd + 2);
+  float M = -INFINITY, L = 0.0f;
+  for (int s = 0; s < splits; s++) M = fmaxf(M, pp[s * (hd + 2)]);
+  for (int s = 0; s < splits; s++) {
+    float ls = pp[s * (hd + 2) + 1];
+    if (ls > 0.0f) L += ls * expf(pp[s * (hd + 2)] - M);
+  }
+  float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (int dd = threadIdx.x; dd < hd; dd += kThreads) {
+    float a = 0.0f;
+    for (int s = 0; s < splits; s++) {
+      const float *q = pp + s * (hd + 2);
+      if (q[1] > 0.0f) a += q[2 + dd] * expf(q[0] - M);
+    }
+    stt(p.out, t, h * hd + dd, a * inv);
+  }
+}
+
+typedef void (*attn_fn)(const lm_cu_attn_p, int, int);
+
+attn_fn pick(int hd) {
+  if (hd <= 32) return &k_attn<1>;
+  if (hd <= 64) return &k_attn<2>;
+  if (hd <= 128) return &k_attn<4>;
+  if (hd <= 256) return &k_attn<8>;
+  if (hd <= 512) return &k_attn<16>;
+  return nullptr;
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
+  attn_fn fn = pick(p->head_dim);
+  if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0) return cudaErrorInvalidValue;
+  const int G = p->n_heads / p->n_kv_heads;
+  const int passes = (p->max_tile * G + kRows - 1) / kRows;
+  const int64_t blocks = (int64_t)p->n_tiles * p->n_kv_heads * passes;
+  if ((int64_t)p->n_kv_heads * passes > 65535) return cudaErrorInvalidValue;
+  int splits = 1;
+  if (blocks < n_sms) { /* decode: spread each row's keys over more blocks */
+    splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
+    if (splits > 32) splits = 32;
+    while (splits > 1 && p->out.rows * p->n_heads * splits * (int64_t)(p->head_dim + 2) > p->part_floats) splits--;
+  }
+  size_t smem = (size_t)smem_floats(p->head_dim) * sizeof(float);
+  dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_kv_heads * passes), (unsigned)splits);
+  fn<<<grid, kThreads, smem, s>>>(*p, passes, splits);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || splits == 1) return e;
+  k_attn_combine<<<(unsigned)(p->out.rows * p->n_heads), kThreads, 0, s>>>(*p, splits);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_attn_init(int max_smem_optin) {
+  static const int hds[] = {32, 64, 128, 256, 512};
+  for (int i = 0; i < 5; i++) {
+    size_t need = (size_t)smem_floats(hds[i]) * sizeof(float);
+    if ((int64_t)need > max_smem_optin) return cudaErrorInvalidConfiguration;
+    cudaError_t e = cudaFuncSetAttribute((const void *)pick(hds[i]), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+} // extern "C"

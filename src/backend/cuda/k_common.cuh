@@ -1,0 +1,93 @@
+/* k_common.cuh — device helpers shared by the CUDA backend's kernels: bf16/f16 conversion
+ * with the host's rounding (round-to-nearest-even, NaN kept), activation loads/stores by
+ * dtype, warp reductions, and the scalar weight accessor that defines the dequantization
+ * every fast kernel must agree with (w = scale*q + bias, codes LSB-first per row). */
+#ifndef LM_BACKEND_CUDA_K_COMMON_CUH
+#define LM_BACKEND_CUDA_K_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+/* lm_dtype values the kernels see (tensor/dtype.h; kept in sync by a static_assert in k_rows.cu). */
+#define LM_CU_F32 0
+#define LM_CU_F16 1
+#define LM_CU_BF16 2
+
+namespace lmcu {
+
+__device__ __forceinline__ float bf2f(uint32_t h) { return __uint_as_float(h << 16); }
+
+__device__ __forceinline__ uint16_t f2bf(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* Rounds to the precision a tensor of dtype dt stores (identity for f32). */
+__device__ __forceinline__ float rnd(int dt, float v) { return dt == LM_CU_BF16 ? bf2f(f2bf(v)) : v; }
+
+__device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+__device__ __forceinline__ float ld(const void *p, int dt, int64_t i) {
+  if (dt == LM_CU_BF16) return bf2f(((const uint16_t *)p)[i]);
+  if (dt == LM_CU_F16) return f16f(((const uint16_t *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void st(void *p, int dt, int64_t i, float v) {
+  if (dt == LM_CU_BF16)
+    ((uint16_t *)p)[i] = f2bf(v);
+  else if (dt == LM_CU_F16)
+    ((uint16_t *)p)[i] = __half_as_ushort(__float2half_rn(v));
+  else
+    ((float *)p)[i] = v;
+}
+
+__device__ __forceinline__ float ldt(const lm_cu_t &t, int64_t r, int64_t c) { return ld(t.p, t.dt, r * t.ld + c); }
+__device__ __forceinline__ void stt(const lm_cu_t &t, int64_t r, int64_t c, float v) { st(t.p, t.dt, r * t.ld + c, v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* Scale and bias of group g of a pair array. */
+__device__ __forceinline__ float2 sb_at(const void *sb, int kind, int64_t g) {
+  if (kind == LM_CU_SB_F32) return ((const float2 *)sb)[g];
+  uint32_t u = ((const uint32_t *)sb)[g];
+  if (kind == LM_CU_SB_BF16) return make_float2(bf2f(u & 0xffffu), bf2f(u >> 16));
+  return make_float2(f16f((uint16_t)(u & 0xffffu)), f16f((uint16_t)(u >> 16)));
+}
+
+/* Element (r, c) of expert e, dequantized to f32: the reference every fast path matches. */
+__device__ __forceinline__ float w_at(const lm_cu_w &w, int64_t e, int64_t r, int64_t c) {
+  int64_t row = e * w.rows + r;
+  const uint8_t *base = (const uint8_t *)w.data + row * w.row_bytes;
+  if (!w.bits) return ld(base, w.wdt, c);
+  uint64_t bp = (uint64_t)c * (uint64_t)w.bits;
+  uint32_t v = base[bp >> 3];
+  if ((bp & 7) + (uint64_t)w.bits > 8) v |= (uint32_t)base[(bp >> 3) + 1] << 8; /* a code spans 2 bytes at most */
+  uint32_t q = (v >> (bp & 7)) & ((1u << w.bits) - 1u);
+  float2 sbv = sb_at(w.sb, w.sb_kind, row * (w.cols / w.group) + c / w.group);
+  return sbv.x * (float)q + sbv.y;
+}
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+} // namespace lmcu
+
+#endif

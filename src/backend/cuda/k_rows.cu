@@ -1,0 +1,233 @@
+/* k_rows.cu — the row-wise and elementwise kernels of the CUDA backend: embedding lookup,
+ * RMSNorm (optionally fused with the residual add), RoPE, GeGLU, scaled add, softcap, row
+ * gather, argmax, the KV append, and the bandwidth probe. Math is f32; with bf16 tensors each
+ * op rounds where transformers' bf16 run rounds (at every tensor op's output), so the fast
+ * path tracks the reference's own bf16 numerics. */
+#include <math.h>
+
+#include "backend/cuda/k_common.cuh"
+#include "tensor/dtype.h"
+
+static_assert(LM_CU_F32 == LM_DT_F32 && LM_CU_F16 == LM_DT_F16 && LM_CU_BF16 == LM_DT_BF16, "dtype codes");
+
+using namespace lmcu;
+
+namespace {
+
+constexpr int kRowThreads = 256;            /* every kernel here: 8 warps */
+constexpr int kRowWarps = kRowThreads / 32;
+
+int64_t blocks_for(int64_t n, int64_t per) { return (n + per - 1) / per; }
+
+__global__ void __launch_bounds__(kRowThreads) k_embed(lm_cu_t out, lm_cu_w w, const int32_t *ids, float scale) {
+  int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
+  if (c >= out.cols) return;
+  int64_t id = ids[t];
+  float v = (id >= 0 && id < w.rows) ? w_at(w, 0, id, c) * scale : 0.0f;
+  stt(out, t, c, v);
+}
+
+/* One warp per row: sum of squares, then y = x * rsqrt(mean + eps) * w (Gemma4RMSNorm: the
+ * weight as is). With a residual: residual += round(y) (transformers adds the normed bf16
+ * tensor to the bf16 residual, rounding each). In place is safe: a lane writes only the
+ * elements it read. */
+__global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x, const float *w, float eps,
+                                                        lm_cu_t res, int has_res) {
+  int64_t r = (int64_t)blockIdx.x * kRowWarps + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (r >= x.rows) return;
+  float ss = 0.0f;
+  for (int64_t c = lane; c < x.cols; c += 32) {
+    float v = ldt(x, r, c);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  float inv = 1.0f / sqrtf(ss / (float)x.cols + eps);
+  for (int64_t c = lane; c < x.cols; c += 32) {
+    float v = ldt(x, r, c) * inv;
+    if (w) v *= w[c];
+    if (has_res)
+      stt(res, r, c, ldt(res, r, c) + rnd(res.dt, v));
+    else
+      stt(out, r, c, v);
+  }
+}
+
+/* apply_rotary_pos_emb (rotate_half pairing i, i+d/2). bf16: cos/sin are cast to the
+ * activation dtype and each product and sum rounds, as torch does. */
+__global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int n_heads, int hd, const float *inv,
+                                                     const int32_t *pos) {
+  int half = hd / 2;
+  int64_t i = (int64_t)blockIdx.x * kRowThreads + threadIdx.x, n = x.rows * n_heads * half;
+  if (i >= n) return;
+  int64_t t = i / ((int64_t)n_heads * half);
+  int rem = (int)(i % ((int64_t)n_heads * half)), h = rem / half, k = rem % half;
+  float ang = (float)pos[t] * inv[k], c = cosf(ang), s = sinf(ang);
+  int64_t c0 = (int64_t)h * hd + k;
+  float x0 = ldt(x, t, c0), x1 = ldt(x, t, c0 + half), y0, y1;
+  if (x.dt == LM_CU_BF16) {
+    c = rnd(x.dt, c);
+    s = rnd(x.dt, s);
+    y0 = rnd(x.dt, x0 * c) - rnd(x.dt, x1 * s);
+    y1 = rnd(x.dt, x1 * c) + rnd(x.dt, x0 * s);
+  } else {
+    y0 = x0 * c - x1 * s;
+    y1 = x1 * c + x0 * s;
+  }
+  stt(x, t, c0, y0);
+  stt(x, t, c0 + half, y1);
+}
+
+__global__ void __launch_bounds__(kRowThreads) k_geglu(lm_cu_t out, lm_cu_t g, lm_cu_t u) {
+  int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
+  if (c >= out.cols) return;
+  float a = rnd(out.dt, gelu_tanh(ldt(g, r, c)));
+  stt(out, r, c, a * ldt(u, r, c));
+}
+
+__global__ void __launch_bounds__(kRowThreads) k_add(lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
+  int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
+  if (c >= out.cols) return;
+  float v = ldt(a, r, c);
+  if (b.p) v = rnd(out.dt, v + ldt(b, r, c));
+  stt(out, r, c, v * scale);
+}
+
+__global__ void __launch_bounds__(kRowThreads) k_softcap(lm_cu_t x, float cap) {
+  int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
+  if (c >= x.cols) return;
+  stt(x, r, c, tanhf(ldt(x, r, c) / cap) * cap);
+}
+
+__global__ void __launch_bounds__(kRowThreads) k_gather(lm_cu_t out, lm_cu_t x, const int32_t *rows) {
+  int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
+  if (c >= out.cols) return;
+  stt(out, r, c, ldt(x, rows[r], c));
+}
+
+/* One block per row; ties go to the lowest index, as the CPU's strict '>' scan does. */
+__global__ void __launch_bounds__(kRowThreads) k_argmax(lm_cu_t ids, lm_cu_t x) {
+  __shared__ float sv[kRowWarps];
+  __shared__ int64_t si[kRowWarps];
+  int64_t r = blockIdx.x, best = -1;
+  float bv = -INFINITY;
+  for (int64_t c = threadIdx.x; c < x.cols; c += kRowThreads) {
+    float v = ldt(x, r, c);
+    if (best < 0 || v > bv) bv = v, best = c;
+  }
+  for (int o = 16; o; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    int64_t oi = __shfl_xor_sync(0xffffffffu, best, o);
+    if (oi >= 0 && (best < 0 || ov > bv || (ov == bv && oi < best))) bv = ov, best = oi;
+  }
+  if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < kRowWarps; i++)
+      if (si[i] >= 0 && (best < 0 || sv[i] > bv || (sv[i] == bv && si[i] < best))) bv = sv[i], best = si[i];
+    ((int32_t *)ids.p)[r * ids.ld] = (int32_t)(best < 0 ? 0 : best);
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads) k_kv_append(lm_cu_t kn, lm_cu_t vn, const lm_cu_kvdesc *kv,
+                                                          int n_caches, int cache, const int32_t *pos,
+                                                          const int32_t *seq) {
+  int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
+  if (c >= kn.cols) return;
+  lm_cu_kvdesc d = kv[(int64_t)seq[t] * n_caches + cache];
+  int64_t p = pos[t], slot = d.window > 0 ? p % d.window : p;
+  /* A chunk longer than a ring: token t + window (same sequence, position p + window) owns
+   * this slot, so only the last `window` tokens write, and no two blocks race for a slot. */
+  if (d.window > 0 && t + d.window < kn.rows && seq[t + d.window] == seq[t]) return;
+  if (slot < 0 || slot >= d.slots) return; /* begin_step refused such a step already */
+  st(d.k, kn.dt, slot * kn.cols + c, ldt(kn, t, c));
+  st(d.v, vn.dt, slot * vn.cols + c, ldt(vn, t, c));
+}
+
+__global__ void __launch_bounds__(kRowThreads) k_read(const uint4 *buf, size_t n, unsigned *sink) {
+  unsigned acc = 0;
+  for (size_t i = (size_t)blockIdx.x * kRowThreads + threadIdx.x; i < n; i += (size_t)gridDim.x * kRowThreads) {
+    uint4 v = __ldcs(buf + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  if (threadIdx.x == 0) sink[blockIdx.x] = acc;
+}
+
+dim3 grid2(int64_t cols, int64_t rows) { return dim3((unsigned)blocks_for(cols, kRowThreads), (unsigned)rows); }
+
+} // namespace
+
+extern "C" {
+
+cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids, float scale) {
+  if (out.rows <= 0) return cudaSuccess;
+  k_embed<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, *w, ids, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, const lm_cu_t *residual) {
+  if (x.rows <= 0) return cudaSuccess;
+  lm_cu_t res = residual ? *residual : lm_cu_t{};
+  k_rmsnorm<<<(unsigned)blocks_for(x.rows, kRowWarps), kRowThreads, 0, s>>>(out, x, w, eps, res, residual != NULL);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq, const int32_t *pos) {
+  int64_t n = x.rows * n_heads * (head_dim / 2);
+  if (n <= 0) return cudaSuccess;
+  k_rope<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(x, n_heads, head_dim, inv_freq, pos);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_geglu(cudaStream_t s, lm_cu_t out, lm_cu_t gate, lm_cu_t up) {
+  if (out.rows <= 0) return cudaSuccess;
+  k_geglu<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, gate, up);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_add(cudaStream_t s, lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
+  if (out.rows <= 0) return cudaSuccess;
+  k_add<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, a, b, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_softcap(cudaStream_t s, lm_cu_t x, float cap) {
+  if (x.rows <= 0) return cudaSuccess;
+  k_softcap<<<grid2(x.cols, x.rows), kRowThreads, 0, s>>>(x, cap);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_gather_rows(cudaStream_t s, lm_cu_t out, lm_cu_t x, const int32_t *rows) {
+  if (out.rows <= 0) return cudaSuccess;
+  k_gather<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, x, rows);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_argmax(cudaStream_t s, lm_cu_t ids, lm_cu_t x) {
+  if (x.rows <= 0) return cudaSuccess;
+  k_argmax<<<(unsigned)x.rows, kRowThreads, 0, s>>>(ids, x);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv, int n_caches,
+                            int cache, const int32_t *pos, const int32_t *seq) {
+  if (k_new.rows <= 0) return cudaSuccess;
+  k_kv_append<<<grid2(k_new.cols, k_new.rows), kRowThreads, 0, s>>>(k_new, v_new, kv, n_caches, cache, pos, seq);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int blocks) {
+  k_read<<<(unsigned)blocks, kRowThreads, 0, s>>>((const uint4 *)buf, bytes / 16, sink);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_gemv_init(int max_smem_optin);
+cudaError_t lm_cu_attn_init(int max_smem_optin);
+
+cudaError_t lm_cu_kernels_init(int max_smem_optin) {
+  cudaError_t e = lm_cu_gemv_init(max_smem_optin);
+  return e != cudaSuccess ? e : lm_cu_attn_init(max_smem_optin);
+}
+
+} // extern "C"

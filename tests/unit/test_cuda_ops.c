@@ -1,0 +1,619 @@
+/* test_cuda_ops.c — every op of the CUDA backend against the CPU backend (the reference) on
+ * seeded random inputs of odd shapes, in both activation dtypes (f32: the parity path; bf16:
+ * the fast path, inputs rounded to bf16 on the device). Each device output carries guard
+ * sentinels in its row padding and after its last row; they must come back unchanged.
+ * Scores are NMSE = Σ(gpu − cpu)² / Σ cpu²: f32 ≤ 1e-10 (elementwise/norms) and ≤ 1e-9
+ * (reductions over thousands of terms, attention); bf16 ≤ 2e-5 (one rounding of a value at
+ * 2^-9 relative gives ~3e-6) and ≤ 1e-4 where bf16 inputs feed long reductions. Exact ops
+ * (argmax, routing ids, gather) must match exactly in f32.
+ * Skips (exit 0) when the build has no CUDA backend or the machine has no GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/rng.h"
+#include "base/status.h"
+#include "kv/batch.h"
+#include "kv/kv.h"
+#ifdef LM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+#define GUARD 32
+#define PAD 3
+
+typedef struct env {
+  lm_backend *cpu, *gpu;
+} env;
+
+static uint64_t g_seed = 1;
+
+static float urand(void) { return 2.0f * lm_rng_uniform(7, 11, g_seed++) - 1.0f; }
+
+static float *rand_vec(int64_t n, float scale) {
+  float *v = malloc((size_t)n * sizeof *v);
+  for (int64_t i = 0; i < n; i++) v[i] = urand() * scale;
+  return v;
+}
+
+/* ---- device buffers with sentinels ------------------------------------------------------ */
+
+typedef struct dbuf {
+  lm_tensor t;
+  int64_t n; /* elements in the allocation: rows*ld + GUARD */
+} dbuf;
+
+static uint32_t sentinel_bits(lm_dtype dt) {
+  return dt == LM_DT_BF16 ? lm_f32_to_bf16(1234.5f) : dt == LM_DT_I32 ? 0x7f7f7f7fu : 0x449a5000u;
+}
+
+static void put_elem(void *p, lm_dtype dt, int64_t i, float v) {
+  if (dt == LM_DT_BF16) ((uint16_t *)p)[i] = lm_f32_to_bf16(v);
+  else if (dt == LM_DT_I32) ((int32_t *)p)[i] = (int32_t)v;
+  else ((float *)p)[i] = v;
+}
+
+static void put_bits(void *p, lm_dtype dt, int64_t i, uint32_t b) {
+  if (dt == LM_DT_BF16) ((uint16_t *)p)[i] = (uint16_t)b;
+  else memcpy((char *)p + 4 * i, &b, 4);
+}
+
+static uint32_t get_bits(const void *p, lm_dtype dt, int64_t i) {
+  uint32_t b = 0;
+  if (dt == LM_DT_BF16) return ((const uint16_t *)p)[i];
+  memcpy(&b, (const char *)p + 4 * i, 4);
+  return b;
+}
+
+/* [rows][cols] with ld = cols + PAD; vals (f32, [rows][cols]) or NULL for an output. */
+static dbuf dput(lm_backend *be, int64_t rows, int64_t cols, lm_dtype dt, const float *vals) {
+  dbuf b = {.t = {.rows = rows, .cols = cols, .ld = cols + PAD, .dtype = dt}};
+  b.n = rows * b.t.ld + GUARD;
+  size_t es = lm_dtype_size(dt);
+  void *h = malloc((size_t)b.n * es);
+  for (int64_t i = 0; i < b.n; i++) put_bits(h, dt, i, sentinel_bits(dt));
+  for (int64_t r = 0; vals && r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) put_elem(h, dt, r * b.t.ld + c, vals[r * cols + c]);
+  assert_int_equal(be->ops->alloc(be, (size_t)b.n * es, &b.t.data), LM_OK);
+  assert_int_equal(be->ops->upload(be, b.t.data, h, (size_t)b.n * es), LM_OK);
+  free(h);
+  return b;
+}
+
+/* Values of b as f32 [rows][cols]; fails the test if a sentinel moved. */
+static float *dget(lm_backend *be, dbuf *b) {
+  size_t es = lm_dtype_size(b->t.dtype);
+  void *h = malloc((size_t)b->n * es);
+  assert_int_equal(be->ops->download(be, h, b->t.data, (size_t)b->n * es), LM_OK);
+  float *v = malloc((size_t)(b->t.rows * b->t.cols + 1) * sizeof *v);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < b->n; i++) {
+    int64_t r = i / b->t.ld, c = i % b->t.ld;
+    if (r < b->t.rows && c < b->t.cols) {
+      uint32_t bits = get_bits(h, b->t.dtype, i);
+      float f;
+      if (b->t.dtype == LM_DT_BF16) f = lm_bf16_to_f32((uint16_t)bits);
+      else if (b->t.dtype == LM_DT_I32) f = (float)(int32_t)bits;
+      else memcpy(&f, &bits, 4);
+      v[r * b->t.cols + c] = f;
+    } else {
+      bad += get_bits(h, b->t.dtype, i) != sentinel_bits(b->t.dtype);
+    }
+  }
+  free(h);
+  if (bad) fprintf(stderr, "  %lld guard sentinels overwritten\n", (long long)bad);
+  assert_int_equal(bad, 0);
+  be->ops->free(be, b->t.data);
+  b->t.data = NULL;
+  return v;
+}
+
+static void dfree(lm_backend *be, dbuf *b) {
+  be->ops->free(be, b->t.data);
+  b->t.data = NULL;
+}
+
+/* A host f32 tensor for the CPU backend (same padding). */
+static lm_tensor htensor(int64_t rows, int64_t cols, const float *vals) {
+  lm_tensor t = {.rows = rows, .cols = cols, .ld = cols + PAD, .dtype = LM_DT_F32};
+  float *d = calloc((size_t)(rows * t.ld + 1), sizeof *d);
+  for (int64_t r = 0; vals && r < rows; r++) memcpy(d + r * t.ld, vals + r * cols, (size_t)cols * sizeof *d);
+  t.data = d;
+  return t;
+}
+
+static float *hget(lm_tensor t) { /* packs and frees */
+  float *v = malloc((size_t)(t.rows * t.cols + 1) * sizeof *v);
+  for (int64_t r = 0; r < t.rows; r++) memcpy(v + r * t.cols, (float *)t.data + r * t.ld, (size_t)t.cols * sizeof *v);
+  free(t.data);
+  return v;
+}
+
+static double nmse(const float *got, const float *ref, int64_t n) {
+  double e = 0, s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(got[i])) return INFINITY;
+    e += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+    s += (double)ref[i] * ref[i];
+  }
+  return s > 0 ? e / s : e;
+}
+
+static void expect_close(const char *what, const float *got, const float *ref, int64_t n, double bound) {
+  double e = nmse(got, ref, n);
+  printf("  %-44s nmse %.3g (bound %.3g)%s\n", what, e, bound, e <= bound ? "" : "  FAIL");
+  assert_true(e <= bound);
+}
+
+static double bound_for(const lm_backend *gpu, double f32, double bf16) { return gpu->act_dtype == LM_DT_F32 ? f32 : bf16; }
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+typedef struct hweight {
+  lm_weight w;
+  void *data, *scales, *biases;
+} hweight;
+
+static void store_dt(void *p, lm_dtype t, int64_t i, float f) {
+  if (t == LM_DT_F32) ((float *)p)[i] = f;
+  else ((uint16_t *)p)[i] = t == LM_DT_BF16 ? lm_f32_to_bf16(f) : lm_f32_to_f16(f);
+}
+
+/* bits 0: dense of dtype dt; else MLX affine codes (LSB-first) with sdt scales/biases. */
+static hweight make_weight(int64_t ne, int64_t rows, int64_t cols, int bits, int group, lm_dtype dt) {
+  hweight h = {0};
+  int64_t nr = (ne ? ne : 1) * rows;
+  h.w = (lm_weight){.name = "test.weight", .n_experts = ne, .rows = rows, .cols = cols, .expert_rows = rows};
+  if (!bits) {
+    h.w.dtype = dt;
+    h.data = malloc((size_t)(nr * cols) * lm_dtype_size(dt));
+    float a = 1.0f / sqrtf((float)cols);
+    for (int64_t i = 0; i < nr * cols; i++) store_dt(h.data, dt, i, urand() * a);
+  } else {
+    int64_t rb = cols * bits / 8, ng = cols / group;
+    h.w.dtype = LM_DT_U32;
+    h.w.bits = bits;
+    h.w.group = group;
+    h.w.sdtype = dt;
+    h.data = calloc((size_t)(nr * rb) + 8, 1);
+    h.scales = malloc((size_t)(nr * ng) * lm_dtype_size(dt));
+    h.biases = malloc((size_t)(nr * ng) * lm_dtype_size(dt));
+    uint8_t *d = h.data;
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t c = 0; c < cols; c++) {
+        uint64_t q = lm_rng_u64(3, 5, g_seed++) & ((1u << bits) - 1u), bit = (uint64_t)c * bits;
+        uint64_t *word = (uint64_t *)(d + r * rb + (bit >> 3));
+        uint64_t v;
+        memcpy(&v, word, 8); /* the 8 spare bytes at the end keep this in bounds */
+        v |= q << (bit & 7);
+        memcpy(word, &v, 8);
+      }
+    float a = 2.0f / sqrtf((float)cols) / (float)((1 << bits) - 1);
+    for (int64_t i = 0; i < nr * ng; i++) {
+      float s = a * (0.75f + 0.5f * lm_rng_uniform(9, 9, g_seed++));
+      store_dt(h.scales, dt, i, s);
+      store_dt(h.biases, dt, i, -s * (float)((1 << bits) - 1) / 2.0f + 0.1f * s * urand());
+    }
+  }
+  h.w.data = h.data;
+  h.w.scales = h.scales;
+  h.w.biases = h.biases;
+  return h;
+}
+
+static hweight make_vector(int64_t n, float base) {
+  hweight h = {0};
+  float *v = malloc((size_t)n * sizeof *v);
+  for (int64_t i = 0; i < n; i++) v[i] = base + 0.3f * urand();
+  h.data = v;
+  h.w = (lm_weight){.name = "test.vector", .rows = 1, .cols = n, .expert_rows = 1, .dtype = LM_DT_F32, .data = v};
+  return h;
+}
+
+static void hweight_free(hweight *h) {
+  free(h->data);
+  free(h->scales);
+  free(h->biases);
+}
+
+/* ---- steps -------------------------------------------------------------------------------- */
+
+/* A batch over n_seqs sequences with their own cache sets on each backend. */
+typedef struct step_env {
+  int n_seqs, n_caches;
+  lm_kv_set *kc[4], *kg[4];
+  int32_t ids[512], pos[512], seq[512], rows[512];
+  lm_batch bc, bg;
+} step_env;
+
+static void step_env_init(env *e, step_env *s, int n_seqs, const lm_kv_spec *specs, int n_caches) {
+  memset(s, 0, sizeof *s);
+  s->n_seqs = n_seqs;
+  s->n_caches = n_caches;
+  for (int i = 0; i < n_seqs; i++) {
+    assert_int_equal(lm_kv_set_create(e->cpu, specs, n_caches, &s->kc[i]), LM_OK);
+    assert_int_equal(lm_kv_set_create(e->gpu, specs, n_caches, &s->kg[i]), LM_OK);
+  }
+}
+
+static void step_env_free(step_env *s) {
+  for (int i = 0; i < s->n_seqs; i++) {
+    lm_kv_set_free(s->kc[i]);
+    lm_kv_set_free(s->kg[i]);
+  }
+}
+
+/* Lays out counts[i] tokens of sequence i (in order) continuing each cache set; reserves. */
+static int step_batch(step_env *s, const int *counts, int n_logits) {
+  int T = 0;
+  for (int i = 0; i < s->n_seqs; i++) {
+    int64_t len = lm_kv_set_len(s->kc[i]);
+    assert_int_equal(lm_kv_set_reserve(s->kc[i], counts[i]), LM_OK);
+    assert_int_equal(lm_kv_set_reserve(s->kg[i], counts[i]), LM_OK);
+    for (int j = 0; j < counts[i]; j++, T++) {
+      s->ids[T] = (int32_t)(T * 7 % 50);
+      s->pos[T] = (int32_t)(len + j);
+      s->seq[T] = i;
+    }
+  }
+  for (int i = 0; i < n_logits; i++) s->rows[i] = (int32_t)((i * 5 + 1) % T);
+  s->bc = (lm_batch){.n_tokens = T, .ids = s->ids, .pos = s->pos, .seq = s->seq, .n_seqs = s->n_seqs,
+                     .kv = s->kc, .n_logits = n_logits, .logit_rows = s->rows};
+  s->bg = s->bc;
+  s->bg.kv = s->kg;
+  return T;
+}
+
+/* ---- the tests ---------------------------------------------------------------------------- */
+
+static int setup(void **state, lm_precision prec) {
+#ifdef LM_HAVE_CUDA
+  if (lm_cuda_device_count() <= 0) return 0;
+  env *e = calloc(1, sizeof *e);
+  if (lm_backend_cpu_create(LM_PRECISION_F32, 0, &e->cpu) || lm_backend_cuda_create(prec, 0, &e->gpu)) {
+    fprintf(stderr, "backend: %s\n", lm_errmsg());
+    return -1;
+  }
+  *state = e;
+#else
+  (void)prec;
+  (void)state;
+#endif
+  return 0;
+}
+static int setup_f32(void **state) { return setup(state, LM_PRECISION_F32); }
+static int setup_bf16(void **state) { return setup(state, LM_PRECISION_FAST); }
+static int teardown(void **state) {
+  env *e = *state;
+  if (e) {
+    lm_backend_destroy(e->gpu);
+    lm_backend_destroy(e->cpu);
+    free(e);
+  }
+  return 0;
+}
+
+#define NEED_GPU(state)                                                                          \
+  env *e = *(state);                                                                             \
+  if (!e) {                                                                                      \
+    printf("no CUDA device (or no CUDA build): skipped\n");                                      \
+    skip();                                                                                      \
+  }
+
+static void t_rmsnorm(void **state) {
+  NEED_GPU(state);
+  static const int64_t shapes[][2] = {{1, 2560}, {7, 37}, {33, 512}, {130, 64}};
+  lm_dtype act = e->gpu->act_dtype;
+  for (size_t si = 0; si < 4; si++)
+    for (int mode = 0; mode < 3; mode++) { /* 0: with weight, 1: no weight, 2: residual */
+      int64_t R = shapes[si][0], C = shapes[si][1];
+      float *x = rand_vec(R * C, 3.0f), *res = rand_vec(R * C, 1.0f);
+      hweight w = make_vector(C, 1.0f);
+      if (mode != 1) assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
+      lm_tensor hx = htensor(R, C, x), hr = htensor(R, C, res), ho = htensor(R, C, NULL);
+      dbuf dx = dput(e->gpu, R, C, act, x), dr = dput(e->gpu, R, C, act, res), dout = dput(e->gpu, R, C, act, NULL);
+      lm_rmsnorm_args ac = {.out = ho, .x = hx, .w = mode == 1 ? NULL : &w.w, .eps = 1e-6f,
+                            .residual = mode == 2 ? &hr : NULL};
+      lm_rmsnorm_args ag = {.out = dout.t, .x = dx.t, .w = ac.w, .eps = 1e-6f, .residual = mode == 2 ? &dr.t : NULL};
+      assert_int_equal(e->cpu->ops->rmsnorm(e->cpu, &ac), LM_OK);
+      assert_int_equal(e->gpu->ops->rmsnorm(e->gpu, &ag), LM_OK);
+      float *ref = hget(mode == 2 ? hr : ho), *got = dget(e->gpu, mode == 2 ? &dr : &dout);
+      char what[64];
+      snprintf(what, sizeof what, "rmsnorm %lldx%lld mode %d", (long long)R, (long long)C, mode);
+      expect_close(what, got, ref, R * C, bound_for(e->gpu, 1e-10, 2e-5));
+      free(mode == 2 ? ho.data : hr.data);
+      free(hx.data);
+      dfree(e->gpu, &dx);
+      dfree(e->gpu, mode == 2 ? &dout : &dr);
+      free(ref), free(got), free(x), free(res);
+      hweight_free(&w);
+    }
+}
+
+static void t_elementwise(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  int64_t R = 9, C = 301;
+  float *a = rand_vec(R * C, 4.0f), *b = rand_vec(R * C, 4.0f);
+  for (int op = 0; op < 4; op++) { /* geglu, add, add (no b), softcap */
+    lm_tensor ha = htensor(R, C, a), hb = htensor(R, C, b), ho = htensor(R, C, NULL);
+    dbuf da = dput(e->gpu, R, C, act, a), db = dput(e->gpu, R, C, act, b), dout = dput(e->gpu, R, C, act, NULL);
+    const char *name = op == 0 ? "geglu" : op == 1 ? "add (a+b)*s" : op == 2 ? "add a*s" : "softcap (in place)";
+    if (op == 0) {
+      assert_int_equal(e->cpu->ops->geglu(e->cpu, &(lm_geglu_args){ho, ha, hb}), LM_OK);
+      assert_int_equal(e->gpu->ops->geglu(e->gpu, &(lm_geglu_args){dout.t, da.t, db.t}), LM_OK);
+    } else if (op < 3) {
+      lm_tensor none = {0};
+      assert_int_equal(e->cpu->ops->add(e->cpu, &(lm_add_args){ho, ha, op == 1 ? hb : none, 0.7071f}), LM_OK);
+      assert_int_equal(e->gpu->ops->add(e->gpu, &(lm_add_args){dout.t, da.t, op == 1 ? db.t : none, 0.7071f}), LM_OK);
+    } else {
+      assert_int_equal(e->cpu->ops->softcap(e->cpu, &(lm_softcap_args){ha, 3.0f}), LM_OK);
+      assert_int_equal(e->gpu->ops->softcap(e->gpu, &(lm_softcap_args){da.t, 3.0f}), LM_OK);
+    }
+    float *ref = hget(op == 3 ? ha : ho), *got = dget(e->gpu, op == 3 ? &da : &dout);
+    expect_close(name, got, ref, R * C, bound_for(e->gpu, 1e-10, 2e-5));
+    free(op == 3 ? ho.data : ha.data);
+    free(hb.data);
+    dfree(e->gpu, op == 3 ? &dout : &da);
+    dfree(e->gpu, &db);
+    free(ref), free(got);
+  }
+  free(a), free(b);
+}
+
+static void t_argmax(void **state) {
+  NEED_GPU(state);
+  int64_t R = 5, C = 70001;
+  float *x = rand_vec(R * C, 10.0f);
+  x[3 * C + 12] = x[3 * C + 70000] = 50.0f; /* a tie: the lowest index wins */
+  lm_tensor hx = htensor(R, C, x), hi = {.rows = R, .cols = 1, .ld = 2, .dtype = LM_DT_I32};
+  hi.data = calloc((size_t)(2 * R), 4);
+  dbuf dx = dput(e->gpu, R, C, LM_DT_F32, x), di = dput(e->gpu, R, 1, LM_DT_I32, NULL);
+  assert_int_equal(e->cpu->ops->argmax(e->cpu, &(lm_argmax_args){hi, hx}), LM_OK);
+  assert_int_equal(e->gpu->ops->argmax(e->gpu, &(lm_argmax_args){di.t, dx.t}), LM_OK);
+  float *got = dget(e->gpu, &di);
+  for (int64_t r = 0; r < R; r++) assert_int_equal((int32_t)got[r], ((int32_t *)hi.data)[r * 2]);
+  assert_int_equal((int32_t)got[3], 3 * 0 + 12);
+  printf("  argmax %lldx%lld: exact\n", (long long)R, (long long)C);
+  dfree(e->gpu, &dx);
+  free(hx.data), free(hi.data), free(got), free(x);
+}
+
+/* x · Wᵀ for each weight layout the kernels distinguish, decode and prefill row counts. */
+static void t_matmul(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  static const struct { int bits, group; lm_dtype dt; int64_t rows, cols, ne; } W[] = {
+      {4, 64, LM_DT_BF16, 37, 2560, 0}, {4, 32, LM_DT_BF16, 100, 96, 0},   {4, 128, LM_DT_BF16, 19, 384, 0},
+      {8, 64, LM_DT_BF16, 33, 192, 0},  {2, 32, LM_DT_BF16, 21, 64, 0},    {2, 64, LM_DT_BF16, 7, 256, 0},
+      {3, 32, LM_DT_BF16, 29, 320, 0},  {5, 64, LM_DT_BF16, 13, 128, 0},   {6, 32, LM_DT_BF16, 11, 160, 0},
+      {4, 64, LM_DT_F16, 17, 128, 0},   {4, 64, LM_DT_F32, 9, 192, 0},     {0, 0, LM_DT_BF16, 45, 200, 0},
+      {0, 0, LM_DT_F32, 23, 36, 0},     {0, 0, LM_DT_F16, 31, 64, 0},      {0, 0, LM_DT_BF16, 5, 37, 0},
+      {4, 64, LM_DT_BF16, 24, 128, 3},  {0, 0, LM_DT_BF16, 12, 64, 4}};
+  static const int64_t ms[] = {1, 2, 3, 5, 8, 17, 64};
+  for (size_t wi = 0; wi < sizeof W / sizeof *W; wi++) {
+    hweight w = make_weight(W[wi].ne, W[wi].rows, W[wi].cols, W[wi].bits, W[wi].group, W[wi].dt);
+    assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
+    for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+      for (int acc = 0; acc < 2; acc++) {
+        int64_t M = ms[mi], N = W[wi].rows, K = W[wi].cols, ex = W[wi].ne ? W[wi].ne - 1 : 0;
+        if (acc && mi % 3) continue;
+        lm_dtype odt = mi == 4 ? LM_DT_F32 : act; /* an f32 output, as the logits are */
+        float *x = rand_vec(M * K, 1.0f), *y0 = rand_vec(M * N, 0.5f);
+        lm_tensor hx = htensor(M, K, x), hy = htensor(M, N, acc ? y0 : NULL);
+        dbuf dx = dput(e->gpu, M, K, act, x), dy = dput(e->gpu, M, N, odt, acc ? y0 : NULL);
+        assert_int_equal(e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){hy, hx, &w.w, ex, acc}), LM_OK);
+        lm_status s = e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, dx.t, &w.w, ex, acc});
+        if (s) fprintf(stderr, "%s\n", lm_errmsg());
+        assert_int_equal(s, LM_OK);
+        float *ref = hget(hy), *got = dget(e->gpu, &dy);
+        char what[96];
+        snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s", W[wi].bits, W[wi].group,
+                 lm_dtype_name(W[wi].dt), (long long)N, (long long)K, W[wi].ne ? " expert" : "", (long long)M,
+                 acc ? " acc" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "");
+        expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-9, 1e-4));
+        dfree(e->gpu, &dx);
+        free(hx.data), free(ref), free(got), free(x), free(y0);
+      }
+    hweight_free(&w);
+  }
+}
+
+/* Embedding, RoPE and the logit-row gather read the step's ids/positions/rows. */
+static void t_step_ops(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  /* a ring, so the made-up large positions below stay inside its slots */
+  lm_kv_spec spec = {.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 8, .window = 8};
+  step_env s;
+  step_env_init(e, &s, 2, &spec, 1);
+  int counts[2] = {7, 4};
+  int T = step_batch(&s, counts, 3);
+  for (int i = 0; i < T; i++) s.pos[i] += 1000 * i; /* large angles; positions are only read here */
+  hweight tq = make_weight(0, 50, 96, 4, 32, LM_DT_BF16), td = make_weight(0, 50, 40, 0, 0, LM_DT_BF16);
+  hweight inv = make_vector(24, 0.5f);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &tq.w), LM_OK);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &td.w), LM_OK);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &inv.w), LM_OK);
+  assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
+  assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
+  for (int k = 0; k < 2; k++) { /* embed: quantized and dense tables */
+    hweight *t = k ? &td : &tq;
+    lm_tensor ho = htensor(T, t->w.cols, NULL);
+    dbuf dout = dput(e->gpu, T, t->w.cols, act, NULL);
+    assert_int_equal(e->cpu->ops->embed(e->cpu, &(lm_embed_args){ho, &t->w, 1.7f}), LM_OK);
+    assert_int_equal(e->gpu->ops->embed(e->gpu, &(lm_embed_args){dout.t, &t->w, 1.7f}), LM_OK);
+    float *ref = hget(ho), *got = dget(e->gpu, &dout);
+    expect_close(k ? "embed dense bf16" : "embed q4/g32", got, ref, T * t->w.cols, bound_for(e->gpu, 1e-12, 2e-5));
+    free(ref), free(got);
+  }
+  { /* rope over 3 heads of 48 */
+    float *x = rand_vec(T * 144, 2.0f);
+    lm_tensor hx = htensor(T, 144, x);
+    dbuf dx = dput(e->gpu, T, 144, act, x);
+    assert_int_equal(e->cpu->ops->rope(e->cpu, &(lm_rope_args){hx, 3, 48, &inv.w}), LM_OK);
+    assert_int_equal(e->gpu->ops->rope(e->gpu, &(lm_rope_args){dx.t, 3, 48, &inv.w}), LM_OK);
+    float *ref = hget(hx), *got = dget(e->gpu, &dx);
+    expect_close("rope 3x48, positions to 10000", got, ref, T * 144, bound_for(e->gpu, 1e-10, 4e-5));
+    free(ref), free(got), free(x);
+  }
+  { /* gather of 3 logit rows */
+    float *x = rand_vec(T * 77, 1.0f);
+    lm_tensor hx = htensor(T, 77, x), ho = htensor(3, 77, NULL);
+    dbuf dx = dput(e->gpu, T, 77, LM_DT_F32, x), dout = dput(e->gpu, 3, 77, LM_DT_F32, NULL);
+    assert_int_equal(e->cpu->ops->gather_logit_rows(e->cpu, &(lm_gather_args){ho, hx}), LM_OK);
+    assert_int_equal(e->gpu->ops->gather_logit_rows(e->gpu, &(lm_gather_args){dout.t, dx.t}), LM_OK);
+    float *ref = hget(ho), *got = dget(e->gpu, &dx);
+    (void)got;
+    free(got);
+    got = dget(e->gpu, &dout);
+    assert_memory_equal(got, ref, 3 * 77 * sizeof(float));
+    printf("  gather_logit_rows: exact\n");
+    free(hx.data), free(ref), free(got), free(x);
+  }
+  assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
+  assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
+  hweight_free(&tq), hweight_free(&td), hweight_free(&inv);
+  step_env_free(&s);
+}
+
+/* Attention + append over several steps of two sequences: prefill chunks, decode, a ring
+ * that wraps, GQA ratios 1..16, head dims 32..512. */
+static void t_attention(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  static const struct { int nh, nkv, hd; int64_t window; } C[] = {
+      {4, 1, 64, 0}, {8, 2, 256, 0}, {16, 1, 512, 0}, {2, 2, 48, 0}, {4, 2, 32, 5}, {8, 8, 256, 40}};
+  static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
+  for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
+    lm_kv_spec spec = {.kind = C[ci].window ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN, .n_kv_heads = C[ci].nkv,
+                       .head_dim = C[ci].hd, .window = C[ci].window};
+    step_env s;
+    step_env_init(e, &s, 2, &spec, 1);
+    int64_t qd = (int64_t)C[ci].nh * C[ci].hd, kvd = (int64_t)C[ci].nkv * C[ci].hd;
+    for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
+      int T = step_batch(&s, steps[st], 0);
+      if (!T) continue;
+      float *q = rand_vec(T * qd, 1.0f), *k = rand_vec(T * kvd, 1.0f), *v = rand_vec(T * kvd, 1.0f);
+      lm_tensor hq = htensor(T, qd, q), hk = htensor(T, kvd, k), hv = htensor(T, kvd, v), ho = htensor(T, qd, NULL);
+      dbuf dq = dput(e->gpu, T, qd, act, q), dk = dput(e->gpu, T, kvd, act, k), dv = dput(e->gpu, T, kvd, act, v);
+      dbuf dout = dput(e->gpu, T, qd, act, NULL);
+      lm_attn_args ac = {.out = ho, .q = hq, .k_new = hk, .v_new = hv, .cache = 0, .n_heads = C[ci].nh,
+                         .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .window = C[ci].window, .scale = 0.125f};
+      lm_attn_args ag = ac;
+      ag.out = dout.t, ag.q = dq.t, ag.k_new = dk.t, ag.v_new = dv.t;
+      assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
+      assert_int_equal(e->cpu->ops->attention(e->cpu, &ac), LM_OK);
+      assert_int_equal(e->cpu->ops->kv_append(e->cpu, &(lm_kv_append_args){.k_new = hk, .v_new = hv, .cache = 0}), LM_OK);
+      assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
+      assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
+      lm_status rs = e->gpu->ops->attention(e->gpu, &ag);
+      if (rs) fprintf(stderr, "%s\n", lm_errmsg());
+      assert_int_equal(rs, LM_OK);
+      assert_int_equal(e->gpu->ops->kv_append(e->gpu, &(lm_kv_append_args){.k_new = dk.t, .v_new = dv.t, .cache = 0}), LM_OK);
+      assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
+      for (int i = 0; i < 2; i++) assert_int_equal(lm_kv_set_len(s.kc[i]), lm_kv_set_len(s.kg[i]));
+      float *ref = hget(ho), *got = dget(e->gpu, &dout);
+      char what[96];
+      snprintf(what, sizeof what, "attention %d/%d x%d win %lld step %zu (T=%d)", C[ci].nh, C[ci].nkv, C[ci].hd,
+               (long long)C[ci].window, st, T);
+      expect_close(what, got, ref, T * qd, bound_for(e->gpu, 1e-9, 1e-4));
+      free(hq.data), free(hk.data), free(hv.data), free(ref), free(got), free(q), free(k), free(v);
+      dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv);
+    }
+    step_env_free(&s);
+  }
+}
+
+static void t_moe(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  int64_t E = 8, K = 2, H = 64, I = 96;
+  hweight wg = make_weight(E, I, H, 4, 32, LM_DT_BF16), wu = make_weight(E, I, H, 4, 32, LM_DT_BF16);
+  hweight wd = make_weight(E, H, I, 4, 32, LM_DT_BF16), pes = make_vector(E, 1.0f);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wg.w), LM_OK);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wu.w), LM_OK);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wd.w), LM_OK);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &pes.w), LM_OK);
+  static const int64_t Ts[] = {1, 3, 37};
+  for (size_t ti = 0; ti < 3; ti++) {
+    int64_t T = Ts[ti];
+    float *lg = rand_vec(T * E, 3.0f), *x = rand_vec(T * H, 1.0f);
+    lm_tensor hl = htensor(T, E, lg), hw = htensor(T, K, NULL), hx = htensor(T, H, x), ho = htensor(T, H, NULL);
+    lm_tensor hi = {.rows = T, .cols = K, .ld = K + PAD, .dtype = LM_DT_I32, .data = calloc((size_t)(T * (K + PAD)), 4)};
+    dbuf dl = dput(e->gpu, T, E, LM_DT_F32, lg), dw = dput(e->gpu, T, K, LM_DT_F32, NULL);
+    dbuf di = dput(e->gpu, T, K, LM_DT_I32, NULL);
+    assert_int_equal(e->cpu->ops->moe_route(e->cpu, &(lm_moe_route_args){hi, hw, hl, (int)K, &pes.w}), LM_OK);
+    assert_int_equal(e->gpu->ops->moe_route(e->gpu, &(lm_moe_route_args){di.t, dw.t, dl.t, (int)K, &pes.w}), LM_OK);
+    float *gi = dget(e->gpu, &di), *gw = dget(e->gpu, &dw), *rw = hget(hw);
+    for (int64_t i = 0; i < T * K; i++) assert_int_equal((int32_t)gi[i], ((int32_t *)hi.data)[(i / K) * hi.ld + i % K]);
+    expect_close("moe_route weights (ids exact)", gw, rw, T * K, 1e-12);
+    /* experts on the CPU's routing */
+    float ids_f[T * K];
+    for (int64_t i = 0; i < T * K; i++) ids_f[i] = (float)((int32_t *)hi.data)[(i / K) * hi.ld + i % K];
+    di = dput(e->gpu, T, K, LM_DT_I32, ids_f);
+    dw = dput(e->gpu, T, K, LM_DT_F32, rw);
+    hw = htensor(T, K, rw);
+    dbuf dx = dput(e->gpu, T, H, act, x), dout = dput(e->gpu, T, H, act, NULL);
+    dbuf dsc = dput(e->gpu, T * K, 2 * I + 2 * H, act, NULL), dis = dput(e->gpu, 1, T * K + E + 1, LM_DT_I32, NULL);
+    lm_tensor hsc = htensor(T * K, 2 * I + 2 * H, NULL), his = {.rows = 1, .cols = T * K + E + 1, .ld = T * K + E + 1,
+                                                             .dtype = LM_DT_I32};
+    his.data = calloc((size_t)his.cols, 4);
+    assert_int_equal(e->cpu->ops->moe_experts(e->cpu, &(lm_moe_experts_args){ho, hx, hi, hw, &wg.w, &wu.w, &wd.w, hsc,
+                                                                             his}),
+                     LM_OK);
+    lm_status s = e->gpu->ops->moe_experts(e->gpu, &(lm_moe_experts_args){dout.t, dx.t, di.t, dw.t, &wg.w, &wu.w,
+                                                                          &wd.w, dsc.t, dis.t});
+    if (s) fprintf(stderr, "%s\n", lm_errmsg());
+    assert_int_equal(s, LM_OK);
+    float *ref = hget(ho), *got = dget(e->gpu, &dout);
+    char what[64];
+    snprintf(what, sizeof what, "moe_experts T=%lld (%s)", (long long)T, T <= 4 ? "grouped gemv" : "gathered gemm");
+    expect_close(what, got, ref, T * H, bound_for(e->gpu, 1e-9, 1e-4));
+    free(ref), free(got), free(gi), free(gw), free(rw), free(lg), free(x);
+    free(hl.data), free(hw.data), free(hx.data), free(hi.data), free(hsc.data), free(his.data);
+    dfree(e->gpu, &dl), dfree(e->gpu, &di), dfree(e->gpu, &dw), dfree(e->gpu, &dx), dfree(e->gpu, &dsc);
+    dfree(e->gpu, &dis);
+  }
+  hweight_free(&wg), hweight_free(&wu), hweight_free(&wd), hweight_free(&pes);
+}
+
+/* Bad calls fail closed with a message, never crash. */
+static void t_bad_calls(void **state) {
+  NEED_GPU(state);
+  hweight w = make_weight(0, 16, 64, 4, 32, LM_DT_BF16);
+  dbuf dx = dput(e->gpu, 2, 64, e->gpu->act_dtype, NULL), dy = dput(e->gpu, 2, 16, e->gpu->act_dtype, NULL);
+  /* not prepared */
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, dx.t, &w.w, 0, 0}), LM_ERR_STATE);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
+  lm_tensor bad = dx.t;
+  bad.cols = 63;
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, bad, &w.w, 0, 0}), LM_ERR_INVALID);
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, dx.t, &w.w, 1, 0}), LM_ERR_INVALID);
+  /* ops that need a step, outside one */
+  assert_int_equal(e->gpu->ops->embed(e->gpu, &(lm_embed_args){dx.t, &w.w, 1.0f}), LM_ERR_STATE);
+  /* an allocation larger than the device says how much was asked and what is free */
+  void *p = NULL;
+  lm_status s = e->gpu->ops->alloc(e->gpu, (size_t)1 << 50, &p);
+  assert_int_equal(s, LM_ERR_NOMEM);
+  assert_non_null(strstr(lm_errmsg(), "free of"));
+  printf("  out of memory: %s\n", lm_errmsg());
+  dfree(e->gpu, &dx), dfree(e->gpu, &dy);
+  hweight_free(&w);
+}
+
+int main(void) {
+#define BOTH(fn) cmocka_unit_test_setup_teardown(fn, setup_f32, teardown)
+#define BF16(fn) cmocka_unit_test_setup_teardown(fn, setup_bf16, teardown)
+  const struct CMUnitTest tests[] = {BOTH(t_rmsnorm),   BF16(t_rmsnorm),   BOTH(t_elementwise), BF16(t_elementwise),
+                                     BOTH(t_argmax),    BOTH(t_matmul),    BF16(t_matmul),      BOTH(t_step_ops),
+                                     BF16(t_step_ops),  BOTH(t_attention), BF16(t_attention),   BOTH(t_moe),
+                                     BF16(t_moe),       BOTH(t_bad_calls)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

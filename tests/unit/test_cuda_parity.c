@@ -1,0 +1,319 @@
+/* test_cuda_parity.c — whole-model parity of the CUDA backend.
+ *  - Reference fixtures (tests/fixtures/NAME, tools/oracle/gen_fixtures.py): with f32
+ *    activations, prefill / chunked prefill / prefill + decode meet the CPU tolerance
+ *    (max|Δlogit| ≤ 1e-3·max|ref|, same argmax everywhere); with bf16 activations, the
+ *    fixture's statistical bound for transformers' own bf16 run (meta.json tolerance.bf16:
+ *    mean KL to the f32 reference and argmax agreement).
+ *  - Synthetic models (small PLE/KV-sharing and MoE/k_eq_v geometries, 4-bit and bf16
+ *    weights) and the E4B preset with random 4-bit weights: CUDA against the CPU backend,
+ *    with the same f32 bound, and a loose bf16 bound (mean KL ≤ 1e-2, argmax agreement ≥ 75%).
+ *  - The planned path: decode with captured graphs is bit-identical to decode without them,
+ *    and the plan's use counter shows the graphs ran.
+ * Skips (exit 0) without a CUDA build or a GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/status.h"
+#include "model/forward.h"
+#include "util/fixture.h"
+#ifdef LM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+/* Compiled-in locations, overridable where the binary runs away from its source tree
+ * (tools/gpu/check.sh packs it for the GPU machine). */
+static const char *env_or(const char *name, const char *dflt) {
+  const char *v = getenv(name);
+  return v && *v ? v : dflt;
+}
+#define FIXTURES env_or("LUMEN_FIXTURES", LM_SOURCE_DIR "/tests/fixtures")
+#define PRESETS env_or("LUMEN_PRESETS", LM_SHARED_DIR "/presets")
+
+static const char *small_cfg =
+    "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":512,"
+    "\"hidden_size\":128,\"intermediate_size\":256,\"num_hidden_layers\":6,\"num_attention_heads\":4,"
+    "\"num_key_value_heads\":2,\"head_dim\":64,\"global_head_dim\":128,\"sliding_window\":8,"
+    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":64,\"vocab_size_per_layer_input\":512,"
+    "\"num_kv_shared_layers\":2,\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\","
+    "\"sliding_attention\",\"sliding_attention\",\"full_attention\"]}}";
+
+static const char *moe_cfg =
+    "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":512,"
+    "\"hidden_size\":128,\"intermediate_size\":128,\"num_hidden_layers\":4,\"num_attention_heads\":4,"
+    "\"num_key_value_heads\":2,\"num_global_key_value_heads\":1,\"head_dim\":64,\"global_head_dim\":128,"
+    "\"attention_k_eq_v\":true,\"sliding_window\":8,\"final_logit_softcapping\":30.0,"
+    "\"hidden_size_per_layer_input\":0,\"enable_moe_block\":true,\"num_experts\":8,\"top_k_experts\":2,"
+    "\"moe_intermediate_size\":128,\"layer_types\":[\"sliding_attention\",\"full_attention\","
+    "\"sliding_attention\",\"full_attention\"]}}";
+
+static int gpu_present(void) {
+#ifdef LM_HAVE_CUDA
+  return lm_cuda_device_count() > 0;
+#else
+  return 0;
+#endif
+}
+
+#define NEED_GPU()                                                                               \
+  if (!gpu_present()) {                                                                          \
+    printf("no CUDA device (or no CUDA build): skipped\n");                                      \
+    skip();                                                                                      \
+  }
+
+static lm_backend *make_backend(int cuda, lm_precision prec) {
+  lm_backend *be = NULL;
+  lm_status s = LM_ERR_UNSUPPORTED;
+#ifdef LM_HAVE_CUDA
+  s = cuda ? lm_backend_cuda_create(prec, 0, &be) : lm_backend_cpu_create(prec, 0, &be);
+#else
+  if (!cuda) s = lm_backend_cpu_create(prec, 0, &be);
+#endif
+  if (s) fprintf(stderr, "backend: %s\n", lm_errmsg());
+  assert_int_equal(s, LM_OK);
+  return be;
+}
+
+/* Feeds ids (prefill in chunks, then decode one by one) into a fresh cache set: [T][V]. */
+static float *run_mode(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill, int64_t chunk) {
+  int64_t V = m->cfg.vocab_size;
+  float *out = malloc((size_t)(T * V) * sizeof(float));
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  lm_model_kv_specs(m, specs);
+  lm_kv_set *kv = NULL;
+  lm_forward *f = NULL;
+  assert_int_equal(lm_model_prepare(m, be), LM_OK);
+  assert_int_equal(lm_kv_set_create(be, specs, m->cfg.n_caches, &kv), LM_OK);
+  assert_int_equal(lm_forward_create(m, be, chunk, chunk, &f), LM_OK);
+  lm_status s = lm_forward_feed(f, kv, ids, prefill, chunk, out);
+  if (!s) s = lm_forward_feed(f, kv, ids + prefill, T - prefill, 1, out + prefill * V);
+  if (s) fprintf(stderr, "forward failed: %s\n", lm_errmsg());
+  assert_int_equal(s, LM_OK);
+  lm_forward_free(f);
+  lm_kv_set_free(kv);
+  return out;
+}
+
+typedef struct bound {
+  double mean_kl_max, argmax_min; /* < 0: the f32 bound (max|Δ| and every argmax) */
+} bound;
+
+static int check(const char *what, const float *ref, const float *got, int64_t T, int64_t V, bound b) {
+  lm_fx_cmp c = lm_fx_compare(ref, got, T, V);
+  int ok = b.mean_kl_max < 0 ? c.max_abs_diff <= 1e-3 * c.max_abs_ref && c.argmax_agree == T
+                             : isfinite(c.mean_kl) && c.mean_kl <= b.mean_kl_max && c.argmax_agree >= b.argmax_min;
+  printf("  %-40s T=%-4lld max|d|=%.3g (max|ref| %.3g) kl=%.3g argmax %lld/%lld %s\n", what, (long long)T,
+         c.max_abs_diff, c.max_abs_ref, c.mean_kl, (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
+  return ok;
+}
+
+static const bound F32 = {-1, -1};
+
+/* The three feeding modes of test_parity.c against one reference. */
+static int check_modes(const char *name, lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, const float *ref,
+                       bound b) {
+  struct { const char *mode; int64_t prefill, chunk; } modes[] = {
+      {"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2 > 0 ? T / 2 : 1}};
+  int fails = 0;
+  for (size_t i = 0; i < 3; i++) {
+    float *got = run_mode(m, be, ids, T, modes[i].prefill, modes[i].chunk);
+    char what[128];
+    snprintf(what, sizeof what, "%s %s %s", name, be->act_dtype == LM_DT_F32 ? "f32" : "bf16", modes[i].mode);
+    fails += !check(what, ref, got, T, m->cfg.vocab_size, b);
+    free(got);
+  }
+  return fails;
+}
+
+static int has_weights(const char *dir) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  if (access(p, R_OK) == 0) return 1;
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  return access(p, R_OK) == 0;
+}
+
+/* meta.json's tolerance.bf16 bound, or a negative kl when absent. */
+static bound bf16_bound(const char *dir) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/meta.json", dir);
+  bound b = {-2, 0};
+  json_t *j = json_load_file(p, 0, NULL);
+  json_t *t = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), "bf16"), "mean_kl_max") : NULL;
+  json_t *a = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), "bf16"), "argmax_agree_min") : NULL;
+  if (t && a) b = (bound){json_number_value(t), json_number_value(a)};
+  json_decref(j);
+  return b;
+}
+
+static void t_fixtures(void **state) {
+  (void)state;
+  NEED_GPU();
+  char **names;
+  int n = lm_fx_list(FIXTURES, "logits.f32", &names), checked = 0, fails = 0;
+  for (int i = 0; i < n; i++) {
+    char dir[1024], p[1100];
+    snprintf(dir, sizeof dir, "%s/%s", FIXTURES, names[i]);
+    if (!has_weights(dir)) continue;
+    lm_model *m = NULL;
+    assert_int_equal(lm_model_load(dir, &m), LM_OK);
+    int32_t *ids;
+    snprintf(p, sizeof p, "%s/ids.txt", dir);
+    int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
+    snprintf(p, sizeof p, "%s/logits.f32", dir);
+    float *ref = lm_fx_read_f32(p, T * V);
+    assert_non_null(ref);
+    lm_backend *be = make_backend(1, LM_PRECISION_F32);
+    fails += check_modes(names[i], m, be, ids, T, ref, F32);
+    lm_backend_destroy(be);
+    bound b = bf16_bound(dir);
+    if (b.mean_kl_max >= 0) {
+      be = make_backend(1, LM_PRECISION_FAST);
+      fails += check_modes(names[i], m, be, ids, T, ref, b);
+      lm_backend_destroy(be);
+    }
+    checked++;
+    free(ref);
+    free(ids);
+    lm_model_free(m);
+  }
+  lm_fx_free_list(names, n);
+  printf("  %d fixtures checked\n", checked);
+  if (!checked) printf("  (no fixtures with weights under tests/fixtures)\n");
+  assert_int_equal(fails, 0);
+}
+
+static lm_model *synth(const char *name, const char *json, int bits, int group) {
+  char p[1024];
+  snprintf(p, sizeof p, "%s/lumen_cuda_parity_%d_%s.json", env_or("TMPDIR", "/tmp"), (int)getpid(), name);
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fputs(json, f);
+  fclose(f);
+  lm_model *m = NULL;
+  lm_status s = lm_model_synth(p, bits, group, 5, &m);
+  unlink(p);
+  if (s) fprintf(stderr, "synth %s: %s\n", name, lm_errmsg());
+  assert_int_equal(s, LM_OK);
+  return m;
+}
+
+static void ids_for(int32_t *ids, int64_t T, int64_t V) {
+  for (int64_t i = 0; i < T; i++) ids[i] = (int32_t)(3 + (i * 2654435761u) % (uint64_t)(V - 3));
+}
+
+static const bound BF16_LOOSE = {1e-2, 0};
+
+static void vs_cpu(const char *name, lm_model *m, int64_t T, int *fails) {
+  int32_t ids[T];
+  ids_for(ids, T, m->cfg.vocab_size);
+  lm_backend *cpu = make_backend(0, LM_PRECISION_F32);
+  float *ref = run_mode(m, cpu, ids, T, T, T);
+  lm_backend_destroy(cpu);
+  lm_backend *be = make_backend(1, LM_PRECISION_F32);
+  *fails += check_modes(name, m, be, ids, T, ref, F32);
+  lm_backend_destroy(be);
+  be = make_backend(1, LM_PRECISION_FAST);
+  bound b = BF16_LOOSE;
+  b.argmax_min = 0.75 * (double)T;
+  *fails += check_modes(name, m, be, ids, T, ref, b);
+  lm_backend_destroy(be);
+  free(ref);
+}
+
+static void t_synthetic(void **state) {
+  (void)state;
+  NEED_GPU();
+  int fails = 0;
+  struct { const char *name, *json; int bits, group; } M[] = {
+      {"small-q4", small_cfg, 4, 64}, {"small-bf16", small_cfg, 0, 0}, {"moe-q4", moe_cfg, 4, 64},
+      {"moe-q8", moe_cfg, 8, 32}};
+  for (size_t i = 0; i < sizeof M / sizeof *M; i++) {
+    lm_model *m = synth(M[i].name, M[i].json, M[i].bits, M[i].group);
+    vs_cpu(M[i].name, m, 23, &fails);
+    lm_model_free(m);
+  }
+  assert_int_equal(fails, 0);
+}
+
+/* The E4B geometry with random 4-bit g64 weights: CUDA vs CPU on a short prompt. */
+static void t_e4b(void **state) {
+  (void)state;
+  NEED_GPU();
+  char preset[1024];
+  snprintf(preset, sizeof preset, "%s/gemma4-e4b.json", PRESETS);
+  if (access(preset, R_OK) != 0) {
+    printf("  %s not found: skipped\n", preset);
+    skip();
+  }
+  lm_model *m = NULL;
+  assert_int_equal(lm_model_synth(preset, 4, 64, 1, &m), LM_OK);
+  int fails = 0;
+  int64_t T = 6, V = m->cfg.vocab_size;
+  int32_t ids[6];
+  ids_for(ids, T, V);
+  lm_backend *cpu = make_backend(0, LM_PRECISION_F32);
+  float *ref = run_mode(m, cpu, ids, T, 4, 4);
+  lm_backend_destroy(cpu);
+  lm_backend *be = make_backend(1, LM_PRECISION_F32);
+  float *got = run_mode(m, be, ids, T, 4, 4);
+  fails += !check("e4b q4/g64 f32 (prefill 4 + decode 2)", ref, got, T, V, F32);
+  free(got);
+  lm_backend_destroy(be);
+  be = make_backend(1, LM_PRECISION_FAST);
+  got = run_mode(m, be, ids, T, 4, 4);
+  bound b = {5e-2, 0.5 * (double)T};
+  fails += !check("e4b q4/g64 bf16 (prefill 4 + decode 2)", ref, got, T, V, b);
+  free(got);
+  lm_backend_destroy(be);
+  free(ref);
+  lm_model_free(m);
+  assert_int_equal(fails, 0);
+}
+
+/* Decode logits with plans on and off must be identical bit for bit; the rings wrap (window
+ * 8 < 5 + 12 tokens), so the replayed graphs see new ring slots and cache lengths. */
+static void t_plan(void **state) {
+  (void)state;
+  NEED_GPU();
+#ifdef LM_HAVE_CUDA
+  for (int pi = 0; pi < 2; pi++) {
+    lm_precision prec = pi ? LM_PRECISION_FAST : LM_PRECISION_F32;
+    lm_model *m = synth("plan", pi ? moe_cfg : small_cfg, 4, 64);
+    int64_t T = 17, V = m->cfg.vocab_size;
+    int32_t ids[17];
+    ids_for(ids, T, V);
+    float *out[2];
+    int64_t uses[2], builds[2];
+    for (int on = 0; on < 2; on++) {
+      lm_backend *be = make_backend(1, prec);
+      lm_cuda_set_plans(be, on);
+      out[on] = run_mode(m, be, ids, T, 5, 5);
+      lm_cuda_plan_stats(be, &uses[on], &builds[on]);
+      lm_backend_destroy(be);
+    }
+    printf("  plan %s: off uses %lld; on uses %lld, builds %lld\n", pi ? "moe bf16" : "small f32", (long long)uses[0],
+           (long long)uses[1], (long long)builds[1]);
+    assert_int_equal(uses[0], 0);
+    assert_true(builds[1] >= 1);
+    assert_true(uses[1] >= T - 5);
+    assert_memory_equal(out[0], out[1], (size_t)(T * V) * sizeof(float));
+    free(out[0]);
+    free(out[1]);
+    lm_model_free(m);
+  }
+#endif
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_plan), cmocka_unit_test(t_synthetic),
+                                     cmocka_unit_test(t_fixtures), cmocka_unit_test(t_e4b)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# tools/gpu/check.sh — the whole GPU check in one go.
+#
+# Here (a machine with nvcc, no GPU needed): builds the CUDA backend (-DLUMEN_CUDA=ON,
+# sm_90), packs lumen, the CUDA test binaries, the shared libraries the GPU machine lacks
+# (utf8proc, cmocka, libmicrohttpd: it has jansson, PCRE2, OpenBLAS and CUDA's own cuBLAS)
+# and the presets into .carry/gpu/ (git-ignored), writes .carry/gpu/run.sh, and prints the
+# command to run on the GPU machine from the repository root:
+#
+#     OUT=/some/dir bash .carry/gpu/run.sh
+#
+# (with the device tool: carry [".carry/gpu"], command `bash .carry/gpu/run.sh`). run.sh runs
+# the CUDA op tests, the CUDA parity tests (fixtures under tests/fixtures travel with the
+# repository) and `lumen bench --backend cuda` on the presets, with logs under $OUT; it is
+# sized to finish in about 8 minutes on an H200.
+#
+# Options: BUILD_DIR (default build-gpu), JOBS (default 2), SKIP_BUILD=1 to pack an existing build.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+JOBS=${JOBS:-2}
+PACK=$ROOT/.carry/gpu
+SHARED=$ROOT/../shared
+
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -DLUMEN_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD" -j"$JOBS" --target lumen test_cuda_ops test_cuda_parity
+fi
+
+rm -rf "$PACK"
+mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/presets"
+for b in lumen test_cuda_ops test_cuda_parity; do
+  cp "$BUILD/$b" "$PACK/bin/"
+  strip --strip-debug "$PACK/bin/$b"
+done
+
+# Libraries the GPU machine's image does not have, resolved through this build's own ldd.
+for b in "$PACK"/bin/*; do
+  ldd "$b" | awk '/=> \//{print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libutf8proc.so*|libcmocka.so*|libmicrohttpd.so*) cp -L "$lib" "$PACK/lib/" ;;
+  esac
+done
+
+cp "$SHARED"/presets/*.json "$PACK/presets/"
+
+cat > "$PACK/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs on the GPU machine from the repository root; logs go to $OUT (default ./gpu-out).
+set -uo pipefail
+P=.carry/gpu
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$P/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+export LUMEN_FIXTURES="$PWD/tests/fixtures" LUMEN_PRESETS="$PWD/$P/presets" CMOCKA_MESSAGE_OUTPUT=STDOUT
+L="$P/bin/lumen"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  ldd "$L" | grep -E "not found|cublas" || true
+} 2>&1 | tee "$OUT/env.log"
+step() { # name timeout command...
+  local name=$1 t=$2; shift 2
+  local t0=$SECONDS
+  timeout "$t" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  printf '%-28s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - t0)) | tee -a "$OUT/summary.txt"
+  return 0
+}
+step ops 120 "$P/bin/test_cuda_ops"
+step parity 200 "$P/bin/test_cuda_parity"
+B="--backend cuda --bits 4 --group 64 --decode-tokens 64 --reps 3 --warmup 1"
+step bench_e4b 120 "$L" bench $B --preset "$P/presets/gemma4-e4b.json" --prompt 512,4096 --context 512
+step bench_26b 120 "$L" bench $B --preset "$P/presets/gemma4-26b-a4b.json" --prompt 128 --context 512
+step bench_12b 100 "$L" bench $B --preset "$P/presets/gemma4-12b.json" --prompt 512 --context 512
+step bench_31b 120 "$L" bench $B --preset "$P/presets/gemma4-31b.json" --prompt 512 --context 512
+echo "== failures and results =="
+grep -hE "FAIL|Error|error|failed|PASSED|SKIPPED|tok/s|bandwidth|device " "$OUT"/*.log | head -150
+RUN
+chmod +x "$PACK/run.sh"
+
+du -sh "$PACK"
+echo
+echo "GPU machine command (from the repository root, carry .carry/gpu):"
+echo "  bash .carry/gpu/run.sh"
