@@ -30,7 +30,7 @@ void lm_cli_textgen_help(FILE *f) {
         "  --chunk N                prefill tokens per forward step (512)\n"
         "  --ctx N                  context limit in tokens (default: none)\n"
         "  --backend B              cpu (default); --precision f32|fast (default fast); --threads N\n"
-        "  -v, --verbose            print the seed, the stop reason and cache reuse on stderr\n",
+        "  -v, --verbose            print the seed, the sampling settings and the stop reason on stderr\n",
         f);
   lm_cli_sampling_help(f);
 }
