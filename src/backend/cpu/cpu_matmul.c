@@ -18,7 +18,7 @@
 #define LM_MM_SGEMM_MIN_M 8         /* F32: from this m on, dequantized tiles + sgemm */
 #define LM_MM_GEMM_MIN_M 8          /* FAST: from this m on, the family's int8 GEMM */
 #define LM_MM_ROW_BLOCK 16          /* decode: rows per scheduling block */
-#define LM_MM_TILE_BYTES (2 << 20)  /* F32 prefill: f32 tile per thread handed to sgemm */
+#define LM_MM_TILE_BYTES (2 << 20)  /* F32 prefill: f32 tile per thread handed to sgemm (>= 64 rows) */
 #define LM_MM_SUBTILES 4            /* FAST prefill: NR-row subtiles packed together */
 
 /* ---- kernel families ------------------------------------------------------------------- */
@@ -190,7 +190,7 @@ static lm_status lm_mm_sgemm(const lm_cpu_kernels *kn, const lm_mm_job *j, int64
   }
   int nt = omp_get_max_threads();
   int64_t tn = LM_MM_TILE_BYTES / (4 * j->k);
-  tn = tn < 16 ? 16 : tn / 16 * 16;
+  tn = tn < 64 ? 64 : tn / 16 * 16; /* sgemm wants a wide N */
   if (tn * nt > n) tn = (n + nt - 1) / nt; /* every thread gets a tile */
   float *buf = malloc((size_t)(tn * j->k) * sizeof(float) * (size_t)nt);
   if (!buf) return LM_ERRF(LM_ERR_NOMEM, "matmul: %s: %lld-byte f32 tiles", w->name ? w->name : "?",

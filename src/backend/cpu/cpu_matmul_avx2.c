@@ -39,7 +39,7 @@ LM_AVX2 static inline __m256 lm_bf16x8(const uint8_t *p) {
 }
 
 /* 32 codes of a 4-bit row (16 bytes) in natural order: two vectors of 16 bytes. */
-LM_AVX2 static inline void lm_q4_unpack32(const uint8_t *p, __m128i *c0, __m128i *c1) {
+LM_AVX2 static LM_INLINE void lm_q4_unpack32(const uint8_t *p, __m128i *c0, __m128i *c1) {
   const __m128i m4 = _mm_set1_epi8(0x0f);
   __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
   __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
@@ -257,20 +257,20 @@ LM_AVX2 void lm_mm_avx2_unpack_codes(const lm_weight *w, const uint8_t *row, int
 
 /* 8 rows × 8 quads (32 bytes of each row) transposed as 32-bit elements: the classic
  * unpack/permute network; output vector q holds quad q of the 8 rows. */
-LM_AVX2 static inline void lm_transpose8x8_epi32(const uint8_t *src, int64_t ld, uint8_t *dst, int64_t dst_stride) {
+LM_AVX2 static LM_INLINE void lm_transpose8x8_epi32(const uint8_t *src, int64_t ld, uint8_t *dst, int64_t dst_stride) {
   __m256i r[8], t[8], u[8];
-  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(const void *)(src + i * ld));
-  for (int i = 0; i < 8; i += 2) {
+  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(const void *)(src + i * ld));
+  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
   }
-  for (int i = 0; i < 8; i += 4) {
+  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i += 4) {
     u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
     u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
     u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
     u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
   }
-  for (int i = 0; i < 4; i++) {
+  _Pragma("GCC unroll 8") for (int i = 0; i < 4; i++) {
     _mm256_storeu_si256((__m256i *)(void *)(dst + i * dst_stride), _mm256_permute2x128_si256(u[i], u[i + 4], 0x20));
     _mm256_storeu_si256((__m256i *)(void *)(dst + (i + 4) * dst_stride), _mm256_permute2x128_si256(u[i], u[i + 4], 0x31));
   }

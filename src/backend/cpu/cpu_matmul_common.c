@@ -108,7 +108,13 @@ void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, i
         memset(rb, 0, (size_t)n);
         continue;
       }
-      kn->unpack_codes(w, lm_weight_row_ptr(w, j->e, r0 + r), c0, n, rb);
+      const uint8_t *row = lm_weight_row_ptr(w, j->e, r0 + r);
+      /* nr interleaved row streams defeat the hardware prefetcher: fetch the next chunk */
+      if (c0 + n < j->k) {
+        __builtin_prefetch(row + (c0 + LM_PACK_CHUNK) * w->bits / 8);
+        __builtin_prefetch(row + (c0 + LM_PACK_CHUNK) * w->bits / 8 + 64);
+      }
+      kn->unpack_codes(w, row, c0, n, rb);
       if (t->signed8)
         for (int64_t i = 0; i < n; i++) rb[i] ^= 0x80u;
     }
