@@ -18,16 +18,20 @@ static inline void attn_step(attn_acc *st, float *acc, float s, const float *v, 
   if (s > st->m) {
     float r = expf(st->m - s); /* exp(-inf) = 0 on the first key */
     st->l *= r;
+#pragma omp simd
     for (int d = 0; d < hd; d++) acc[d] *= r;
     st->m = s;
   }
   float p = expf(s - st->m);
   st->l += p;
+#pragma omp simd
   for (int d = 0; d < hd; d++) acc[d] += p * v[d];
 }
 
+/* The simd reduction lets the compiler keep several partial sums (f32 order changes only). */
 static inline float dot(const float *a, const float *b, int n) {
   float s = 0.0f;
+#pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; i++) s += a[i] * b[i];
   return s;
 }
@@ -81,7 +85,7 @@ lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
   if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
     return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads, a->n_kv_heads);
   int64_t n = (int64_t)b->n_tokens * a->n_heads;
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i++) {
     int64_t t = i / a->n_heads;
     int h = (int)(i % a->n_heads);
