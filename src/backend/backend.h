@@ -208,6 +208,7 @@ typedef struct lm_backend_ops {
   lm_status (*softcap)(lm_backend *be, const lm_softcap_args *a);
   lm_status (*gather_logit_rows)(lm_backend *be, const lm_gather_args *a);
   lm_status (*attention)(lm_backend *be, const lm_attn_args *a);
+  /* (optional) both NULL for a backend whose supports_cache accepts no quantized kind */
   lm_status (*kv_stage)(lm_backend *be, const lm_kv_stage_args *a);
   lm_status (*kv_convert)(lm_backend *be, const lm_kv_convert_args *a);
   lm_status (*kv_append)(lm_backend *be, const lm_kv_append_args *a);

@@ -118,7 +118,8 @@ static lm_status kv_convert(lm_kv_cache *c) {
   q.n = 0; /* nothing to copy while allocating */
   LM_TRY(kv_alloc_slots(&q, c->slots));
   q.n = n;
-  lm_status s = c->be->ops->kv_convert(c->be, &(lm_kv_convert_args){.from = c, .to = &q});
+  lm_status s = c->be->ops->kv_convert ? c->be->ops->kv_convert(c->be, &(lm_kv_convert_args){.from = c, .to = &q})
+                                       : LM_ERRF(LM_ERR_UNSUPPORTED, "backend %s cannot quantize caches", c->be->ops->name);
   if (s) {
     for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, *kv_array(&q, a));
     return s;
@@ -177,6 +178,13 @@ lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new) {
   if (need <= slots) return LM_OK;
   while (slots < need) slots *= 2;
   return kv_alloc_slots(c, slots);
+}
+
+lm_status lm_kv_fit(lm_kv_cache *c, int64_t slots) {
+  if (c->window) return LM_OK; /* a ring is allocated whole */
+  if (slots < c->n) slots = c->n;
+  if (slots < 1) slots = 1; /* lm_kv_reserve doubles from here */
+  return slots == c->slots ? LM_OK : kv_alloc_slots(c, slots);
 }
 
 lm_status lm_kv_trim(lm_kv_cache *c, int64_t n) {

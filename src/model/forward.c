@@ -271,8 +271,9 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T) {
                                               .w = &L->k_norm, .eps = eps}));
     LM_TRY(op->rope(be, &(lm_rope_args){.x = k, .n_heads = nkv, .head_dim = hd, .inv_freq = rope}));
     /* a quantized cache: attention must read what the cache will store, chunk included */
-    LM_TRY(op->kv_stage(be, &(lm_kv_stage_args){.k_new = k, .v_new = v, .stage = stage_of(f, c->cache, T),
-                                                .cache = c->cache}));
+    if (op->kv_stage)
+      LM_TRY(op->kv_stage(be, &(lm_kv_stage_args){.k_new = k, .v_new = v, .stage = stage_of(f, c->cache, T),
+                                                  .cache = c->cache}));
   }
   int64_t window = c->type == LM_LAYER_SLIDING ? m->cfg.sliding_window : 0;
   LM_TRY(op->attention(be, &(lm_attn_args){.out = o, .q = q, .k_new = k, .v_new = v, .cache = c->cache,
