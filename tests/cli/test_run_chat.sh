@@ -7,6 +7,8 @@
 #      before the stop string only, --max-tokens, a malformed tool call kept as content, piped chat
 #      turns with cache reuse, /reset and /exit, backslash continuation, a checkpoint without a
 #      template, and the error cases (invalid UTF-8, a missing model directory, bad flag values);
+#      and, when models/lumen-tiny-kjv holds its weights, real text: reasoning kept off stdout and
+#      the second chat turn reusing the whole first one;
 #   2. a vocab-262144 model with the real Gemma 4 tokenizer (fetched into $LM_BUILD_DIR/testdata by
 #      test_tokenizer_goldens.sh) and the canonical chat template from ../shared: the rendered
 #      prompt has the golden 20 ids, and greedy `run` prints exactly `generate`'s ids decoded.
@@ -132,6 +134,20 @@ run_ok _ err run "$N" "hello there" -n 4 -v
   fail "no template: not a raw completion: $err"
 printf 'hello\nthere\n' | L chat "$N" -n 3 "${NO_NL[@]}" >"$W/chat_out" 2>"$W/chat_err" || fail "raw chat failed"
 [ "$(wc -l <"$W/chat_out")" -eq 2 ] || fail "raw chat: want 2 answers"
+
+# ---- the embedded trained model (when present): real text through the template and the parser ------
+K="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/models/lumen-tiny-kjv"
+if [ -s "$K/model.safetensors" ]; then
+  run_ok ans err run "$K" "Recite John 3:16." -n 80 --temp 0 --think
+  [ -n "$ans" ] && [[ "$ans" != *"<|channel>"* && "$ans" != *"<channel|>"* ]] ||
+    fail "kjv: the answer is empty or carries the reasoning channel: '$ans'"
+  printf 'Recite Psalm 23:1.\nGive the next verse.\n' | L chat "$K" -n 60 --temp 0 >"$W/chat_out" 2>"$W/chat_err" ||
+    fail "kjv chat failed: $(cat "$W/chat_err")"
+  mapfile -t st < <(grep -E "$STATS" "$W/chat_err")
+  cached=$(sed -nE 's/.*cached ([0-9]+) tok.*/\1/p' <<<"${st[1]}")
+  [ -n "$cached" ] && [ "$cached" -ge "$(prefill_of "${st[0]}")" ] || # at least the first prompt
+    fail "kjv chat: the second turn did not reuse the first: ${st[0]} / ${st[1]}"
+fi
 
 # ---- part 2: the real Gemma 4 tokenizer and the canonical template ---------------------------------
 GT="$LM_BUILD_DIR/testdata/gemma4-tokenizer.json"
