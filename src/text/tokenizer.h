@@ -13,8 +13,14 @@
  *   added_tokens   matched before the model, leftmost-longest, with HF's special / normalized /
  *                  lstrip / rstrip / single_word semantics.
  * Anything else (a Unigram model, a Lowercase normalizer, a Metaspace pre-tokenizer ...) fails
- * to load with LM_ERR_UNSUPPORTED and a message naming it. Regexes run on PCRE2 (UTF, UCP, JIT)
- * where HF uses Oniguruma; Unicode normalization uses utf8proc (Unicode 15).
+ * to load with LM_ERR_UNSUPPORTED and a message naming it. `truncation` and `padding` are ignored
+ * (lumen never truncates or pads). Regexes run on PCRE2 (UTF, UCP, JIT) where HF uses Oniguruma;
+ * \s and \S are rewritten to Oniguruma's White_Space meaning (PCRE2 10.42 adds U+180E). Unicode
+ * normalization uses utf8proc (Unicode 15). Known deviation: HF resumes its added-token scan
+ * right after a token whose rstrip took following spaces, lumen after those spaces (they only
+ * differ when an added token starts with whitespace).
+ * The golden test (tests/cli/test_tokenizer_goldens.sh) checks all of this against HF
+ * tokenizers 0.23.2 on the Gemma 2/3/4, Llama 3 and Qwen 3 files.
  *
  * Text handling: input that is not valid UTF-8 is repaired before encoding, each invalid
  * sequence becoming U+FFFD (maximal subparts, as Python's errors="replace" would hand HF a
