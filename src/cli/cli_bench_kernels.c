@@ -71,6 +71,7 @@ static double lm_bk_time(lm_bk_weight *b, const float *x, float *y, int64_t m, l
                          const lm_bk_opts *o, int *ok) {
   double t[256];
   int n = 0;
+  if (!*ok) return 1.0; /* an earlier call failed and said why */
   double start = omp_get_wtime();
   for (int i = 0; n < 256 && (n < o->reps || omp_get_wtime() - start < o->min_time); i++) {
     lm_cpu_matmul_args a = {.y = y, .ldy = b->w[0].rows, .x = x, .ldx = b->w[0].cols, .m = m,
@@ -108,7 +109,8 @@ static int lm_bk_parse(int argc, char **argv, lm_bk_opts *o) {
     else return -1;
     i++;
   }
-  return o->m > 0 && o->reps > 0 ? 0 : -1;
+  int bits_ok = o->bits >= 2 && o->bits <= 8 && o->bits != 7, group_ok = o->group == 32 || o->group == 64 || o->group == 128;
+  return bits_ok && group_ok && o->m > 0 && o->m <= 4096 && o->reps > 0 && o->reps <= 256 ? 0 : -1;
 }
 
 static int lm_bk_want_shape(const lm_bk_opts *o, const char *name) {
