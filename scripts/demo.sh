@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# make demo: runs lumen on a model committed to the repository. Until the embedded demo model
-# lands this is a reference fixture (random weights of a tiny Gemma 4 E2B-like geometry):
-# `lumen info`, then a greedy continuation as token ids.
+# make demo: lumen on its embedded model, models/lumen-tiny-kjv — an 11.5M-parameter Gemma 4
+# (sliding/full layers, per-layer embeddings, KV sharing) trained by tools/train_tiny on the
+# King James Bible. A chat turn through the model's own template, then a raw completion;
+# fixed seeds, so the text is the same on every machine.
 set -euo pipefail
 LUMEN=${1:-build/lumen}
-MODEL=tests/fixtures/e2b_like
-echo "== lumen info $MODEL"
-"$LUMEN" info "$MODEL"
-IDS=$(head -c 200 "$MODEL/ids.txt" | cut -d, -f1-12)
-echo
-echo "== lumen generate $MODEL --ids $IDS -n 16"
-"$LUMEN" generate "$MODEL" --ids "$IDS" -n 16
+MODEL=models/lumen-tiny-kjv
+run() {
+  echo
+  echo "\$ lumen run $*"
+  "$LUMEN" run "$@"
+}
+run "$MODEL" "Who are you?" --seed 1
+run "$MODEL" "Recite Psalm 23." --seed 3 -n 120
+run "$MODEL" --raw "In the beginning God" --seed 2 -n 90 --temp 0.8 --repeat-penalty 1.15
