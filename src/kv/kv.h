@@ -94,6 +94,9 @@ int64_t lm_kv_bytes(const lm_kv_cache *c);
 /* Makes room for n_new more tokens (plain kinds grow; rings never need to), and converts a
  * cache that reached its --kv-quant-start length. Outside steps: the signature may change. */
 lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new);
+/* Reallocates a plain cache to exactly max(slots, n, 1) slots, keeping its rows (snapshots
+ * hold no slack; a later reserve grows it again); a ring keeps its window. Outside steps. */
+lm_status lm_kv_fit(lm_kv_cache *c, int64_t slots);
 /* Drops the last n tokens. A ring that has wrapped cannot give back evicted positions:
  * LM_ERR_STATE, and the caller re-prefills. */
 lm_status lm_kv_trim(lm_kv_cache *c, int64_t n);

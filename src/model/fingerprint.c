@@ -1,0 +1,164 @@
+/* fingerprint.c — lumen's 4-lane hash and the model fingerprint (see fingerprint.h). */
+#include "model/fingerprint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/status.h"
+
+#define PHI 0x9e3779b97f4a7c15ull /* 2^64 / golden ratio */
+#define K1 0xc2b2ae3d27d4eb4full
+#define K2 0x9fb21c651e98df25ull
+#define K3 0x165667b19e3779f9ull
+
+static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static inline uint64_t load_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; /* byte order fixed: the digest is portable */
+  return v;
+}
+
+static inline void absorb_block(uint64_t lane[4], const uint8_t *p) {
+  for (int i = 0; i < 4; i++) lane[i] = rotl(lane[i] ^ rotl(load_le64(p + 8 * i) * K1, 31), 27) * K2 + K3;
+}
+
+void lm_hasher_init(lm_hasher *h, uint64_t seed) {
+  memset(h, 0, sizeof *h);
+  h->seed = seed;
+  for (int i = 0; i < 4; i++) h->lane[i] = lm_mix64(seed + (uint64_t)(i + 1) * PHI);
+}
+
+void lm_hasher_update(lm_hasher *h, const void *data, size_t n) {
+  const uint8_t *p = data;
+  h->total += n;
+  if (h->nbuf) { /* top up a partial block first */
+    size_t take = 32 - h->nbuf < n ? 32 - h->nbuf : n;
+    memcpy(h->buf + h->nbuf, p, take);
+    h->nbuf += take;
+    p += take;
+    n -= take;
+    if (h->nbuf < 32) return;
+    absorb_block(h->lane, h->buf);
+    h->nbuf = 0;
+  }
+  for (; n >= 32; p += 32, n -= 32) absorb_block(h->lane, p);
+  memcpy(h->buf, p, n);
+  h->nbuf = n;
+}
+
+void lm_hasher_u64(lm_hasher *h, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+  lm_hasher_update(h, b, 8);
+}
+
+void lm_hasher_field(lm_hasher *h, const void *data, size_t n) {
+  lm_hasher_u64(h, n);
+  lm_hasher_update(h, data, n);
+}
+
+/* The lanes after the zero-padded tail block, and the chained value every output word mixes in. */
+static uint64_t finish(const lm_hasher *h, uint64_t lane[4]) {
+  memcpy(lane, h->lane, sizeof h->lane);
+  if (h->nbuf) {
+    uint8_t last[32] = {0};
+    memcpy(last, h->buf, h->nbuf);
+    absorb_block(lane, last);
+  }
+  uint64_t c = lm_mix64(h->total * K3 ^ h->seed);
+  for (int i = 0; i < 4; i++) c = lm_mix64(c ^ lane[i]);
+  return c;
+}
+
+void lm_hasher_final(const lm_hasher *h, uint8_t out[32]) {
+  uint64_t lane[4], c = finish(h, lane);
+  for (int j = 0; j < 4; j++) {
+    uint64_t w = lm_mix64(c ^ lm_mix64(lane[j] + (uint64_t)(j + 1) * PHI));
+    for (int b = 0; b < 8; b++) out[8 * j + b] = (uint8_t)(w >> (8 * b));
+  }
+}
+
+uint64_t lm_hash64(const void *data, size_t n, uint64_t seed) {
+  lm_hasher h;
+  lm_hasher_init(&h, seed);
+  lm_hasher_update(&h, data, n);
+  uint64_t lane[4], c = finish(&h, lane);
+  return lm_mix64(c ^ lm_mix64(lane[0] + PHI)); /* = digest word 0 */
+}
+
+/* Absorbs a whole file as one field (config files: kilobytes; capped at 100 MB). */
+static lm_status hash_file(lm_hasher *h, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open for the model fingerprint: %s",
+                   path, strerror(errno));
+  lm_status s = LM_OK;
+  char *buf = NULL;
+  long len = -1;
+  if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+  if (len < 0 || len > 100L * 1000 * 1000 || fseek(f, 0, SEEK_SET) != 0)
+    s = LM_ERRF(LM_ERR_IO, "%s: cannot size the file for the model fingerprint", path);
+  else if (!(buf = malloc((size_t)len + 1)))
+    s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  else if (fread(buf, 1, (size_t)len, f) != (size_t)len)
+    s = LM_ERRF(LM_ERR_IO, "%s: read error for the model fingerprint", path);
+  if (!s) lm_hasher_field(h, buf, (size_t)len);
+  free(buf);
+  fclose(f);
+  return s;
+}
+
+static void hash_quant(lm_hasher *h, const lm_quant_config *q) {
+  lm_hasher_u64(h, (uint64_t)q->present);
+  lm_hasher_u64(h, (uint64_t)(int64_t)q->bits);
+  lm_hasher_u64(h, (uint64_t)(int64_t)q->group);
+  lm_hasher_u64(h, (uint64_t)(int64_t)q->n);
+  for (int i = 0; i < q->n; i++) {
+    const lm_quant_entry *e = &q->entries[i];
+    lm_hasher_field(h, e->path, strlen(e->path));
+    lm_hasher_u64(h, (uint64_t)(int64_t)e->bits);
+    lm_hasher_u64(h, (uint64_t)(int64_t)e->group);
+  }
+}
+
+static void hash_safetensors(lm_hasher *h, const lm_safetensors *st) {
+  size_t n = st ? lm_st_file_count(st) : 0;
+  lm_hasher_u64(h, n);
+  for (size_t i = 0; i < n; i++) {
+    const lm_st_file *f = lm_st_file_at(st, i);
+    lm_hasher_u64(h, f->size);
+    lm_hasher_field(h, f->header_json, (size_t)f->header_len);
+  }
+}
+
+lm_status lm_model_fingerprint(const lm_model *m, uint8_t out[LM_FINGERPRINT_BYTES]) {
+  static const char tag_ckpt[] = "lumen model fingerprint v1: checkpoint";
+  static const char tag_synth[] = "lumen model fingerprint v1: synthetic";
+  lm_hasher h;
+  lm_hasher_init(&h, 0);
+  if (m->synth.on) {
+    lm_hasher_field(&h, tag_synth, sizeof tag_synth - 1);
+    LM_TRY(hash_file(&h, m->dir)); /* a synthetic model's dir is its preset file */
+    lm_hasher_u64(&h, (uint64_t)(int64_t)m->synth.bits);
+    lm_hasher_u64(&h, (uint64_t)(int64_t)m->synth.group);
+    lm_hasher_u64(&h, m->synth.seed);
+  } else {
+    char path[4200];
+    snprintf(path, sizeof path, "%.4096s/config.json", m->dir);
+    lm_hasher_field(&h, tag_ckpt, sizeof tag_ckpt - 1);
+    LM_TRY(hash_file(&h, path));
+    hash_quant(&h, &m->quant);
+    hash_safetensors(&h, m->st);
+  }
+  lm_hasher_final(&h, out);
+  return LM_OK;
+}
+
+const char *lm_fingerprint_short(const uint8_t fp[LM_FINGERPRINT_BYTES], char buf[17]) {
+  for (int i = 0; i < 8; i++) snprintf(buf + 2 * i, 3, "%02x", fp[i]);
+  return buf;
+}
