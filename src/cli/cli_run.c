@@ -53,7 +53,10 @@ static int run_prompt(lm_cli_textgen *t, const lm_cli_textgen_opts *o, const cha
     rc = lm_cli_textgen_encode(t, prompt, 1, &ids, &n);
   }
   if (!rc && n == 0) rc = (fprintf(stderr, "lumen: the prompt is empty\n"), 1);
-  if (!rc) rc = lm_cli_textgen_respond(t, ids, n, 0);
+  if (!rc && o->load_state && lm_gen_load_state(t->gen, o->load_state)) rc = lm_cli_fail("--load-state");
+  /* sync: a loaded state keeps the tokens the prompt begins with */
+  if (!rc) rc = lm_cli_textgen_respond(t, ids, n, 1);
+  if (!rc && o->save_state && lm_gen_save_state(t->gen, o->save_state)) rc = lm_cli_fail("--save-state");
   free(ids);
   return rc;
 }

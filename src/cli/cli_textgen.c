@@ -12,7 +12,7 @@
 /* ---- flags ----------------------------------------------------------------------------------- */
 
 enum { OPT_BACKEND = 1, OPT_PRECISION, OPT_THREADS, OPT_RAW, OPT_RAW_OUTPUT, OPT_SYSTEM, OPT_THINK, OPT_NO_THINK,
-       OPT_CHUNK, OPT_CTX };
+       OPT_CHUNK, OPT_CTX, OPT_KV_QUANT, OPT_KV_GROUP, OPT_KV_CONFIG, OPT_KV_START, OPT_SAVE_STATE, OPT_LOAD_STATE };
 
 void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o) {
   memset(o, 0, sizeof *o);
@@ -30,6 +30,12 @@ void lm_cli_textgen_help(FILE *f) {
         "  --chunk N                prefill tokens per forward step (512)\n"
         "  --ctx N                  context limit in tokens (default: none)\n"
         "  --backend B              cpu (default); --precision f32|fast (default fast); --threads N\n"
+        "  --kv-quant MODE          KV caches: off (default), 4, 8, or config (the checkpoint's kv_config.json)\n"
+        "  --kv-group G             group of uniform 4/8-bit caches (64); --kv-config FILE another kv_config.json\n"
+        "  --kv-quant-start N       quantized caches stay plain until they hold N tokens (0)\n"
+        "  --load-state FILE        start from a saved session (same model and cache plan); the prompt\n"
+        "                           then reuses the saved tokens it begins with\n"
+        "  --save-state FILE        save the session (caches, tokens) after the response (atomic write)\n"
         "  -v, --verbose            print the seed, the sampling settings and the stop reason on stderr\n",
         f);
   lm_cli_sampling_help(f);
@@ -58,6 +64,12 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   case OPT_NO_THINK: o->think = 0; return 0;
   case OPT_CHUNK: return parse_count("--chunk", arg, &o->chunk);
   case OPT_CTX: return parse_count("--ctx", arg, &o->ctx);
+  case OPT_KV_QUANT: o->kv.mode = arg; return 0;
+  case OPT_KV_GROUP: o->kv.group = atoi(arg); return 0;
+  case OPT_KV_CONFIG: o->kv.config_path = arg; return 0;
+  case OPT_KV_START: o->kv.quant_start = atoll(arg); return 0;
+  case OPT_SAVE_STATE: o->save_state = arg; return 0;
+  case OPT_LOAD_STATE: o->load_state = arg; return 0;
   case 'v': o->verbose = 1; return 0;
   case 'n': return lm_cli_sampling_handle(&o->samp, lm_cli_sampling_opt("max-tokens"), arg) == 1 ? 0 : 2;
   default: {
@@ -73,8 +85,11 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
                           {"raw-output", 0, 0, OPT_RAW_OUTPUT}, {"system", 1, 0, OPT_SYSTEM},
                           {"think", 0, 0, OPT_THINK},     {"no-think", 0, 0, OPT_NO_THINK},
                           {"chunk", 1, 0, OPT_CHUNK},     {"ctx", 1, 0, OPT_CTX},
-                          {"verbose", 0, 0, 'v'},         {"help", 0, 0, 'h'}};
-  lm_cli_sampling_options(lo, 12, 48);
+                          {"verbose", 0, 0, 'v'},         {"help", 0, 0, 'h'},
+                          {"kv-quant", 1, 0, OPT_KV_QUANT}, {"kv-group", 1, 0, OPT_KV_GROUP},
+                          {"kv-config", 1, 0, OPT_KV_CONFIG}, {"kv-quant-start", 1, 0, OPT_KV_START},
+                          {"save-state", 1, 0, OPT_SAVE_STATE}, {"load-state", 1, 0, OPT_LOAD_STATE}};
+  lm_cli_sampling_options(lo, 18, 48);
   int c;
   *done = 0;
   optind = 1;
@@ -110,6 +125,7 @@ static int make_session(lm_cli_textgen *t) {
   const lm_cli_textgen_opts *o = t->o;
   lm_gen_opts go;
   lm_gen_opts_init(&go);
+  go.kv = &o->kv;
   go.chunk = o->chunk;
   go.max_context = o->ctx;
   go.max_tokens = o->samp.max_tokens > 0 ? o->samp.max_tokens : t->gc.max_new_tokens;

@@ -25,6 +25,8 @@ typedef struct lm_cli_textgen_opts {
   const char *system; /* --system */
   int think;          /* -1: the template's default; 0: --no-think; 1: --think */
   int64_t chunk, ctx; /* --chunk, --ctx (0: defaults) */
+  lm_kv_options kv;   /* --kv-quant, --kv-group, --kv-config, --kv-quant-start */
+  const char *save_state, *load_state; /* --save-state, --load-state */
   int verbose;
 } lm_cli_textgen_opts;
 

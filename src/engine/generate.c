@@ -12,6 +12,8 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "kv/kv_state.h"
+#include "model/fingerprint.h"
 #include "model/forward.h"
 #include "text/utf8.h"
 
@@ -190,10 +192,8 @@ lm_status lm_gen_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, co
   g->seq = calloc((size_t)g->chunk, sizeof *g->seq);
   g->logits = malloc((size_t)g->vocab * sizeof *g->logits);
   lm_status s = g->specs && g->pos && g->seq && g->logits ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
-  if (!s) {
-    lm_model_kv_specs(m, g->specs);
-    s = make_kv(g);
-  }
+  if (!s) s = lm_model_kv_plan(m, o->kv, g->specs);
+  if (!s) s = make_kv(g);
   if (!s) s = lm_forward_create(m, be, g->chunk, 1, &g->fp);
   if (!s) s = lm_forward_create(m, be, 1, 1, &g->fd);
   if (!s) s = lm_gen_set_opts(g, o);
@@ -483,3 +483,38 @@ int64_t lm_gen_kv_len(const lm_gen *g) { return kv_len(g); }
 const float *lm_gen_logits(const lm_gen *g) { return g->logits_valid ? g->logits : NULL; }
 
 lm_gen_stats lm_gen_get_stats(const lm_gen *g) { return g->st; }
+
+/* ---- state files ------------------------------------------------------------------------------- */
+
+lm_status lm_gen_save_state(const lm_gen *g, const char *path) {
+  uint8_t fp[LM_FINGERPRINT_BYTES];
+  LM_TRY(lm_model_fingerprint(g->m, fp));
+  return lm_kv_state_save(path, fp, g->kv, g->hist, kv_len(g));
+}
+
+lm_status lm_gen_load_state(lm_gen *g, const char *path) {
+  lm_kv_set *kv = NULL;
+  int32_t *tokens = NULL;
+  int64_t n = 0;
+  LM_TRY(lm_kv_state_load(path, g->m, g->specs, g->be, &kv, &tokens, &n));
+  lm_status s = n > g->max_ctx ? LM_ERRF(LM_ERR_INVALID, "%s: %lld tokens exceed the context limit %lld", path,
+                                          (long long)n, (long long)g->max_ctx)
+                               : LM_OK;
+  if (!s && n > g->hist_cap) {
+    int32_t *h = realloc(g->hist, (size_t)n * sizeof *h);
+    if (!h) s = LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
+    else g->hist = h, g->hist_cap = n;
+  }
+  if (s) {
+    lm_kv_set_free(kv);
+    free(tokens);
+    return s;
+  }
+  lm_kv_set_free(g->kv);
+  g->kv = kv;
+  if (n) memcpy(g->hist, tokens, (size_t)n * sizeof *tokens);
+  g->hist_len = n;
+  g->logits_valid = 0; /* the next sync feeds at least one token */
+  free(tokens);
+  return LM_OK;
+}

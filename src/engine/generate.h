@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "model/kv_plan.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "text/tokenizer.h"
@@ -42,6 +43,7 @@ typedef enum lm_gen_stop {
 typedef int (*lm_gen_token_fn)(void *user, int32_t id, const char *text, size_t len);
 
 typedef struct lm_gen_opts {
+  const lm_kv_options *kv; /* cache plan (--kv-quant ...); NULL: plain caches (fixed at create) */
   int64_t chunk;       /* prefill tokens per forward step; 0: 512 (fixed at create) */
   int64_t max_context; /* context limit in tokens; 0: 2^31 - 1 (fixed at create) */
   int64_t max_tokens;  /* sampled tokens per response; 0: no limit but the context */
@@ -75,6 +77,12 @@ typedef struct lm_gen lm_gen;
  * (ids only: no text, no stop strings). Everything in opts is copied. The model, backend and
  * tokenizer must outlive the session. Errors: LM_ERR_INVALID (bad options, a stop or bias id
  * outside the vocabulary), LM_ERR_NOMEM and the backend's allocation errors. */
+/* Saves the context the caches hold (tokens, caches, the model's fingerprint) to a state file;
+ * restores one into this session, replacing its context (the file must come from the same
+ * model and cache plan). The next sync/append continues from the restored tokens. */
+lm_status lm_gen_save_state(const lm_gen *g, const char *path);
+lm_status lm_gen_load_state(lm_gen *g, const char *path);
+
 lm_status lm_gen_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, const lm_gen_opts *opts, lm_gen **out);
 void lm_gen_free(lm_gen *g); /* NULL is a no-op */
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# test_run_state.sh — `lumen run --save-state/--load-state` on the embedded model: a restored
+# session continues exactly (same text, only the last prompt token fed again), and a state
+# file from another model, another cache plan, or a truncated one is refused with a clear error.
+set -euo pipefail
+LUMEN=${LUMEN_BIN:?}
+M=models/lumen-tiny-kjv
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+a=$("$LUMEN" run "$M" "Recite Psalm 23." --seed 3 -n 16 --save-state "$D/s.lms" 2>"$D/a.err")
+[ -s "$D/s.lms" ] || fail "no state file written"
+ls "$D" | grep -q tmp && fail "a temporary file was left behind"
+b=$("$LUMEN" run "$M" "Recite Psalm 23." --seed 3 -n 16 --load-state "$D/s.lms" 2>"$D/b.err")
+[ "$a" = "$b" ] || fail "restored session differs: '$a' vs '$b'"
+grep -q "prefill 1 tok" "$D/b.err" || fail "the restored prompt was prefilled again: $(cat "$D/b.err")"
+
+expect_error() { # expect_error NEEDLE ARGS...: exit 1 and NEEDLE on stderr
+  local needle=$1; shift
+  if "$LUMEN" run "$@" >/dev/null 2>"$D/e.err"; then fail "succeeded: $*"; fi
+  grep -q "$needle" "$D/e.err" || fail "expected '$needle' for $*, got: $(cat "$D/e.err")"
+}
+expect_error "kv:rotating-quant:8:64" "$M" "Hi" --load-state "$D/s.lms" --kv-quant 8
+expect_error "another model" models/lumen-tiny-kjv-4bit "Hi" --load-state "$D/s.lms"
+head -c 2000 "$D/s.lms" >"$D/t.lms"
+expect_error "truncated" "$M" "Hi" --load-state "$D/t.lms"
+expect_error "s.lms" "$M" "Hi" --load-state "$D/missing/s.lms"
+expect_error "cannot" "$M" "Hi" -n 2 --save-state "$D/missing/dir/s.lms"
+echo "test_run_state: ok"
