@@ -1,15 +1,20 @@
 /* cli_bench.c — `lumen bench`: prefill and decode speed of a synthetic model of a real
  * geometry (or a checkpoint), against the machine's measured memory read bandwidth.
  * Decode runs a fixed number of tokens (greedy, never stopping at EOS). */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend/cpu/cpu_matmul.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "cli/cli.h"
 #include "cli/cli_common.h"
+#include "kv/kv_state.h"
+#include "model/fingerprint.h"
 #include "model/forward.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -33,12 +38,16 @@ static const char *bench_help =
     "  --reps N            measured repetitions (default 3); --warmup N (default 1)\n"
     "  --backend B         cpu or cuda (default: cuda when built and a GPU is present);\n"
     "                      --precision f32|fast (default fast); --threads N\n"
+    "  --state-tokens N    instead: prefill N tokens, save the cache set to a state file in\n"
+    "                      $TMPDIR, restore it (page cache warm, then with the file's pages\n"
+    "                      dropped), report file size and save/restore seconds, and check that\n"
+    "                      the restored set continues with identical logits\n"
     "  --json              one JSON object on stdout\n";
 
 typedef struct bench_opts {
   const char *preset, *model, *prompt, *context;
   int bits, group, reps, warmup, json;
-  int64_t decode_tokens;
+  int64_t decode_tokens, state_tokens;
   uint64_t seed;
   lm_cli_backend_opts be;
 } bench_opts;
@@ -48,7 +57,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
       {"preset", 1, 0, 'p'}, {"bits", 1, 0, 'b'},    {"group", 1, 0, 'g'},     {"seed", 1, 0, 's'},
       {"prompt", 1, 0, 'P'}, {"context", 1, 0, 'c'}, {"decode-tokens", 1, 0, 'n'}, {"reps", 1, 0, 'r'},
       {"warmup", 1, 0, 'w'}, {"backend", 1, 0, 'B'}, {"precision", 1, 0, 'x'}, {"threads", 1, 0, 't'},
-      {"json", 0, 0, 'j'},   {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+      {"json", 0, 0, 'j'},   {"help", 0, 0, 'h'},    {"state-tokens", 1, 0, 'S'}, {0, 0, 0, 0}};
   *o = (bench_opts){.bits = 4, .group = 64, .reps = 3, .warmup = 1, .decode_tokens = 16, .seed = 1,
                     .prompt = "128", .context = "512"};
   int c;
@@ -68,12 +77,14 @@ static int parse(int argc, char **argv, bench_opts *o) {
     case 'x': o->be.precision = optarg; break;
     case 't': o->be.threads = atoi(optarg); break;
     case 'j': o->json = 1; break;
+    case 'S': o->state_tokens = atoll(optarg); break;
     case 'h': fputs(bench_help, stdout); return 0;
     default: fputs(bench_help, stderr); return 2;
     }
   }
   if (optind < argc) o->model = argv[optind++];
-  if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 || o->decode_tokens < 1) {
+  if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 || o->decode_tokens < 1 ||
+      o->state_tokens < 0) {
     fputs(bench_help, stderr);
     return 2;
   }
@@ -161,6 +172,117 @@ static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n) {
   return s ? -1 : dt;
 }
 
+/* ---- --state-tokens: KV state save/restore ------------------------------------------------ */
+
+/* Logits of one more token (id 3) after kv, into out [vocab]. */
+static lm_status next_logits(lm_forward *f, lm_kv_set *kv, float *out) {
+  int32_t id = 3;
+  return lm_forward_feed(f, kv, &id, 1, 1, out);
+}
+
+/* Drops the file's pages from the page cache (clean after fsync), so the next read is cold. */
+static void drop_pages(const char *path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return;
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(fd);
+}
+
+typedef struct state_result {
+  double prefill_s, save_s, load_warm_s, load_cold_s, max_diff;
+  int64_t file_bytes, kv_bytes;
+} state_result;
+
+/* Prefill, save, two restores and the continuation check; the state file lives in dir. */
+static lm_status state_run(const lm_model *m, lm_backend *be, const int32_t *ids, int64_t n, const char *path,
+                           state_result *r) {
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  lm_model_kv_specs(m, specs);
+  int64_t chunk = n < 512 ? (n ? n : 1) : 512, V = m->cfg.vocab_size;
+  uint8_t fp[LM_FINGERPRINT_BYTES];
+  lm_kv_set *kv = NULL, *back = NULL;
+  lm_forward *fp_fwd = NULL, *f1 = NULL;
+  int32_t *tok = NULL;
+  int64_t nt = 0;
+  float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+  lm_status s = la && lb ? lm_model_fingerprint(m, fp) : LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  if (!s) s = lm_kv_set_create(be, specs, m->cfg.n_caches, &kv);
+  if (!s) s = lm_forward_create(m, be, chunk, 1, &fp_fwd);
+  if (!s) s = lm_forward_create(m, be, 1, 1, &f1);
+  double t0 = lm_cli_now();
+  if (!s) s = lm_forward_feed(fp_fwd, kv, ids, n, chunk, NULL);
+  r->prefill_s = lm_cli_now() - t0;
+  r->kv_bytes = kv ? lm_kv_set_bytes(kv) : 0;
+  t0 = lm_cli_now();
+  if (!s) s = lm_kv_state_save(path, fp, kv, ids, n);
+  r->save_s = lm_cli_now() - t0;
+  struct stat st;
+  r->file_bytes = !s && !stat(path, &st) ? (int64_t)st.st_size : -1;
+  for (int cold = 0; cold < 2 && !s; cold++) {
+    if (cold) drop_pages(path);
+    lm_kv_set_free(back);
+    free(tok);
+    back = NULL, tok = NULL;
+    t0 = lm_cli_now();
+    s = lm_kv_state_load(path, m, specs, be, &back, &tok, &nt);
+    *(cold ? &r->load_cold_s : &r->load_warm_s) = lm_cli_now() - t0;
+  }
+  if (!s && (nt != n || (n && memcmp(tok, ids, (size_t)n * sizeof *ids))))
+    s = LM_ERRF(LM_ERR_STATE, "restored token ids differ");
+  if (!s) s = next_logits(f1, kv, la);
+  if (!s) s = next_logits(f1, back, lb);
+  r->max_diff = 0;
+  for (int64_t v = 0; !s && v < V; v++) {
+    double d = (double)la[v] - lb[v];
+    d = d < 0 ? -d : d;
+    r->max_diff = d > r->max_diff ? d : r->max_diff;
+  }
+  lm_forward_free(fp_fwd);
+  lm_forward_free(f1);
+  lm_kv_set_free(kv);
+  lm_kv_set_free(back);
+  free(tok), free(la), free(lb);
+  return s;
+}
+
+static int bench_state(const lm_model *m, lm_backend *be, const bench_opts *o, const int32_t *ids) {
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096], path[4200];
+  snprintf(dir, sizeof dir, "%s/lumen-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "bench: cannot create a directory for the state file in %s\n", tmp && *tmp ? tmp : "/tmp");
+    return 1;
+  }
+  snprintf(path, sizeof path, "%s/state.kvstate", dir);
+  fprintf(stderr, "bench: prefilling %lld tokens for the state file...\n", (long long)o->state_tokens);
+  state_result r = {0};
+  lm_status s = state_run(m, be, ids, o->state_tokens, path, &r);
+  unlink(path);
+  rmdir(dir);
+  if (s) {
+    lm_cli_fail("state save/restore");
+    return 1;
+  }
+  double gb = (double)r.file_bytes / 1e9;
+  if (o->json)
+    printf("{\"backend\":\"%s\",\"state\":{\"tokens\":%lld,\"prefill_s\":%.3f,\"kv_bytes\":%lld,"
+           "\"file_bytes\":%lld,\"save_s\":%.4f,\"restore_warm_s\":%.4f,\"restore_cold_s\":%.4f,"
+           "\"continuation_max_abs_diff\":%.3g}}\n",
+           be->ops->name, (long long)o->state_tokens, r.prefill_s, (long long)r.kv_bytes, (long long)r.file_bytes,
+           r.save_s, r.load_warm_s, r.load_cold_s, r.max_diff);
+  else
+    printf("state of %lld tokens on %s: prefill %.2f s (%.1f tok/s); KV %.1f MB, file %.1f MB\n"
+           "save %.3f s (%.2f GB/s, fsync included); restore %.3f s warm (%.2f GB/s), %.3f s with the file's "
+           "pages dropped (%.2f GB/s)\n"
+           "restored set continues %s\n",
+           (long long)o->state_tokens, be->ops->name, r.prefill_s, (double)o->state_tokens / r.prefill_s,
+           (double)r.kv_bytes / 1e6, (double)r.file_bytes / 1e6, r.save_s, gb / r.save_s, r.load_warm_s,
+           gb / r.load_warm_s, r.load_cold_s, gb / r.load_cold_s,
+           r.max_diff == 0 ? "with identical logits" : "with DIFFERENT logits");
+  if (r.max_diff != 0) fprintf(stderr, "bench: restored logits differ by up to %.3g\n", r.max_diff);
+  return r.max_diff == 0 ? 0 : 1;
+}
+
 /* The backend's own read bandwidth (and copy bandwidth where it measures one), GB/s. */
 static double backend_bandwidth(lm_backend *be, const bench_opts *o, double *copy, char *info, size_t n) {
   *copy = 0;
@@ -209,8 +331,13 @@ int lm_cli_bench(int argc, char **argv) {
   int64_t maxlen = 1;
   for (int64_t i = 0; i < np; i++) maxlen = plist[i] > maxlen ? plist[i] : maxlen;
   for (int64_t i = 0; i < nc; i++) maxlen = clist[i] > maxlen ? clist[i] : maxlen;
+  if (o.state_tokens > maxlen) maxlen = o.state_tokens;
   if (!(ids = malloc((size_t)(maxlen + 1) * sizeof *ids))) goto done;
   fill_ids(ids, maxlen, m->cfg.vocab_size, o.seed);
+  if (o.state_tokens) {
+    rc = bench_state(m, be, &o, ids);
+    goto done;
+  }
   if (o.json)
     printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"copy_bandwidth_gbs\":%.2f,"
            "\"params\":%lld,\"weight_bytes\":%lld,\"prefill\":[",
