@@ -406,6 +406,15 @@ int lm_cli_bench(int argc, char **argv) {
              (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / bw);
   }
   printf(o.json ? "]}\n" : "");
+#ifdef LM_HAVE_CUDA
+  if (!strcmp(be->ops->name, "cuda")) {
+    int64_t uses, builds;
+    lm_cuda_plan_stats(be, &uses, &builds);
+    const char *why = lm_cuda_plan_error(be);
+    fprintf(stderr, "bench: cuda plans: %lld graph launches, %lld captures%s%s\n", (long long)uses, (long long)builds,
+            *why ? "; last capture refused: " : "", why);
+  }
+#endif
   rc = 0;
 done:
   lm_backend_destroy(be);

@@ -59,7 +59,7 @@ L="$P/bin/lumen"
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
   ldd "$L" | grep -E "not found|cublas" || true
-} 2>&1 | tee "$OUT/env.log"
+} 2>&1 | tee "$OUT/summary.txt"
 step() { # name timeout command...
   local name=$1 t=$2; shift 2
   local t0=$SECONDS
@@ -68,15 +68,25 @@ step() { # name timeout command...
   printf '%-28s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - t0)) | tee -a "$OUT/summary.txt"
   return 0
 }
-step ops 120 "$P/bin/test_cuda_ops"
-step parity 200 "$P/bin/test_cuda_parity"
-B="--backend cuda --bits 4 --group 64 --decode-tokens 64 --reps 3 --warmup 1"
-step bench_e4b 120 "$L" bench $B --preset "$P/presets/gemma4-e4b.json" --prompt 512,4096 --context 512
-step bench_26b 120 "$L" bench $B --preset "$P/presets/gemma4-26b-a4b.json" --prompt 128 --context 512
-step bench_12b 100 "$L" bench $B --preset "$P/presets/gemma4-12b.json" --prompt 512 --context 512
-step bench_31b 120 "$L" bench $B --preset "$P/presets/gemma4-31b.json" --prompt 512 --context 512
+step ops 90 "$P/bin/test_cuda_ops"
+step parity 150 "$P/bin/test_cuda_parity"
+B="--backend cuda --bits 4 --group 64"
+step bench_e4b 100 "$L" bench $B --preset "$P/presets/gemma4-e4b.json" --prompt 512,4096 --context 512 \
+  --decode-tokens 64 --reps 3
+step profile_e4b 60 env LUMEN_CUDA_PROFILE=1 "$L" bench $B --preset "$P/presets/gemma4-e4b.json" --prompt 4096 \
+  --context 512 --decode-tokens 16 --reps 1 --warmup 0
+step bench_26b 80 "$L" bench $B --preset "$P/presets/gemma4-26b-a4b.json" --prompt 128 --context 512 \
+  --decode-tokens 32 --reps 2
+step bench_12b 60 "$L" bench $B --preset "$P/presets/gemma4-12b.json" --prompt 512 --context 512 \
+  --decode-tokens 32 --reps 2
+step bench_31b 80 "$L" bench $B --preset "$P/presets/gemma4-31b.json" --prompt 512 --context 512 \
+  --decode-tokens 32 --reps 2
 echo "== failures and results =="
-grep -hE "FAIL|Error|error|failed|PASSED|SKIPPED|tok/s|bandwidth|device " "$OUT"/*.log | head -150
+grep -A100 "cuda profile" "$OUT/profile_e4b.log" | grep -v "m<=4096" | head -60 || true
+for f in "$OUT"/*.log; do
+  echo "-- $(basename "$f")"
+  grep -E "FAIL|rror|failed|PASSED|SKIPPED|tok/s|bandwidth|device |plan|fixtures checked|^  [a-z0-9_-]+ .*(ok|FAIL)$" "$f" | head -70
+done
 RUN
 chmod +x "$PACK/run.sh"
 

@@ -107,9 +107,12 @@ static lm_status cuda_copy(lm_backend *be, void *dst, const void *src, size_t by
 
 /* ---- weights ---------------------------------------------------------------------------------- */
 
-static int owns_weight(const lm_cuda_ctx *c, const void *h) {
+/* Whether w holds a handle this backend made from w. Comparing the handle alone is not
+ * enough: w->backend may dangle from a destroyed backend whose handle's address a handle of
+ * ours now reuses. */
+static int owns_weight(const lm_cuda_ctx *c, const lm_weight *w) {
   for (int i = 0; i < c->n_weights; i++)
-    if (c->weights[i] == h) return 1;
+    if (c->weights[i] == w->backend && c->weights[i]->host == w) return 1;
   return 0;
 }
 
@@ -165,7 +168,7 @@ static lm_status upload_weight(lm_backend *be, const lm_weight *w, lm_cuda_weigh
 
 static lm_status cuda_prepare_weight(lm_backend *be, lm_weight *w) {
   lm_cuda_ctx *c = lm_cuda_of(be);
-  if (w->backend && owns_weight(c, w->backend)) return LM_OK; /* prepared already */
+  if (w->backend && owns_weight(c, w)) return LM_OK; /* prepared already */
   if (w->bits && (w->bits < 2 || w->bits > 8 || w->group <= 0 || w->cols % w->group))
     return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: weight %s: %d-bit groups of %d do not fit %lld columns", w->name,
                    w->bits, w->group, (long long)w->cols);
@@ -187,6 +190,7 @@ static lm_status cuda_prepare_weight(lm_backend *be, lm_weight *w) {
     free(h);
     return lm_err_prefix(s, "uploading %s", w->name);
   }
+  h->host = w;
   c->weights[c->n_weights++] = h;
   w->backend = h;
   return LM_OK;
@@ -305,6 +309,7 @@ static void cuda_destroy(lm_backend *be) {
   if (!be) return;
   lm_cuda_ctx *c = lm_cuda_of(be);
   if (c) {
+    lm_cuda_prof_print(c);
     lm_cuda_plans_clear(c);
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     for (int i = 0; i < c->n_weights; i++) free(c->weights[i]);
@@ -381,6 +386,11 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   LM_TRY(lm_cuda_malloc(c, (size_t)c->attn_part_floats * sizeof(float), LM_CUDA_WORKSPACE, "attention scratch",
                         (void **)&c->attn_part));
   c->plans_on = 1;
+  const char *prof = getenv("LUMEN_CUDA_PROFILE");
+  if (prof && *prof && strcmp(prof, "0")) {
+    LM_TRY(lm_cuda_prof_begin(c));
+    c->plans_on = 0; /* per-op timing needs eager steps */
+  }
   return grow_step(c, (size_t)64 << 10);
 }
 
@@ -397,6 +407,11 @@ lm_status lm_backend_cuda_create(lm_precision prec, int device, lm_backend **out
     return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   }
   be->ops = &lm_cuda_ops;
+  const char *prof = getenv("LUMEN_CUDA_PROFILE");
+  if (prof && *prof && strcmp(prof, "0")) {
+    lm_cuda_profiled_ops(&c->prof_ops);
+    be->ops = &c->prof_ops;
+  }
   be->act_dtype = prec == LM_PRECISION_F32 ? LM_DT_F32 : LM_DT_BF16;
   be->precision = prec;
   be->ctx = c;
@@ -442,6 +457,10 @@ void lm_cuda_plan_stats(lm_backend *be, int64_t *uses, int64_t *builds) {
   if (uses) *uses = c->plan_uses;
   if (builds) *builds = c->plan_builds;
 }
+
+const char *lm_cuda_plan_error(lm_backend *be) { return lm_cuda_of(be)->plan_error; }
+
+const lm_backend_ops *lm_cuda_base_ops(void) { return &lm_cuda_ops; }
 
 static int cmp_f(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;

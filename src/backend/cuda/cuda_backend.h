@@ -43,12 +43,17 @@ void lm_cuda_mem_report(lm_backend *be, char *buf, size_t n);
  * steps that replayed a plan, `builds` captures made. */
 void lm_cuda_set_plans(lm_backend *be, int on);
 void lm_cuda_plan_stats(lm_backend *be, int64_t *uses, int64_t *builds);
+/* Why the last capture was refused and its step ran eagerly ("" when none was). */
+const char *lm_cuda_plan_error(lm_backend *be);
 
 /* Measured device bandwidth in GB/s (1e9 bytes/s): a streaming read of a 2 GiB buffer
  * (bytes read) and a device-to-device copy (bytes read + written); medians of 7 passes.
  * 0 on failure (the message is set). */
 double lm_cuda_read_bandwidth_gbs(lm_backend *be);
 double lm_cuda_copy_bandwidth_gbs(lm_backend *be);
+
+/* Environment: LUMEN_CUDA_PROFILE=1 times every op on the device (steps run eagerly, one
+ * synchronization per op) and prints the per-op totals to stderr when the backend is freed. */
 
 #ifdef __cplusplus
 }

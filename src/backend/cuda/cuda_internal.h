@@ -24,7 +24,16 @@ typedef struct lm_cuda_alloc {
 typedef struct lm_cuda_weight {
   lm_cu_w w;
   void *data, *sb;
+  const lm_weight *host; /* the weight it was prepared from */
 } lm_cuda_weight;
+
+/* Per-op device time when LUMEN_CUDA_PROFILE is set (eager steps, one sync per op). */
+typedef struct lm_cuda_prof_entry {
+  char key[96];
+  double ms;
+  int64_t calls;
+} lm_cuda_prof_entry;
+#define LM_CUDA_PROF_MAX 96
 
 /* The step's inputs in device memory (begin_step): per-(sequence, cache) descriptors, token
  * ids, positions, sequences, logit rows, and attention tiles (≤ 16 tokens of one sequence). */
@@ -61,6 +70,11 @@ typedef struct lm_cuda_ctx {
   lm_cuda_plan *capturing; /* the plan being captured, or NULL */
   int plans_on;
   int64_t plan_uses, plan_builds, plan_clock;
+  char plan_error[256]; /* why the last capture was refused ("" if none was) */
+  cudaEvent_t prof_ev[4]; /* profiling: op start/end, step start/end (NULL when off) */
+  lm_cuda_prof_entry *prof;
+  int n_prof;
+  lm_backend_ops prof_ops; /* the wrapped table a profiled backend uses */
 } lm_cuda_ctx;
 
 static inline lm_cuda_ctx *lm_cuda_of(lm_backend *be) { return (lm_cuda_ctx *)be->ctx; }
@@ -104,6 +118,13 @@ lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a);
 lm_status lm_cuda_moe_route(lm_backend *be, const lm_moe_route_args *a);
 lm_status lm_cuda_moe_experts(lm_backend *be, const lm_moe_experts_args *a);
 lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a);
+
+/* Profiling (cuda_profile.c): fills t with the op table, every op wrapped in timing. */
+void lm_cuda_profiled_ops(lm_backend_ops *t);
+const lm_backend_ops *lm_cuda_base_ops(void); /* the unwrapped table */
+lm_status lm_cuda_prof_begin(lm_cuda_ctx *c);
+void lm_cuda_prof_end(lm_cuda_ctx *c, const char *key);
+void lm_cuda_prof_print(lm_cuda_ctx *c);
 
 /* Plans (cuda_plan.c). */
 lm_status lm_cuda_run_step(lm_backend *be, const lm_step_fn *st);

@@ -145,6 +145,7 @@ static lm_status capture(lm_cuda_ctx *c, lm_cuda_plan *p, const lm_step_fn *st) 
   }
   if (e != cudaSuccess) { /* not capturable: undo the host effects and run it eagerly */
     (void)cudaGetLastError();
+    snprintf(c->plan_error, sizeof c->plan_error, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
     restore_lengths(st->batch, c->st.n_caches, lens);
     free(lens);
     p->failed = 1;

@@ -55,13 +55,13 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
   if (splits > 1) chunk = max((L + splits - 1) / splits, kMinChunk);
   const Range rg{klo + split * chunk, min(klo + (split + 1) * chunk, p_hi + 1)};
 
-  for (int i = threadIdx.x; i < kRows * hd; i += kThreads) {
-    int rl = i / hd, dd = i % hd, r = rbeg + rl;
-    float v = 0.0f;
-    if (r < rend) v = ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale;
-    qs[i] = v;
-  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int rl = warp; rl < kRows; rl += kWarps) { /* a warp per row, lanes along the head dim */
+    int r = rbeg + rl;
+    for (int dd = lane; dd < hd; dd += 32)
+      qs[rl * hd + dd] = r < rend ? ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale : 0.0f;
+  }
+  __shared__ int64_t ksrc[kKt]; /* per key of a tile: cache element offset, or -(1 + chunk row) */
   int64_t prow[kRw];
   bool rv[kRw];
   float m[kRw], l[kRw], acc[kRw][NPL];
@@ -79,23 +79,27 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
   for (int64_t kb = rg.lo; kb < rg.hi; kb += kKt) {
     const int nk = (int)min((int64_t)kKt, rg.hi - kb);
     __syncthreads(); /* the previous tile is consumed (and q is staged) */
-    for (int i = threadIdx.x; i < kKt * hd; i += kThreads) {
-      int j = i / hd, dd = i % hd;
-      float kk = 0.0f, vv = 0.0f;
-      if (j < nk) {
-        int64_t kp = kb + j;
-        if (kp < n_past) {
-          int64_t off = (d.window > 0 ? kp % d.window : kp) * kvw + goff + dd;
-          kk = ld(d.k, p.k_new.dt, off);
-          vv = ld(d.v, p.v_new.dt, off);
-        } else {
-          int64_t u = t0 + (kp - n_past);
-          kk = ldt(p.k_new, u, goff + dd);
-          vv = ldt(p.v_new, u, goff + dd);
+    if (threadIdx.x < kKt && (int)threadIdx.x < nk) {
+      int64_t kp = kb + threadIdx.x;
+      ksrc[threadIdx.x] = kp < n_past ? (d.window > 0 ? kp % d.window : kp) * kvw + goff : -(1 + t0 + (kp - n_past));
+    }
+    __syncthreads();
+    for (int j = warp; j < kKt; j += kWarps) { /* a warp per key row, coalesced along the head dim */
+      const int64_t src = j < nk ? ksrc[j] : 0;
+      for (int dd = lane; dd < hd; dd += 32) {
+        float kk = 0.0f, vv = 0.0f;
+        if (j < nk) {
+          if (src >= 0) {
+            kk = ld(d.k, p.k_new.dt, src + dd);
+            vv = ld(d.v, p.v_new.dt, src + dd);
+          } else {
+            kk = ldt(p.k_new, -src - 1, goff + dd);
+            vv = ldt(p.v_new, -src - 1, goff + dd);
+          }
         }
+        ks[j * (hd + 1) + dd] = kk;
+        vs[j * hd + dd] = vv;
       }
-      ks[j * (hd + 1) + dd] = kk;
-      vs[j * hd + dd] = vv;
     }
     __syncthreads();
     float s[kRw] = {};
