@@ -1,0 +1,242 @@
+/* cli_serve.c — `lumen serve`: the OpenAI/Anthropic-compatible HTTP server over one checkpoint
+ * (or a synthetic model of a real geometry, for benchmarks), until SIGINT or SIGTERM. */
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "cli/cli.h"
+#include "cli/cli_common.h"
+#include "cli/cli_sampling.h"
+#include "model/forward.h"
+#include "sample/gen_config.h"
+#include "server/server.h"
+
+static const char *const usage =
+    "usage: lumen serve [--model] MODEL_DIR [options]\n"
+    "       lumen serve --preset FILE --tokenizer DIR [options]   (synthetic weights, for benchmarks)\n"
+    "\n"
+    "Serves MODEL_DIR over HTTP, OpenAI- and Anthropic-compatible (point any OpenAI client at\n"
+    "http://HOST:PORT/v1):\n"
+    "  POST /v1/chat/completions   chat (streamed with \"stream\": true), tools, reasoning, logprobs\n"
+    "  POST /v1/completions        raw prompt, no chat template\n"
+    "  POST /v1/messages           Anthropic Messages (tool_use / tool_result, thinking, SSE events)\n"
+    "  GET  /v1/models  /health  /stats (sequences, queue, prompt cache, KV use, cache plan)  /metrics (Prometheus)\n"
+    "Requests share one continuously batched forward pass; a request whose prompt + max_tokens cannot fit\n"
+    "the KV budget is refused with 400 (type memory_admission), a full queue with 429.\n"
+    "\n"
+    "Server:\n"
+    "  --model DIR              checkpoint directory (or the first positional argument)\n"
+    "  --host H                 address to listen on (127.0.0.1)\n"
+    "  --port P                 port (8080; 0 = any free port, printed at startup)\n"
+    "  --parallel N             sequences decoded together in one batch (4)\n"
+    "  --ctx N                  context limit per sequence (the model's max_position_embeddings)\n"
+    "  --chunk N                prompt tokens per step, interleaved with decoding (512; alias --prefill-step-size)\n"
+    "  --memory-budget GB       memory for weights + workspace + KV caches (75% of RAM)\n"
+    "  --queue-size N           requests waiting for a slot before 429 (64)\n"
+    "  --prompt-cache N         finished sequences kept for prefix reuse (= --parallel; 0 = off;\n"
+    "                           alias --prompt-cache-size)\n"
+    "  --timeout S              per-request deadline in seconds (600; 0 = none)\n"
+    "  --max-body BYTES         request body limit (8388608)\n"
+    "  --api-key KEY            require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health\n"
+    "  --model-id NAME          the id /v1/models reports (the directory name)\n"
+    "  --max-connections N      simultaneous HTTP connections (256)\n"
+    "  --log-requests           one line per request on stderr (alias -v)\n"
+    "  --kv-quant MODE          KV cache precision: off (default), 4, 8 or config (kv_config.json)\n"
+    "  --kv-group G             group size of --kv-quant 4/8 (64); --kv-config FILE for --kv-quant config\n"
+    "  --backend B              cpu or cuda (default: cuda when a GPU is present); --precision f32|fast; --threads N\n"
+    "  --preset FILE            synthetic model of this config.json-shaped geometry (with --tokenizer DIR;\n"
+    "                           --bits B 0..8 (4), --weight-seed S)\n"
+    "Request defaults (a request's own fields win; --max-tokens is the default max_tokens, 512):\n";
+
+enum {
+  O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_CTX, O_CHUNK, O_BUDGET, O_QUEUE, O_PCACHE, O_TIMEOUT, O_MAXBODY, O_KEY,
+  O_ID, O_MAXCONN, O_LOG, O_KVQ, O_KVG, O_KVC, O_BACKEND, O_PREC, O_THREADS, O_PRESET, O_TOKENIZER, O_BITS, O_WSEED
+};
+
+typedef struct serve_opts {
+  lm_server_opts so;
+  lm_cli_backend_opts be;
+  lm_cli_sampling samp;
+  const char *model, *preset, *tokenizer;
+  int bits;
+  unsigned long long wseed;
+} serve_opts;
+
+static int num(const char *flag, const char *arg, double lo, double hi, double *out) {
+  char *end;
+  double x = strtod(arg, &end);
+  if (end == arg || *end || !(x >= lo && x <= hi)) {
+    fprintf(stderr, "lumen serve: %s: '%s' must be a number in [%g, %g]\n", flag, arg, lo, hi);
+    return 2;
+  }
+  *out = x;
+  return 0;
+}
+
+static int int_opt(serve_opts *o, int c, const char *arg) {
+  double x;
+  switch (c) {
+  case O_PORT: return num("--port", arg, 0, 65535, &x) ? 2 : (o->so.port = (int)x, 0);
+  case O_PARALLEL: return num("--parallel", arg, 1, 4096, &x) ? 2 : (o->so.parallel = (int)x, 0);
+  case O_CTX: return num("--ctx", arg, 2, 1 << 30, &x) ? 2 : (o->so.ctx = (int64_t)x, 0);
+  case O_CHUNK: return num("--chunk", arg, 1, 1 << 20, &x) ? 2 : (o->so.chunk = (int64_t)x, 0);
+  case O_BUDGET: return num("--memory-budget", arg, 1e-6, 1e6, &o->so.memory_budget_gb);
+  case O_QUEUE: return num("--queue-size", arg, 1, 1 << 20, &x) ? 2 : (o->so.queue_size = (int)x, 0);
+  case O_PCACHE: return num("--prompt-cache", arg, 0, 1 << 16, &x) ? 2 : (o->so.prompt_cache = x > 0 ? (int)x : -1, 0);
+  case O_TIMEOUT: return num("--timeout", arg, 0, 1e9, &x) ? 2 : (o->so.timeout_s = x > 0 ? x : -1, 0);
+  case O_MAXBODY: return num("--max-body", arg, 1024, 1 << 30, &x) ? 2 : (o->so.max_body = (int64_t)x, 0);
+  case O_MAXCONN: return num("--max-connections", arg, 1, 65536, &x) ? 2 : (o->so.max_connections = (int)x, 0);
+  case O_KVG: return num("--kv-group", arg, 32, 128, &x) ? 2 : (o->so.kv.group = (int)x, 0);
+  case O_THREADS: return num("--threads", arg, 1, 4096, &x) ? 2 : (o->be.threads = (int)x, 0);
+  case O_BITS: return num("--bits", arg, 0, 8, &x) ? 2 : (o->bits = (int)x, 0);
+  case O_WSEED: return num("--weight-seed", arg, 0, 1e18, &x) ? 2 : (o->wseed = (unsigned long long)x, 0);
+  }
+  return -1;
+}
+
+static int handle(serve_opts *o, int c, const char *arg) {
+  int r = int_opt(o, c, arg);
+  if (r >= 0) return r;
+  switch (c) {
+  case O_MODEL: o->model = arg; return 0;
+  case O_HOST: o->so.host = arg; return 0;
+  case O_KEY: o->so.api_key = arg; return 0;
+  case O_ID: o->so.model_id = arg; return 0;
+  case 'v':
+  case O_LOG: o->so.log_requests = 1; return 0;
+  case O_KVQ: o->so.kv.mode = arg; return 0;
+  case O_KVC: o->so.kv.config_path = arg; return 0;
+  case O_BACKEND: o->be.backend = arg; return 0;
+  case O_PREC: o->be.precision = arg; return 0;
+  case O_PRESET: o->preset = arg; return 0;
+  case O_TOKENIZER: o->tokenizer = arg; return 0;
+  }
+  if (c == lm_cli_sampling_opt("stop")) {
+    fprintf(stderr, "lumen serve: --stop is a per-request field (\"stop\"), not a server default\n");
+    return 2;
+  }
+  return lm_cli_sampling_handle(&o->samp, c, arg) == 1 ? 0 : 2;
+}
+
+static int parse(serve_opts *o, int argc, char **argv, int *done) {
+  struct option lo[64] = {
+      {"model", 1, 0, O_MODEL},        {"host", 1, 0, O_HOST},           {"port", 1, 0, O_PORT},
+      {"parallel", 1, 0, O_PARALLEL},  {"ctx", 1, 0, O_CTX},             {"chunk", 1, 0, O_CHUNK},
+      {"prefill-step-size", 1, 0, O_CHUNK}, {"memory-budget", 1, 0, O_BUDGET}, {"queue-size", 1, 0, O_QUEUE},
+      {"prompt-cache", 1, 0, O_PCACHE}, {"prompt-cache-size", 1, 0, O_PCACHE}, {"timeout", 1, 0, O_TIMEOUT},
+      {"max-body", 1, 0, O_MAXBODY},   {"api-key", 1, 0, O_KEY},         {"model-id", 1, 0, O_ID},
+      {"max-connections", 1, 0, O_MAXCONN}, {"log-requests", 0, 0, O_LOG}, {"kv-quant", 1, 0, O_KVQ},
+      {"kv-group", 1, 0, O_KVG},       {"kv-config", 1, 0, O_KVC},       {"backend", 1, 0, O_BACKEND},
+      {"precision", 1, 0, O_PREC},     {"threads", 1, 0, O_THREADS},     {"preset", 1, 0, O_PRESET},
+      {"tokenizer", 1, 0, O_TOKENIZER}, {"bits", 1, 0, O_BITS},          {"weight-seed", 1, 0, O_WSEED},
+      {"verbose", 0, 0, 'v'},          {"help", 0, 0, 'h'}};
+  int n = 29;
+  if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
+  *done = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "hvn:", lo, NULL)) != -1) {
+    if (c == 'h') {
+      fputs(usage, stdout);
+      lm_cli_sampling_help(stdout);
+      *done = 1;
+      return 0;
+    }
+    if (c == 'n') c = lm_cli_sampling_opt("max-tokens");
+    if (c == '?' || handle(o, c, optarg)) {
+      fprintf(stderr, "usage: lumen serve [--model] MODEL_DIR [options] (see --help)\n");
+      *done = 1;
+      return 2;
+    }
+  }
+  if (optind < argc && !o->model) o->model = argv[optind++];
+  if (optind != argc || (!o->model == !o->preset) || (o->preset && !o->tokenizer)) {
+    fprintf(stderr, "lumen serve: give one MODEL_DIR, or --preset FILE with --tokenizer DIR (see --help)\n");
+    *done = 1;
+    return 2;
+  }
+  return 0;
+}
+
+/* The request defaults: the checkpoint's generation_config.json with the flags overlaid. */
+static int defaults(serve_opts *o, const char *dir, lm_sampling *out) {
+  lm_gen_config gc;
+  if (lm_gen_config_load(dir, &gc)) return lm_cli_fail("generation_config.json");
+  lm_status s = lm_cli_sampling_apply(&o->samp, &gc.sampling, out);
+  o->so.max_tokens = o->samp.max_tokens > 0 ? o->samp.max_tokens : gc.max_new_tokens > 0 ? gc.max_new_tokens : 0;
+  lm_gen_config_clear(&gc);
+  if (s) return lm_cli_fail("sampling flags");
+  o->so.has_seed = (o->samp.set >> (lm_cli_sampling_opt("seed") - LM_CLI_SAMPLING_BASE)) & 1u;
+  return 0;
+}
+
+static lm_model *load(serve_opts *o) {
+  if (!o->preset) return lm_cli_load_model(o->model);
+  lm_model *m = NULL;
+  fprintf(stderr, "lumen serve: building a synthetic model of %s (%d-bit weights)...\n", o->preset, o->bits);
+  if (lm_model_synth(o->preset, o->bits, 64, o->wseed, &m)) lm_cli_fail("synthetic model");
+  return m;
+}
+
+/* Blocks until SIGINT or SIGTERM (blocked in every thread, taken here). */
+static void wait_signal(const sigset_t *set) {
+  int sig = 0;
+  sigwait(set, &sig);
+  fprintf(stderr, "lumen serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+}
+
+static int serve(serve_opts *o, const sigset_t *set) {
+  const char *dir = o->preset ? o->tokenizer : o->model;
+  lm_sampling samp;
+  lm_sampling_init(&samp);
+  lm_model *m = load(o);
+  lm_backend *be = m ? lm_cli_backend(&o->be, LM_PRECISION_FAST) : NULL;
+  lm_server *s = NULL;
+  int rc = 1;
+  if (!be || (lm_model_prepare(m, be) && lm_cli_fail("prepare")) || defaults(o, dir, &samp)) goto done;
+  o->so.model_dir = dir;
+  o->so.sampling = &samp;
+  if (o->preset && !o->so.model_id) o->so.model_id = "synthetic";
+  if (lm_server_create(m, be, &o->so, &s) || lm_server_start(s)) {
+    lm_cli_fail("serve");
+    goto done;
+  }
+  char desc[2048];
+  lm_server_describe(s, desc, sizeof desc);
+  printf("lumen serve: %s\nlumen serve: listening on http://%s:%d/v1\n", desc, o->so.host ? o->so.host : "127.0.0.1",
+         lm_server_port(s));
+  fflush(stdout);
+  wait_signal(set);
+  rc = 0;
+done:
+  lm_server_free(s);
+  lm_sampling_clear(&samp);
+  lm_backend_destroy(be);
+  lm_model_free(m);
+  return rc;
+}
+
+int lm_cli_serve(int argc, char **argv) {
+  serve_opts o;
+  memset(&o, 0, sizeof o);
+  lm_server_opts_init(&o.so);
+  o.so.port = 8080;
+  o.bits = 4;
+  lm_cli_sampling_init(&o.samp);
+  int done = 0, rc = parse(&o, argc, argv, &done);
+  if (!done) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts, so all inherit it */
+    signal(SIGPIPE, SIG_IGN);
+    rc = serve(&o, &set);
+  }
+  lm_cli_sampling_free(&o.samp);
+  return rc;
+}

@@ -1,0 +1,67 @@
+/* srv_req.h — parsing and validating request bodies (OpenAI chat completions and completions; the
+ * Anthropic endpoint translates into the chat shape first).
+ *
+ * Every field is type- and range-checked before use; a bad one is a 400 naming it in `param`
+ * (srv_error.h). Unknown fields are ignored, as OpenAI-compatible servers do. The sampling fields
+ * overlay the server's defaults. */
+#ifndef LM_SERVER_SRV_REQ_H
+#define LM_SERVER_SRV_REQ_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "sample/sampler.h"
+#include "server/srv_error.h"
+
+#define LM_SRV_MAX_STOPS 16
+#define LM_SRV_MAX_BIAS 1024
+
+typedef enum lm_srv_tool_choice {
+  LM_SRV_TOOLS_AUTO = 0,
+  LM_SRV_TOOLS_NONE,     /* the tools are not declared to the model */
+  LM_SRV_TOOLS_REQUIRED, /* the response starts with a tool call (forced at the prompt's end) */
+  LM_SRV_TOOLS_NAMED     /* the response starts with a call of tool_name */
+} lm_srv_tool_choice;
+
+typedef struct lm_srv_params {
+  lm_sampling sampling;   /* the defaults overlaid with the request's fields (owns its lists) */
+  int has_seed;
+  int64_t max_tokens;     /* 0: not given */
+  char **stops;           /* [n_stops] (owned) */
+  int n_stops;
+  int stream, include_usage, ignore_eos;
+  int top_logprobs;       /* -1: no logprobs */
+  /* chat */
+  json_t *messages;       /* the template's input: validated, normalized (owned) */
+  json_t *tools;          /* normalized, NULL when none are declared (owned) */
+  json_t *kwargs;         /* template variables (owned, never NULL after a chat parse) */
+  lm_srv_tool_choice tool_choice;
+  char tool_name[128];
+  /* completions */
+  char *prompt;           /* text prompt (owned), or: */
+  int32_t *prompt_ids;    /* token-id prompt (owned) */
+  int64_t n_prompt_ids;
+} lm_srv_params;
+
+void lm_srv_params_init(lm_srv_params *p);
+void lm_srv_params_clear(lm_srv_params *p);
+
+/* Checks that body[0..len) is valid UTF-8 and one JSON object; *out owns it. Returns 0 or the
+ * HTTP status of the error in e. */
+int lm_srv_parse_body(const char *body, size_t len, json_t **out, lm_srv_err *e);
+
+/* The fields every generation endpoint shares: stream, stream_options, max_tokens /
+ * max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop, presence_penalty,
+ * frequency_penalty, repetition_penalty, repetition_context_size, presence_context_size,
+ * logit_bias, n, ignore_eos. vocab bounds the logit_bias ids. `defaults` is copied into
+ * p->sampling first. Returns 0 or the HTTP status. */
+int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab, lm_srv_params *p,
+                        lm_srv_err *e);
+/* Chat completions: messages, tools, tool_choice, logprobs / top_logprobs, reasoning_effort,
+ * chat_template_kwargs, response_format. */
+int lm_srv_parse_chat(const json_t *req, lm_srv_params *p, lm_srv_err *e);
+/* Completions: prompt (a string, one string in a list, or token ids < vocab), logprobs (an int),
+ * echo / suffix (refused when set). */
+int lm_srv_parse_completion(const json_t *req, int64_t vocab, lm_srv_params *p, lm_srv_err *e);
+
+#endif

@@ -1,0 +1,145 @@
+/* srv_route.c — the route table (srv_route.h): authentication, body parsing, dispatch, the
+ * small endpoints (/health, /stats, /metrics) and the reply helpers. */
+#include "server/srv_route.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_gen.h"
+
+void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype, char *text) {
+  rp->status = text ? status : 500;
+  rp->ctype = ctype;
+  rp->body = text ? text : strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+                                  "\"code\":null}}");
+  rp->len = rp->body ? strlen(rp->body) : 0;
+}
+
+void lm_srv_reply_json(lm_srv_reply *rp, int status, json_t *obj) {
+  char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+  json_decref(obj);
+  lm_srv_reply_text(rp, status, "application/json", s);
+}
+
+void lm_srv_reply_error(lm_srv_reply *rp, const lm_srv_err *e, int anthropic) {
+  lm_srv_reply_text(rp, e->http ? e->http : 500, "application/json",
+                    anthropic ? lm_srv_err_anthropic_json(e) : lm_srv_err_openai_json(e));
+  rp->auth_challenge = e->http == 401;
+}
+
+void lm_srv_reply_stream(lm_srv_reply *rp, lm_srv_stream *st) {
+  rp->status = 200;
+  rp->ctype = "text/event-stream";
+  rp->stream = st;
+}
+
+int lm_srv_wait(const lm_srv_http_req *rq, lm_srv_gen *g) {
+  for (;;) {
+    int r = lm_srv_gen_pump(g, 50);
+    if (r) return r;
+    if (rq->gone && rq->gone(rq->gone_ctx)) {
+      lm_srv_chan_cancel(g->ch);
+      return 0;
+    }
+  }
+}
+
+/* ---- authentication -------------------------------------------------------------------------- */
+
+/* Compares without an early exit, so the time taken does not tell how much of a key matched. */
+static int same_key(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  unsigned char d = na != nb;
+  for (size_t i = 0; i < na; i++) d |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+  return d == 0;
+}
+
+static int authorized(const lm_srv_http_req *rq) {
+  const char *key = rq->srv->api_key;
+  if (!key || !strcmp(rq->path, "/health")) return 1;
+  const char *a = rq->authorization;
+  if (a && !strncmp(a, "Bearer ", 7) && same_key(a + 7, key)) return 1;
+  return rq->x_api_key && same_key(rq->x_api_key, key);
+}
+
+/* ---- routes ---------------------------------------------------------------------------------- */
+
+typedef enum body_kind { NO_BODY = 0, JSON_BODY } body_kind;
+
+typedef struct route {
+  const char *method, *path;
+  int prefix;     /* path is a prefix (e.g. /v1/models/<id>) */
+  body_kind body;
+  int anthropic;  /* error shape */
+  void (*get)(const lm_srv_http_req *rq, lm_srv_reply *rp);
+  void (*post)(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+} route;
+
+static void health(const lm_srv_http_req *rq, lm_srv_reply *rp) {
+  (void)rq;
+  lm_srv_reply_text(rp, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+}
+
+static void stats(const lm_srv_http_req *rq, lm_srv_reply *rp) { lm_srv_reply_json(rp, 200, lm_srv_stats_json(rq->srv)); }
+
+static void metrics(const lm_srv_http_req *rq, lm_srv_reply *rp) {
+  lm_srv_sched_stats st;
+  lm_srv_sched_stats_get(rq->srv->sched, &st);
+  lm_srv_reply_text(rp, 200, "text/plain; version=0.0.4", lm_srv_metrics_render(&rq->srv->metrics, &st));
+}
+
+static const route routes[] = {
+    {"POST", "/v1/chat/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_chat},
+    {"POST", "/v1/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_completions},
+    {"POST", "/v1/messages", 0, JSON_BODY, 1, NULL, lm_srv_anthropic_messages},
+    {"GET", "/v1/models", 0, NO_BODY, 0, lm_srv_openai_models, NULL},
+    {"GET", "/v1/models/", 1, NO_BODY, 0, lm_srv_openai_models, NULL},
+    {"GET", "/health", 0, NO_BODY, 0, health, NULL},
+    {"GET", "/stats", 0, NO_BODY, 0, stats, NULL},
+    {"GET", "/metrics", 0, NO_BODY, 0, metrics, NULL},
+};
+enum { N_ROUTES = sizeof routes / sizeof *routes };
+
+static int path_matches(const route *r, const char *path) {
+  return r->prefix ? !strncmp(path, r->path, strlen(r->path)) && path[strlen(r->path)] : !strcmp(path, r->path);
+}
+
+void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
+  memset(rp, 0, sizeof *rp);
+  lm_srv_err e;
+  const route *hit = NULL;
+  int path_known = 0;
+  for (int i = 0; i < N_ROUTES && !hit; i++) {
+    if (!path_matches(&routes[i], rq->path)) continue;
+    path_known = 1;
+    int head = !strcmp(rq->method, "HEAD") && !strcmp(routes[i].method, "GET");
+    if (!strcmp(rq->method, routes[i].method) || head) hit = &routes[i];
+    else rp->allow = routes[i].method;
+  }
+  int anthropic = !strncmp(rq->path, "/v1/messages", 12);
+  if (!authorized(rq)) {
+    lm_srv_err_set(&e, 401, "authentication_error", "invalid_api_key", NULL, "invalid or missing API key");
+    lm_srv_reply_error(rp, &e, anthropic);
+    return;
+  }
+  if (!hit) {
+    if (path_known) lm_srv_err_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                                   "%.16s is not allowed on %.200s (use %s)", rq->method, rq->path, rp->allow);
+    else lm_srv_err_set(&e, 404, "invalid_request_error", "unknown_url", NULL, "unknown endpoint %.16s %.200s", rq->method,
+                        rq->path);
+    lm_srv_reply_error(rp, &e, anthropic);
+    return;
+  }
+  rp->allow = NULL;
+  if (hit->body == NO_BODY) {
+    hit->get(rq, rp);
+    return;
+  }
+  json_t *body;
+  if (lm_srv_parse_body(rq->body ? rq->body : "", rq->len, &body, &e)) {
+    lm_srv_reply_error(rp, &e, hit->anthropic);
+    return;
+  }
+  hit->post(rq, body, rp);
+  json_decref(body);
+}

@@ -1,0 +1,57 @@
+/* srv_route.h — what the HTTP layer hands a route (method, path, body, a way to notice the
+ * client left) and what the route answers (a full body, or an SSE stream), plus the route table:
+ * authentication, 404 for unknown paths, 405 for known paths with the wrong method. */
+#ifndef LM_SERVER_SRV_ROUTE_H
+#define LM_SERVER_SRV_ROUTE_H
+
+#include <jansson.h>
+
+#include "server/srv_ctx.h"
+#include "server/srv_error.h"
+#include "server/srv_sse.h"
+
+typedef struct lm_srv_http_req {
+  lm_server *srv;
+  const char *method, *path;
+  const char *body;
+  size_t len;
+  const char *authorization; /* Authorization header (NULL: none) */
+  const char *x_api_key;     /* x-api-key header (Anthropic clients) */
+  int (*gone)(void *ctx);    /* 1 when the client has disconnected */
+  void *gone_ctx;
+} lm_srv_http_req;
+
+typedef struct lm_srv_reply {
+  int status;
+  const char *ctype;       /* static string */
+  char *body;              /* owned (NULL with a stream, or when the client left) */
+  size_t len;
+  lm_srv_stream *stream;   /* owned: an SSE body */
+  const char *allow;       /* 405: the Allow header */
+  int auth_challenge;      /* 401: add WWW-Authenticate */
+  int dropped;             /* the client left: send nothing */
+} lm_srv_reply;
+
+/* Dispatches one request. Never fails: every problem becomes an error reply. */
+void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp);
+
+/* Reply helpers for the routes. json takes the reference to obj. */
+void lm_srv_reply_json(lm_srv_reply *rp, int status, json_t *obj);
+void lm_srv_reply_error(lm_srv_reply *rp, const lm_srv_err *e, int anthropic);
+void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype, char *text); /* takes text */
+void lm_srv_reply_stream(lm_srv_reply *rp, lm_srv_stream *st);
+
+/* Protocol endpoints (srv_openai.c, srv_anthropic.c). */
+void lm_srv_openai_chat(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_openai_completions(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp);
+void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+/* GET /stats (srv_stats.c). */
+json_t *lm_srv_stats_json(lm_server *s);
+
+/* Waits for g to end (non-streamed responses), noticing a client that leaves. Returns 1 when
+ * it ended, 0 when the client left (g was cancelled), -1 on a sink failure. */
+struct lm_srv_gen;
+int lm_srv_wait(const lm_srv_http_req *rq, struct lm_srv_gen *g);
+
+#endif

@@ -1,0 +1,654 @@
+/* srv_sched.c — the engine thread of srv_sched.h: the job queue, admission into slots, the prompt
+ * cache of finished sequences, and the batched step.
+ *
+ * Locking: `mu` guards the queue, the reservation counters, the published stats and the stop
+ * flag. Slots, caches and the prompt cache belong to the engine thread alone; it takes `mu` only
+ * to move jobs in and to publish counters, never during a forward step. */
+#include "server/srv_sched.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+#include "model/forward.h"
+#include "server/srv_seq.h"
+
+typedef struct pc_entry { /* a finished sequence kept for prefix reuse */
+  lm_kv_set *kv;
+  int32_t *ids;           /* the tokens its caches hold */
+  int64_t n;
+  int64_t bytes;
+  uint64_t used;          /* LRU clock */
+} pc_entry;
+
+struct lm_srv_sched {
+  lm_model *m;
+  lm_backend *be;
+  lm_srv_sched_opts o;
+  lm_kv_spec *specs;
+  int32_t *stop_ids, *keep;
+  lm_srv_seq_env env;
+  lm_srv_admit admit;
+  lm_forward *fw;
+  int64_t max_step;             /* tokens per step: chunk + parallel */
+  /* engine-owned */
+  lm_srv_seq *slots;            /* [parallel] */
+  int *used;                    /* [parallel] */
+  pc_entry *pc;                 /* [prompt_cache] */
+  int n_pc;
+  uint64_t clock;
+  int32_t *b_ids, *b_pos, *b_seq, *b_rows, *row_slot, *g_ids;
+  lm_kv_set **b_kv;
+  int *b_slot;                  /* batch sequence index -> slot */
+  float *logits;                /* [parallel][vocab] */
+  lm_srv_tok *toks;             /* [parallel] */
+  /* shared, under mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t th;
+  int started, stop;
+  lm_srv_job **q;               /* ring of queue_cap */
+  int q_head, q_n;
+  int64_t reserved;             /* bytes: active reservations + prompt-cache entries */
+  lm_srv_sched_stats st;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* ---- jobs ------------------------------------------------------------------------------------ */
+
+lm_status lm_srv_job_create(lm_srv_job **out, lm_srv_chan **http_ref) {
+  *out = NULL;
+  *http_ref = NULL;
+  lm_srv_job *j = calloc(1, sizeof *j);
+  if (!j || !(j->ch = lm_srv_chan_create())) {
+    free(j);
+    return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (job)");
+  }
+  lm_sampling_init(&j->sampling);
+  j->top_logprobs = -1;
+  j->max_tokens = 1;
+  *http_ref = j->ch;
+  *out = j;
+  return LM_OK;
+}
+
+void lm_srv_job_free(lm_srv_job *j) {
+  if (!j) return;
+  free(j->ids);
+  lm_sampling_clear(&j->sampling);
+  for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+  free(j->stops);
+  lm_srv_chan_unref(j->ch);
+  free(j);
+}
+
+/* Ends a job that never ran (queue timeout, cancellation, shutdown). */
+static void job_fail(lm_srv_job *j, lm_srv_finish_kind kind, const char *msg) {
+  lm_srv_finish f = {.kind = kind, .stop_id = -1, .stop_index = -1, .prompt_tokens = j->n_ids,
+                     .queue_s = now_s() - j->t_submit};
+  snprintf(f.message, sizeof f.message, "%s", msg);
+  lm_srv_chan_finish(j->ch, &f);
+  lm_srv_job_free(j);
+}
+
+/* ---- create / free --------------------------------------------------------------------------- */
+
+static lm_status sorted_dup(const int32_t *v, int32_t n, int32_t **out) {
+  *out = malloc((size_t)(n ? n : 1) * sizeof **out);
+  if (!*out) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
+  if (n) memcpy(*out, v, (size_t)n * sizeof *v);
+  qsort(*out, (size_t)n, sizeof **out, cmp_i32);
+  return LM_OK;
+}
+
+static lm_status check_opts(const lm_srv_sched_opts *o) {
+  if (o->parallel < 1 || o->parallel > 4096) return LM_ERRF(LM_ERR_INVALID, "server: --parallel must be 1..4096");
+  if (o->chunk < 1 || o->chunk > (1 << 20)) return LM_ERRF(LM_ERR_INVALID, "server: --chunk must be 1..1048576");
+  if (o->queue_cap < 1) return LM_ERRF(LM_ERR_INVALID, "server: the queue needs room for one request at least");
+  if (o->max_ctx < 2 || o->kv_budget <= 0 || !o->specs || o->prompt_cache < 0)
+    return LM_ERRF(LM_ERR_INVALID, "server: bad scheduler options");
+  return LM_OK;
+}
+
+static lm_status alloc_buffers(lm_srv_sched *s) {
+  int P = s->o.parallel;
+  int64_t T = s->max_step, V = s->m->cfg.vocab_size;
+  s->slots = calloc((size_t)P, sizeof *s->slots);
+  s->used = calloc((size_t)P, sizeof *s->used);
+  s->pc = calloc((size_t)(s->o.prompt_cache ? s->o.prompt_cache : 1), sizeof *s->pc);
+  s->b_ids = malloc((size_t)T * sizeof(int32_t));
+  s->b_pos = malloc((size_t)T * sizeof(int32_t));
+  s->b_seq = malloc((size_t)T * sizeof(int32_t));
+  s->b_rows = malloc((size_t)P * sizeof(int32_t));
+  s->row_slot = malloc((size_t)P * sizeof(int32_t));
+  s->g_ids = malloc((size_t)P * sizeof(int32_t));
+  s->b_kv = malloc((size_t)P * sizeof *s->b_kv);
+  s->b_slot = malloc((size_t)P * sizeof *s->b_slot);
+  s->logits = malloc((size_t)P * (size_t)V * sizeof(float));
+  s->toks = calloc((size_t)P, sizeof *s->toks);
+  s->q = calloc((size_t)s->o.queue_cap, sizeof *s->q);
+  if (!s->slots || !s->used || !s->pc || !s->b_ids || !s->b_pos || !s->b_seq || !s->b_rows || !s->row_slot ||
+      !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks || !s->q)
+    return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (scheduler buffers for %d sequences)", P);
+  return LM_OK;
+}
+
+lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, const lm_srv_sched_opts *o,
+                              lm_srv_sched **out) {
+  *out = NULL;
+  LM_TRY(check_opts(o));
+  lm_srv_sched *s = calloc(1, sizeof *s);
+  if (!s) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
+  s->m = m;
+  s->be = be;
+  s->o = *o;
+  s->max_step = o->chunk + o->parallel;
+  int nc = m->cfg.n_caches;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->specs = malloc((size_t)(nc ? nc : 1) * sizeof *s->specs);
+  lm_status st = s->specs ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
+  if (!st) {
+    memcpy(s->specs, o->specs, (size_t)nc * sizeof *s->specs);
+    s->o.specs = s->specs;
+    st = sorted_dup(o->stop_ids, o->n_stop_ids, &s->stop_ids);
+  }
+  if (!st) st = sorted_dup(o->keep_special, o->n_keep_special, &s->keep);
+  if (!st) st = lm_srv_admit_init(&s->admit, s->specs, nc, be->act_dtype, o->kv_budget, o->max_ctx);
+  if (!st) st = alloc_buffers(s);
+  if (!st) st = lm_forward_create(m, be, s->max_step, o->parallel, &s->fw);
+  if (st) {
+    lm_srv_sched_free(s);
+    return st;
+  }
+  s->env = (lm_srv_seq_env){.tok = tok, .vocab = m->cfg.vocab_size, .max_ctx = o->max_ctx, .stop_ids = s->stop_ids,
+                            .n_stop_ids = o->n_stop_ids, .keep_special = s->keep, .n_keep_special = o->n_keep_special};
+  s->st.queue_cap = o->queue_cap;
+  s->st.parallel = o->parallel;
+  s->st.kv_budget = o->kv_budget;
+  *out = s;
+  return LM_OK;
+}
+
+static void release_slot(lm_srv_sched *s, int i, int keep_cache);
+static void pc_drop(lm_srv_sched *s, int i);
+static void publish(lm_srv_sched *s);
+
+void lm_srv_sched_stop(lm_srv_sched *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  int was = s->stop;
+  s->stop = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  if (was) return;
+  if (s->started) pthread_join(s->th, NULL);
+  s->started = 0;
+  for (int i = 0; s->slots && i < s->o.parallel; i++)
+    if (s->used[i]) {
+      lm_srv_seq_end(&s->slots[i], LM_SRV_FIN_CANCELLED, "the server is shutting down", now_s());
+      release_slot(s, i, 0);
+    }
+  while (s->n_pc > 0) pc_drop(s, s->n_pc - 1);
+  pthread_mutex_lock(&s->mu);
+  for (int k = 0; s->q && k < s->q_n; k++)
+    job_fail(s->q[(s->q_head + k) % s->o.queue_cap], LM_SRV_FIN_CANCELLED, "the server is shutting down");
+  s->q_n = 0;
+  publish(s);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void lm_srv_sched_free(lm_srv_sched *s) {
+  if (!s) return;
+  lm_srv_sched_stop(s);
+  lm_forward_free(s->fw);
+  free(s->specs);
+  free(s->stop_ids);
+  free(s->keep);
+  free(s->slots);
+  free(s->used);
+  free(s->pc);
+  free(s->b_ids);
+  free(s->b_pos);
+  free(s->b_seq);
+  free(s->b_rows);
+  free(s->row_slot);
+  free(s->g_ids);
+  free(s->b_kv);
+  free(s->b_slot);
+  free(s->logits);
+  free(s->toks);
+  free(s->q);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+const lm_srv_admit *lm_srv_sched_admit(const lm_srv_sched *s) { return &s->admit; }
+
+/* ---- admission ------------------------------------------------------------------------------- */
+
+lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg, size_t n) {
+  int64_t need = n_prompt + max_tokens;
+  if (need > s->admit.max_ctx) {
+    snprintf(msg, n, "this request needs %lld tokens of context (%lld in the prompt + %lld max_tokens); the limit is %lld",
+             (long long)need, (long long)n_prompt, (long long)max_tokens, (long long)s->admit.max_ctx);
+    return LM_SRV_ADMIT_CONTEXT;
+  }
+  int64_t bytes = lm_srv_admit_bytes(&s->admit, need);
+  if (bytes > s->admit.budget) {
+    snprintf(msg, n, "this request needs %.1f MiB of KV cache for %lld tokens (prompt %lld + max_tokens %lld); the "
+             "budget is %.1f MiB (at most %lld tokens per sequence)", (double)bytes / 1048576.0, (long long)need,
+             (long long)n_prompt, (long long)max_tokens, (double)s->admit.budget / 1048576.0,
+             (long long)lm_srv_admit_max_context(&s->admit));
+    return LM_SRV_ADMIT_MEMORY;
+  }
+  return LM_SRV_ADMIT_OK;
+}
+
+lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j) {
+  char msg[256];
+  if (j->n_ids < 1 || !j->ids || j->max_tokens < 1) return LM_ERRF(LM_ERR_INVALID, "server: empty prompt or max_tokens < 1");
+  for (int64_t i = 0; i < j->n_ids; i++)
+    if (j->ids[i] < 0 || j->ids[i] >= s->m->cfg.vocab_size)
+      return LM_ERRF(LM_ERR_INVALID, "prompt token %lld: id %d is outside the vocabulary (%lld)", (long long)i,
+                     j->ids[i], (long long)s->m->cfg.vocab_size);
+  if (lm_srv_sched_check(s, j->n_ids, j->max_tokens, msg, sizeof msg)) return LM_ERRF(LM_ERR_INVALID, "%s", msg);
+  if (j->top_logprobs > LM_SRV_TOP_MAX) return LM_ERRF(LM_ERR_INVALID, "top_logprobs must be <= %d", LM_SRV_TOP_MAX);
+  pthread_mutex_lock(&s->mu);
+  lm_status st = LM_OK;
+  if (s->stop) st = LM_ERRF(LM_ERR_STATE, "the server is shutting down");
+  else if (s->q_n == s->o.queue_cap) st = LM_ERRF(LM_ERR_STATE, "the request queue is full (%d waiting)", s->q_n);
+  else {
+    s->q[(s->q_head + s->q_n++) % s->o.queue_cap] = j;
+    s->st.queued = s->q_n;
+    pthread_cond_signal(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+/* ---- the prompt cache (engine thread) --------------------------------------------------------- */
+
+static void pc_drop(lm_srv_sched *s, int i) {
+  lm_kv_set_free(s->pc[i].kv);
+  free(s->pc[i].ids);
+  pthread_mutex_lock(&s->mu);
+  s->reserved -= s->pc[i].bytes;
+  pthread_mutex_unlock(&s->mu);
+  s->pc[i] = s->pc[--s->n_pc];
+}
+
+/* Removes and returns the entry sharing the longest prefix with ids (at least one token), or -1. */
+static int pc_match(const lm_srv_sched *s, const int32_t *ids, int64_t n, int64_t *common) {
+  int best = -1;
+  *common = 0;
+  for (int i = 0; i < s->n_pc; i++) {
+    int64_t c = 0, lim = s->pc[i].n < n ? s->pc[i].n : n;
+    while (c < lim && s->pc[i].ids[c] == ids[c]) c++;
+    if (c > *common) {
+      *common = c;
+      best = i;
+    }
+  }
+  return best;
+}
+
+/* Takes entry i's caches for a prompt sharing `common` tokens with it: they are rolled back to
+ * keep at most n - 1 prompt tokens (one token is always fed, its logits start the response). A
+ * ring that has wrapped past the cut cannot roll back: then NULL. The entry is consumed. */
+static lm_kv_set *pc_take(lm_srv_sched *s, int i, int64_t common, int64_t n, int64_t *cached) {
+  int64_t keep = common < n ? common : n - 1;
+  lm_kv_set *kv = s->pc[i].kv;
+  int64_t held = lm_kv_set_len(kv);
+  s->pc[i].kv = NULL;
+  pc_drop(s, i);
+  if (keep < held && lm_kv_set_trim(kv, held - keep) != LM_OK) {
+    lm_kv_set_free(kv);
+    return NULL;
+  }
+  *cached = keep;
+  return kv;
+}
+
+/* Keeps a finished sequence's caches (they hold hist[0..kv_len)), evicting the least recently
+ * used entry when the cache is full. */
+static void pc_put(lm_srv_sched *s, lm_srv_seq *q) {
+  int64_t n = lm_srv_seq_kv_len(q);
+  int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
+  if (!ids) {
+    lm_kv_set_free(q->kv);
+    q->kv = NULL;
+    return;
+  }
+  memcpy(ids, q->hist, (size_t)n * sizeof *ids);
+  if (s->n_pc == s->o.prompt_cache) {
+    int lru = 0;
+    for (int i = 1; i < s->n_pc; i++)
+      if (s->pc[i].used < s->pc[lru].used) lru = i;
+    pc_drop(s, lru);
+  }
+  int64_t bytes = lm_srv_admit_bytes(&s->admit, n);
+  s->pc[s->n_pc++] = (pc_entry){.kv = q->kv, .ids = ids, .n = n, .bytes = bytes, .used = ++s->clock};
+  q->kv = NULL;
+  pthread_mutex_lock(&s->mu);
+  s->reserved += bytes;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- slots ----------------------------------------------------------------------------------- */
+
+static void count_end(lm_srv_sched *s, lm_srv_finish_kind k) {
+  if (k == LM_SRV_FIN_CANCELLED) s->st.jobs_cancelled++;
+  else if (k == LM_SRV_FIN_TIMEOUT) s->st.jobs_timeout++;
+  else if (k == LM_SRV_FIN_ERROR) s->st.jobs_failed++;
+  else s->st.jobs_done++;
+}
+
+/* Ends slot i: finishes the job's channel, keeps or frees the caches, gives the memory back. */
+static void release_slot(lm_srv_sched *s, int i, int keep_cache) {
+  lm_srv_seq *q = &s->slots[i];
+  lm_srv_chan_finish(q->job->ch, &q->fin);
+  int ok = q->fin.kind == LM_SRV_FIN_STOP || q->fin.kind == LM_SRV_FIN_STOP_STR || q->fin.kind == LM_SRV_FIN_LENGTH;
+  if (keep_cache && ok && s->o.prompt_cache > 0 && q->kv && lm_srv_seq_kv_len(q) > 0) pc_put(s, q);
+  lm_kv_set_free(q->kv);
+  q->kv = NULL;
+  pthread_mutex_lock(&s->mu);
+  s->reserved -= q->reserved;
+  count_end(s, q->fin.kind);
+  pthread_mutex_unlock(&s->mu);
+  lm_srv_job_free(q->job);
+  lm_srv_seq_clear(q);
+  s->used[i] = 0;
+}
+
+/* Caches for job: a prompt-cache entry sharing its prefix, else a new set. */
+static lm_status job_caches(lm_srv_sched *s, lm_srv_job *j, int pc_i, int64_t common, lm_kv_set **kv, int64_t *cached) {
+  *kv = NULL;
+  *cached = 0;
+  if (pc_i >= 0) *kv = pc_take(s, pc_i, common, j->n_ids, cached);
+  if (*kv) {
+    s->st.pc_hits++;
+    s->st.pc_tokens_reused += *cached;
+    return LM_OK;
+  }
+  if (s->o.prompt_cache > 0) s->st.pc_misses++;
+  return lm_kv_set_create(s->be, s->specs, s->m->cfg.n_caches, kv);
+}
+
+/* Moves the queue head into slot i if its memory fits (evicting prompt-cache entries, least
+ * recently used first). Returns 1 when it was admitted (or ended), 0 when it must wait. Called
+ * with mu held; drops it around cache work. */
+static int admit_head(lm_srv_sched *s, int i) {
+  lm_srv_job *j = s->q[s->q_head];
+  int64_t need = lm_srv_admit_bytes(&s->admit, j->n_ids + j->max_tokens), common = 0;
+  pthread_mutex_unlock(&s->mu);
+  int pc_i = pc_match(s, j->ids, j->n_ids, &common);
+  int64_t reuse_bytes = pc_i >= 0 ? s->pc[pc_i].bytes : 0;
+  for (;;) { /* evict other entries until the job fits */
+    pthread_mutex_lock(&s->mu);
+    int fits = s->reserved - reuse_bytes + need <= s->admit.budget;
+    pthread_mutex_unlock(&s->mu);
+    if (fits) break;
+    int victim = -1;
+    for (int k = 0; k < s->n_pc; k++)
+      if (k != pc_i && (victim < 0 || s->pc[k].used < s->pc[victim].used)) victim = k;
+    if (victim < 0) {
+      pthread_mutex_lock(&s->mu);
+      return 0;
+    }
+    if (pc_i == s->n_pc - 1) pc_i = victim; /* pc_drop moves the last entry into the hole */
+    pc_drop(s, victim);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->q_head = (s->q_head + 1) % s->o.queue_cap;
+  s->q_n--;
+  s->reserved += need;
+  pthread_mutex_unlock(&s->mu);
+  lm_kv_set *kv;
+  int64_t cached;
+  lm_status st = job_caches(s, j, pc_i, common, &kv, &cached);
+  if (!st) st = lm_srv_seq_init(&s->slots[i], &s->env, j, kv, cached);
+  pthread_mutex_lock(&s->mu);
+  if (st) {
+    s->reserved -= need;
+    s->st.jobs_failed++;
+    pthread_mutex_unlock(&s->mu);
+    job_fail(j, LM_SRV_FIN_ERROR, lm_errmsg());
+    pthread_mutex_lock(&s->mu);
+    return 1;
+  }
+  s->slots[i].reserved = need;
+  s->slots[i].t_admit = now_s();
+  s->used[i] = 1;
+  return 1;
+}
+
+/* Drops queued jobs whose client went away or whose deadline passed. mu held. */
+static void expire_queue(lm_srv_sched *s, double now) {
+  int kept = 0, cap = s->o.queue_cap;
+  for (int k = 0; k < s->q_n; k++) {
+    lm_srv_job *j = s->q[(s->q_head + k) % cap];
+    int gone = lm_srv_chan_cancelled(j->ch), late = j->deadline > 0 && now > j->deadline;
+    if (gone || late) {
+      count_end(s, gone ? LM_SRV_FIN_CANCELLED : LM_SRV_FIN_TIMEOUT);
+      job_fail(j, gone ? LM_SRV_FIN_CANCELLED : LM_SRV_FIN_TIMEOUT,
+               gone ? "the client went away" : "the request timed out in the queue");
+    } else {
+      s->q[(s->q_head + kept++) % cap] = j;
+    }
+  }
+  s->q_n = kept;
+}
+
+static void admit_all(lm_srv_sched *s) {
+  expire_queue(s, now_s());
+  for (int i = 0; i < s->o.parallel && s->q_n > 0; i++)
+    if (!s->used[i] && !admit_head(s, i)) break;
+  s->st.queued = s->q_n;
+}
+
+/* ---- one step -------------------------------------------------------------------------------- */
+
+/* Cancelled or late sequences end before the step. */
+static void reap(lm_srv_sched *s, double now) {
+  for (int i = 0; i < s->o.parallel; i++) {
+    if (!s->used[i]) continue;
+    lm_srv_seq *q = &s->slots[i];
+    if (lm_srv_chan_cancelled(q->job->ch)) lm_srv_seq_end(q, LM_SRV_FIN_CANCELLED, "the client went away", now);
+    else if (q->job->deadline > 0 && now > q->job->deadline)
+      lm_srv_seq_end(q, LM_SRV_FIN_TIMEOUT, "the request timed out", now);
+    if (q->fin.kind) release_slot(s, i, 0);
+  }
+}
+
+/* Adds hist[kv_len .. kv_len + n) of slot i to the batch; a logits row when `row`. */
+static void batch_add(lm_srv_sched *s, lm_batch *b, int i, int64_t n, int row) {
+  lm_srv_seq *q = &s->slots[i];
+  int64_t at = lm_srv_seq_kv_len(q);
+  int32_t si = b->n_seqs++;
+  s->b_kv[si] = q->kv;
+  s->b_slot[si] = i;
+  for (int64_t k = 0; k < n; k++) {
+    s->b_ids[b->n_tokens] = q->hist[at + k];
+    s->b_pos[b->n_tokens] = (int32_t)(at + k);
+    s->b_seq[b->n_tokens] = si;
+    b->n_tokens++;
+  }
+  if (row) {
+    s->row_slot[b->n_logits] = i;
+    s->b_rows[b->n_logits++] = b->n_tokens - 1;
+  }
+}
+
+/* Decode tokens first (one per decoding sequence), then prompt chunks, oldest admission first. */
+static void build_batch(lm_srv_sched *s, lm_batch *b) {
+  *b = (lm_batch){.ids = s->b_ids, .pos = s->b_pos, .seq = s->b_seq, .kv = s->b_kv, .logit_rows = s->b_rows};
+  for (int i = 0; i < s->o.parallel; i++)
+    if (s->used[i] && !lm_srv_seq_prefilling(&s->slots[i])) batch_add(s, b, i, 1, 1);
+  int64_t budget = s->o.chunk;
+  for (;;) {
+    int pick = -1;
+    for (int i = 0; i < s->o.parallel; i++) {
+      const lm_srv_seq *q = &s->slots[i];
+      int in_batch = 0;
+      for (int32_t k = 0; k < b->n_seqs; k++) in_batch |= s->b_slot[k] == i;
+      if (s->used[i] && lm_srv_seq_prefilling(q) && !in_batch && (pick < 0 || q->t_admit < s->slots[pick].t_admit))
+        pick = i;
+    }
+    if (pick < 0 || budget <= 0) break;
+    lm_srv_seq *q = &s->slots[pick];
+    int64_t left = q->n_hist - lm_srv_seq_kv_len(q), n = left < budget ? left : budget;
+    batch_add(s, b, pick, n, n == left);
+    budget -= n;
+  }
+}
+
+/* Samples every logits row (rows in parallel: samplers are independent). */
+static void sample_rows(lm_srv_sched *s, const lm_batch *b, int greedy, int32_t *ids) {
+  int64_t V = s->m->cfg.vocab_size;
+  int n = b->n_logits;
+#pragma omp parallel for schedule(dynamic) if (n > 1 && !greedy)
+  for (int r = 0; r < n; r++) {
+    lm_srv_tok *t = &s->toks[r];
+    memset(t, 0, sizeof *t);
+    ids[r] = greedy ? s->g_ids[r] : lm_srv_seq_sample(&s->slots[s->row_slot[r]], &s->env, s->logits + (int64_t)r * V, t);
+  }
+}
+
+static void fail_batch(lm_srv_sched *s, const lm_batch *b, const char *msg) {
+  for (int32_t k = 0; k < b->n_seqs; k++) {
+    int i = s->b_slot[k];
+    lm_srv_seq_end(&s->slots[i], LM_SRV_FIN_ERROR, msg, now_s());
+    release_slot(s, i, 0);
+  }
+}
+
+static void accept_rows(lm_srv_sched *s, const lm_batch *b, const int32_t *ids, double now) {
+  for (int32_t r = 0; r < b->n_logits; r++) {
+    int i = s->row_slot[r];
+    lm_srv_seq *q = &s->slots[i];
+    if (lm_srv_seq_prefilling(q)) q->t_prefilled = now;
+    lm_status st = ids[r] < 0 ? LM_ERR_INVALID : lm_srv_seq_accept(q, &s->env, ids[r], &s->toks[r], now);
+    if (st) lm_srv_seq_end(q, LM_SRV_FIN_ERROR, lm_errmsg(), now);
+    if (q->fin.kind) release_slot(s, i, 1);
+  }
+}
+
+static int all_plain_greedy(lm_srv_sched *s, const lm_batch *b) {
+  for (int32_t r = 0; r < b->n_logits; r++)
+    if (!lm_srv_seq_plain_greedy(&s->slots[s->row_slot[r]])) return 0;
+  return 1;
+}
+
+static void step(lm_srv_sched *s) {
+  double t0 = now_s();
+  reap(s, t0);
+  lm_batch b;
+  build_batch(s, &b);
+  if (!b.n_tokens) return;
+  int greedy = b.n_logits > 0 && all_plain_greedy(s, &b);
+  lm_status st = greedy ? lm_forward_run_greedy(s->fw, &b, NULL, s->g_ids) : lm_forward_run(s->fw, &b, s->logits);
+  if (st) {
+    fail_batch(s, &b, lm_errmsg());
+    return;
+  }
+  int32_t ids[b.n_logits ? b.n_logits : 1];
+  sample_rows(s, &b, greedy, ids);
+  int64_t decode = 0;
+  for (int32_t r = 0; r < b.n_logits; r++) decode += !lm_srv_seq_prefilling(&s->slots[s->row_slot[r]]);
+  accept_rows(s, &b, ids, now_s());
+  pthread_mutex_lock(&s->mu);
+  s->st.steps++;
+  s->st.step_tokens += b.n_tokens;
+  s->st.step_rows += b.n_logits;
+  s->st.decode_tokens += b.n_logits;
+  s->st.prefill_tokens += b.n_tokens - decode;
+  s->st.busy_s += now_s() - t0;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Publishes the slot and cache counters (mu held). */
+static void publish(lm_srv_sched *s) {
+  int a = 0, p = 0;
+  int64_t held = 0, pcb = 0;
+  for (int i = 0; i < s->o.parallel; i++)
+    if (s->used[i]) {
+      a++;
+      p += lm_srv_seq_prefilling(&s->slots[i]);
+      held += lm_kv_set_bytes(s->slots[i].kv);
+    }
+  for (int i = 0; i < s->n_pc; i++) {
+    held += lm_kv_set_bytes(s->pc[i].kv);
+    pcb += s->pc[i].bytes;
+  }
+  s->st.active = a;
+  s->st.prefilling = p;
+  s->st.decoding = a - p;
+  s->st.kv_held = held;
+  s->st.kv_reserved = s->reserved;
+  s->st.pc_entries = s->n_pc;
+  s->st.pc_bytes = pcb;
+  s->st.queued = s->q_n;
+}
+
+static int any_active(const lm_srv_sched *s) {
+  for (int i = 0; i < s->o.parallel; i++)
+    if (s->used[i]) return 1;
+  return 0;
+}
+
+static void *engine_main(void *arg) {
+  lm_srv_sched *s = arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stop) {
+    admit_all(s);
+    publish(s);
+    if (!any_active(s)) {
+      /* idle (or the queue head waits for memory that only a running sequence could free) */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      if (!s->stop) pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+      continue;
+    }
+    pthread_mutex_unlock(&s->mu);
+    step(s);
+    pthread_mutex_lock(&s->mu);
+  }
+  publish(s);
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+lm_status lm_srv_sched_start(lm_srv_sched *s) {
+  if (s->started) return LM_OK;
+  if (pthread_create(&s->th, NULL, engine_main, s) != 0)
+    return LM_ERRF(LM_ERR_NOMEM, "server: could not start the engine thread");
+  s->started = 1;
+  return LM_OK;
+}
+
+void lm_srv_sched_stats_get(lm_srv_sched *s, lm_srv_sched_stats *out) {
+  pthread_mutex_lock(&s->mu);
+  *out = s->st;
+  pthread_mutex_unlock(&s->mu);
+}
