@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int rl = warp; rl < kRows; rl += kWarps) { /* a warp per row, lanes along the head dim */
     int r = rbeg + rl;
+#pragma unroll 4
     for (int dd = lane; dd < hd; dd += 32)
       qs[rl * hd + dd] = r < rend ? ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale : 0.0f;
   }
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
     __syncthreads();
     for (int j = warp; j < kKt; j += kWarps) { /* a warp per key row, coalesced along the head dim */
       const int64_t src = j < nk ? ksrc[j] : 0;
+#pragma unroll 4
       for (int dd = lane; dd < hd; dd += 32) {
         float kk = 0.0f, vv = 0.0f;
         if (j < nk) {

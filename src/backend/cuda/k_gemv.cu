@@ -83,11 +83,9 @@ __global__ void __launch_bounds__(kThreads) k_gemv_q(const lm_cu_mm_p p) {
   float *xs = reinterpret_cast<float *>(smem4);
   const Route rt = route(p);
   const int64_t cols = p.w.cols, nchunk = cols / CPC, XS = nchunk * XP, rows = p.w.rows;
-  for (int64_t i = threadIdx.x; i < M * cols; i += kThreads) {
-    int mi = (int)(i / cols);
-    int64_t c = i - mi * cols;
-    xs[mi * XS + (c / CPC) * XP + c % CPC] = ldt(p.x, rt.xr + mi, c);
-  }
+  for (int mi = 0; mi < M; mi++) /* unrolled: several independent loads in flight per thread */
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) xs[mi * XS + (c / CPC) * XP + c % CPC] = ldt(p.x, rt.xr + mi, c);
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int64_t n_pairs = (rows + kRpw - 1) / kRpw;
@@ -163,10 +161,9 @@ __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
   float *xs = reinterpret_cast<float *>(smem4);
   const Route rt = route(p);
   const int64_t cols = p.w.cols, nchunk = cols / EPC, rows = p.w.rows;
-  for (int64_t i = threadIdx.x; i < M * cols; i += kThreads) {
-    int mi = (int)(i / cols);
-    xs[i] = ldt(p.x, rt.xr + mi, i - mi * cols);
-  }
+  for (int mi = 0; mi < M; mi++)
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) xs[mi * cols + c] = ldt(p.x, rt.xr + mi, c);
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int64_t n_pairs = (rows + kRpw - 1) / kRpw;
@@ -211,10 +208,9 @@ __global__ void __launch_bounds__(kThreads) k_gemv_generic(const lm_cu_mm_p p) {
   float *xs = reinterpret_cast<float *>(smem4);
   const Route rt = route(p);
   const int64_t cols = p.w.cols, rows = p.w.rows;
-  for (int64_t i = threadIdx.x; i < M * cols; i += kThreads) {
-    int mi = (int)(i / cols);
-    xs[i] = ldt(p.x, rt.xr + mi, i - mi * cols);
-  }
+  for (int mi = 0; mi < M; mi++)
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) xs[mi * cols + c] = ldt(p.x, rt.xr + mi, c);
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int64_t n_pairs = (rows + kRpw - 1) / kRpw;

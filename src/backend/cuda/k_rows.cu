@@ -27,29 +27,52 @@ __global__ void __launch_bounds__(kRowThreads) k_embed(lm_cu_t out, lm_cu_w w, c
   stt(out, t, c, v);
 }
 
-/* One warp per row: sum of squares, then y = x * rsqrt(mean + eps) * w (Gemma4RMSNorm: the
+constexpr int kNormVals = 24; /* values a thread keeps in registers: one pass up to 6144 columns */
+
+__device__ __forceinline__ void norm_store(const lm_cu_t &out, const lm_cu_t &res, int has_res, int64_t r, int64_t c,
+                                           float v) {
+  if (has_res)
+    stt(res, r, c, ldt(res, r, c) + rnd(res.dt, v));
+  else
+    stt(out, r, c, v);
+}
+
+/* One block per row: sum of squares, then y = x * rsqrt(mean + eps) * w (Gemma4RMSNorm: the
  * weight as is). With a residual: residual += round(y) (transformers adds the normed bf16
- * tensor to the bf16 residual, rounding each). In place is safe: a lane writes only the
- * elements it read. */
+ * tensor to the bf16 residual, rounding each). Each thread loads its (up to 24) values with
+ * independent loads into registers before it sums, so a row costs one memory round trip, not
+ * one per element. In place is safe: a thread writes only the elements it read. */
 __global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x, const float *w, float eps,
                                                         lm_cu_t res, int has_res) {
-  int64_t r = (int64_t)blockIdx.x * kRowWarps + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (r >= x.rows) return;
-  float ss = 0.0f;
-  for (int64_t c = lane; c < x.cols; c += 32) {
-    float v = ldt(x, r, c);
-    ss += v * v;
+  __shared__ float part[kRowWarps];
+  const int64_t r = blockIdx.x, cols = x.cols;
+  float v[kNormVals], ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kNormVals; k++) {
+    int64_t c = threadIdx.x + (int64_t)k * kRowThreads;
+    v[k] = c < cols ? ldt(x, r, c) : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kNormVals; k++) ss += v[k] * v[k];
+  for (int64_t c = threadIdx.x + (int64_t)kNormVals * kRowThreads; c < cols; c += kRowThreads) {
+    float t = ldt(x, r, c);
+    ss += t * t;
   }
   ss = warp_sum(ss);
-  float inv = 1.0f / sqrtf(ss / (float)x.cols + eps);
-  for (int64_t c = lane; c < x.cols; c += 32) {
-    float v = ldt(x, r, c) * inv;
-    if (w) v *= w[c];
-    if (has_res)
-      stt(res, r, c, ldt(res, r, c) + rnd(res.dt, v));
-    else
-      stt(out, r, c, v);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kRowWarps; i++) ss += part[i];
+  const float inv = 1.0f / sqrtf(ss / (float)cols + eps);
+#pragma unroll
+  for (int k = 0; k < kNormVals; k++) {
+    int64_t c = threadIdx.x + (int64_t)k * kRowThreads;
+    if (c < cols) norm_store(out, res, has_res, r, c, w ? v[k] * inv * w[c] : v[k] * inv);
+  }
+  for (int64_t c = threadIdx.x + (int64_t)kNormVals * kRowThreads; c < cols; c += kRowThreads) {
+    float t = ldt(x, r, c) * inv;
+    norm_store(out, res, has_res, r, c, w ? t * w[c] : t);
   }
 }
 
@@ -169,7 +192,8 @@ cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int
 cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, const lm_cu_t *residual) {
   if (x.rows <= 0) return cudaSuccess;
   lm_cu_t res = residual ? *residual : lm_cu_t{};
-  k_rmsnorm<<<(unsigned)blocks_for(x.rows, kRowWarps), kRowThreads, 0, s>>>(out, x, w, eps, res, residual != NULL);
+  if (x.rows > 0x7fffffff) return cudaErrorInvalidValue;
+  k_rmsnorm<<<(unsigned)x.rows, kRowThreads, 0, s>>>(out, x, w, eps, res, residual != NULL);
   return cudaGetLastError();
 }
 
