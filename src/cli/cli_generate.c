@@ -96,6 +96,11 @@ int lm_cli_generate(int argc, char **argv) {
   lm_model *m = lm_cli_load_model(argv[optind]);
   lm_backend *be = m ? lm_cli_backend(&bo, LM_PRECISION_F32) : NULL;
   int rc = 1;
+  if (be && lm_model_prepare(m, be)) { /* device backends upload the weights once */
+    lm_cli_fail("prepare");
+    lm_backend_destroy(be);
+    be = NULL;
+  }
   if (m && be) {
     for (int64_t i = 0; i < T; i++)
       if (ids[i] >= m->cfg.vocab_size) {

@@ -93,6 +93,11 @@ int lm_cli_kv_eval(int argc, char **argv) {
   if (lm_cli_parse_ids(buf, &ids, &T)) return 1;
   lm_model *m = lm_cli_load_model(argv[optind]);
   lm_backend *be = m ? lm_cli_backend(&bo, LM_PRECISION_F32) : NULL;
+  if (be && lm_model_prepare(m, be)) { /* device backends upload the weights once */
+    lm_cli_fail("prepare");
+    lm_backend_destroy(be);
+    be = NULL;
+  }
   int64_t V = m ? m->cfg.vocab_size : 0, bytes = 0;
   float *ref = m ? malloc((size_t)(T * V) * sizeof(float)) : NULL, *got = m ? malloc((size_t)(T * V) * sizeof(float)) : NULL;
   int rc = 1;
