@@ -151,12 +151,22 @@ static void lm_mm_gemv_rows(lm_gemv_fn fn, const lm_mm_job *j, int64_t s, int64_
   }
 }
 
+/* One contiguous range of rows per thread (multiples of LM_MM_ROW_BLOCK): each thread
+ * streams its part of the weight front to back, which its prefetches can run ahead of. */
+static void lm_mm_thread_rows(int64_t r0, int64_t n, int64_t *s, int64_t *e) {
+  int nt = omp_get_num_threads(), id = omp_get_thread_num();
+  int64_t nblk = (n + LM_MM_ROW_BLOCK - 1) / LM_MM_ROW_BLOCK, per = nblk / nt, extra = nblk % nt;
+  int64_t b0 = id * per + (id < extra ? id : extra), b1 = b0 + per + (id < extra);
+  *s = r0 + b0 * LM_MM_ROW_BLOCK;
+  *e = r0 + b1 * LM_MM_ROW_BLOCK < r0 + n ? r0 + b1 * LM_MM_ROW_BLOCK : r0 + n;
+}
+
 static void lm_mm_rows_parallel(lm_gemv_fn fn, const lm_mm_job *j, int64_t r0, int64_t n) {
-  int64_t nblk = (n + LM_MM_ROW_BLOCK - 1) / LM_MM_ROW_BLOCK;
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nblk; b++) {
-    int64_t s = r0 + b * LM_MM_ROW_BLOCK, e = s + LM_MM_ROW_BLOCK < r0 + n ? s + LM_MM_ROW_BLOCK : r0 + n;
-    lm_mm_gemv_rows(fn, j, s, e);
+#pragma omp parallel
+  {
+    int64_t s, e;
+    lm_mm_thread_rows(r0, n, &s, &e);
+    if (s < e) lm_mm_gemv_rows(fn, j, s, e);
   }
 }
 
@@ -322,12 +332,9 @@ static lm_status lm_mm_fast(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0
     if (p.use_gemm) {
       lm_mm_gemm_thread(kn, j, &p, row0, n, mem + p.act_bytes + p.tile_bytes * (size_t)omp_get_thread_num());
     } else {
-      int64_t nblk = (n + LM_MM_ROW_BLOCK - 1) / LM_MM_ROW_BLOCK;
-#pragma omp for schedule(static)
-      for (int64_t b = 0; b < nblk; b++) {
-        int64_t s = row0 + b * LM_MM_ROW_BLOCK, e = s + LM_MM_ROW_BLOCK < row0 + n ? s + LM_MM_ROW_BLOCK : row0 + n;
-        lm_mm_gemv_rows(kn->gemv_fast, j, s, e);
-      }
+      int64_t s, e;
+      lm_mm_thread_rows(row0, n, &s, &e);
+      if (s < e) lm_mm_gemv_rows(kn->gemv_fast, j, s, e);
     }
   }
   if (mem != stack) free(mem);

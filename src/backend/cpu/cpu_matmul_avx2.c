@@ -51,6 +51,15 @@ LM_AVX2 static LM_INLINE void lm_q4_unpack32(const uint8_t *p, __m128i *c0, __m1
 static inline int lm_gshift(int group) { return group == 32 ? 0 : group == 64 ? 1 : 2; }
 
 #define LM_SEG 8192 /* columns per segment: bounds the per-row f32 scale buffers below */
+#define LM_PF_BYTES 2048 /* decode: how far ahead of the codes being read to prefetch */
+
+/* Prefetches the codes LM_PF_BYTES past row r (rb bytes) and a row's scales ahead, as far as
+ * `left` bytes remain in this thread's range: one core's hardware prefetch alone does not
+ * keep enough misses in flight to reach the memory bandwidth. */
+static inline void lm_prefetch_ahead(const uint8_t *row, int64_t rb, int64_t left, const uint8_t *sp, int64_t sb) {
+  for (int64_t o = LM_PF_BYTES; o < LM_PF_BYTES + rb && o < left; o += 64) __builtin_prefetch(row + o);
+  if (left > LM_PF_BYTES) __builtin_prefetch(sp + sb * (LM_PF_BYTES / rb + 1));
+}
 
 /* Scales and biases of groups [g0, g0+n) of a row as f32. */
 LM_AVX2 static LM_INLINE void lm_load_sb(const lm_weight *w, const uint8_t *sp, const uint8_t *bp, int64_t g0, int64_t n,
@@ -175,6 +184,7 @@ LM_AVX2 static LM_INLINE void lm_gemv_f32_rows(const lm_seg_kernels *sk, const l
   const uint8_t *row = lm_weight_row_ptr(w, j->e, r0), *sp = lm_weight_scale_ptr(w, j->e, r0),
                 *bp = lm_weight_bias_ptr(w, j->e, r0);
   for (int64_t r = r0; r < r1; r++, row += rb, sp += sb, bp += sb) {
+    lm_prefetch_ahead(row, rb, (r1 - r) * rb, sp, sb);
     for (int64_t t = 0; t < j->m; t++) ys[t] = 0.0f;
     for (int64_t c0 = 0; c0 < j->k; c0 += LM_SEG) {
       int64_t n = j->k - c0 < LM_SEG ? j->k - c0 : LM_SEG, g0 = c0 / w->group, ngs = n / w->group;
@@ -482,6 +492,7 @@ LM_AVX2 static LM_INLINE void lm_gemv_fast_rows(const lm_seg_kernels *sk, const 
   const uint8_t *row = lm_weight_row_ptr(w, j->e, r0), *sp = lm_weight_scale_ptr(w, j->e, r0),
                 *bp = lm_weight_bias_ptr(w, j->e, r0);
   for (int64_t r = r0; r < r1; r++, row += rb, sp += sb, bp += sb) {
+    lm_prefetch_ahead(row, rb, (r1 - r) * rb, sp, sb);
     for (int64_t t = 0; t < j->m; t++) ys[t] = 0.0f;
     if (j->k <= LM_SEG)
       lm_fast_row_seg(sk, j, row, sp, bp, 0, j->k, ys, qbuf);
@@ -499,7 +510,7 @@ LM_AVX2 static void lm_gemv_f32_avx2(const lm_mm_job *j, int64_t r0, int64_t r1)
   lm_gemv_f32_rows(&lm_seg_avx2, j, r0, r1);
 }
 
-LM_AVX2 static void lm_gemv_fast_avx2(const lm_mm_job *j, int64_t r0, int64_t r1) {
+LM_AVX2 void lm_mm_avx2_gemv_fast(const lm_mm_job *j, int64_t r0, int64_t r1) {
   lm_gemv_fast_rows(&lm_seg_avx2, j, r0, r1);
 }
 
@@ -507,9 +518,6 @@ LM_AVX2 void lm_mm_avx2_gemv_f32_with(const lm_seg_kernels *sk, const lm_mm_job 
   lm_gemv_f32_rows(sk, j, r0, r1);
 }
 
-LM_AVX2 void lm_mm_avx2_gemv_fast_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1) {
-  lm_gemv_fast_rows(sk, j, r0, r1);
-}
 
 /* ---- FAST GEMM: 4 tokens × 16 rows ------------------------------------------------------ */
 
@@ -636,7 +644,7 @@ const lm_cpu_kernels lm_cpu_kernels_avx2 = {
     .name = "avx2",
     .q4_perm = 64,
     .gemv_f32 = lm_gemv_f32_avx2,
-    .gemv_fast = lm_gemv_fast_avx2,
+    .gemv_fast = lm_mm_avx2_gemv_fast,
     .dequant_rows = lm_mm_avx2_dequant_rows,
     .quantize = lm_mm_avx2_quantize,
     .unpack_codes = lm_mm_avx2_unpack_codes,

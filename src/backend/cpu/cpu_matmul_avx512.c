@@ -1,11 +1,12 @@
 /* cpu_matmul_avx512.c — the AVX-512 (F/BW/VL) + VNNI kernel family, chosen at run time on
  * CPUs that have it (Intel Xeon since Cascade Lake, AMD Zen 4). What differs from AVX2:
  *  - F32 gemv: 16-lane FMAs, bytes widened with one vpmovzxbd per 16 codes;
- *  - FAST gemv: vpdpbusd (u8 × s8, four products summed straight into s32) replaces
- *    vpmaddubsw + vpmaddwd, and has no s16 saturation, so 8-bit codes need no signed trick;
- *    it keeps 256-bit vectors and the AVX2 perm-64 activation layout (decode is memory-bound);
- *  - GEMM: 4 tokens × 32 rows of vpdpbusd on 512-bit tiles.
- * Row drivers, dequantization, unpacking and the activation quantizer are the AVX2 ones. */
+ *  - GEMM: 4 tokens × 32 rows of vpdpbusd (u8 × s8, four products summed straight into s32:
+ *    no s16 saturation, so 8-bit codes need no signed trick) on 512-bit tiles.
+ * The FAST gemv is the AVX2 one: a 256-bit vpdpbusd variant measured slower on a Sapphire
+ * Rapids Xeon once prefetching was in (12-14 vs 18-22 GB/s with 2 threads), decode being
+ * memory-bound either way. Row drivers, dequantization, unpacking and the activation
+ * quantizer are the AVX2 ones too. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -86,92 +87,10 @@ LM_AVX512 static float lm_seg_quant_f32_512(const lm_weight *w, const uint8_t *q
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-/* ---- FAST gemv segments (256-bit VNNI) ----------------------------------------------------- */
-
-LM_AVX512 static LM_INLINE __m256 lm_q4_chunk_vnni(const uint8_t *p, const int8_t *xq) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
-  __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  __m256i i = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, _mm256_loadu_si256((const __m256i *)(const void *)xq));
-  i = _mm256_dpbusd_epi32(i, hi, _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32)));
-  return _mm256_cvtepi32_ps(i);
-}
-
-LM_AVX512 static inline float lm_hsum8_512(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-/* Same contract and activation layout as the AVX2 q4 segment (perm-64, dexp). */
-LM_AVX512 static float lm_q4_seg_vnni(const uint8_t *row, const int8_t *xq, const float *dexp, const float *sf,
-                                      int group, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  int64_t c = 0;
-  if (group == 32) {
-    for (int64_t i = 0; c + 64 <= n; c += 64, i += 2) {
-      __m256 sv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(sf + i)), _mm_broadcast_ss(sf + i + 1), 1);
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), sv),
-                             acc0);
-    }
-  } else {
-    int gsh = group == 64 ? 6 : 7;
-    for (; c + 128 <= n; c += 128) {
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2, xq + c),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + (c >> gsh))), acc0);
-      acc1 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2 + 32, xq + c + 64),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), _mm256_broadcast_ss(sf + ((c + 64) >> gsh))),
-                             acc1);
-    }
-    if (c < n) {
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk_vnni(row + c / 2, xq + c),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + (c >> gsh))), acc0);
-      c += 64;
-    }
-  }
-  float s = lm_hsum8_512(_mm256_add_ps(acc0, acc1));
-  if (c < n) { /* group 32 only: a final block of 32 in the [16 evens | 16 odds] layout */
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + c / 2));
-    __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-    __m128i i = _mm_dpbusd_epi32(_mm_setzero_si128(), lo, _mm_loadu_si128((const __m128i *)(const void *)(xq + c)));
-    i = _mm_dpbusd_epi32(i, hi, _mm_loadu_si128((const __m128i *)(const void *)(xq + c + 16)));
-    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(1, 0, 3, 2)));
-    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(2, 3, 0, 1)));
-    s += (float)_mm_cvtsi128_si32(i) * dexp[c / 8] * sf[c / 32];
-  }
-  return s;
-}
-
-/* Byte codes (any width, 8-bit included: u8 × s8 into s32 cannot saturate), natural layout. */
-LM_AVX512 static float lm_u8_seg_vnni(const uint8_t *q, const int8_t *xq, const float *d, const float *sf, int group,
-                                      int64_t n, int signed8) {
-  (void)signed8;
-  int sh = group == 32 ? 0 : group == 64 ? 1 : 2;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  int64_t nb = n / 32, b = 0;
-  for (; b < nb; b++) {
-    __m256i i = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)(const void *)(q + 32 * b)),
-                                    _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32 * b)));
-    __m256 sd = _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b));
-    if (b & 1)
-      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sd, acc1);
-    else
-      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sd, acc0);
-  }
-  return lm_hsum8_512(_mm256_add_ps(acc0, acc1));
-}
-
-static const lm_seg_kernels lm_seg_avx512 = {.f32_quant = lm_seg_quant_f32_512, .f32_dense = lm_dot_dense_512,
-                                             .fast_q4 = lm_q4_seg_vnni, .fast_u8 = lm_u8_seg_vnni, .signed8 = 0};
+static const lm_seg_kernels lm_seg_avx512 = {.f32_quant = lm_seg_quant_f32_512, .f32_dense = lm_dot_dense_512};
 
 static void lm_gemv_f32_avx512(const lm_mm_job *j, int64_t r0, int64_t r1) {
   lm_mm_avx2_gemv_f32_with(&lm_seg_avx512, j, r0, r1);
-}
-
-static void lm_gemv_fast_avx512(const lm_mm_job *j, int64_t r0, int64_t r1) {
-  lm_mm_avx2_gemv_fast_with(&lm_seg_avx512, j, r0, r1);
 }
 
 /* ---- FAST GEMM: 4 tokens × 32 rows ------------------------------------------------------ */
@@ -251,7 +170,7 @@ const lm_cpu_kernels lm_cpu_kernels_avx512 = {
     .name = "avx512",
     .q4_perm = 64,
     .gemv_f32 = lm_gemv_f32_avx512,
-    .gemv_fast = lm_gemv_fast_avx512,
+    .gemv_fast = lm_mm_avx2_gemv_fast,
     .dequant_rows = lm_mm_avx2_dequant_rows,
     .quantize = lm_mm_avx2_quantize,
     .unpack_codes = lm_mm_avx2_unpack_codes,

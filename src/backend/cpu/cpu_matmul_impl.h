@@ -105,7 +105,8 @@ static inline void lm_mm_put(float *y, float v, int acc) { *y = acc ? *y + v : v
 /* ---- pieces of the AVX2 family that the AVX-512 family reuses (cpu_matmul_avx2.c) --------- */
 
 /* Per-row segment kernels (n columns of one row, n <= 8192, whole groups) that the shared
- * row drivers call; see cpu_matmul_avx2.c for their contracts. */
+ * row drivers call; see cpu_matmul_avx2.c for their contracts. The F32 driver uses the
+ * f32_ fields only. */
 typedef struct lm_seg_kernels {
   float (*f32_quant)(const lm_weight *w, const uint8_t *q, const float *x, const float *sf, int64_t n);
   float (*f32_dense)(const lm_weight *w, const uint8_t *row, const float *x, int64_t k);
@@ -116,7 +117,7 @@ typedef struct lm_seg_kernels {
 } lm_seg_kernels;
 
 void lm_mm_avx2_gemv_f32_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1);
-void lm_mm_avx2_gemv_fast_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1);
+void lm_mm_avx2_gemv_fast(const lm_mm_job *j, int64_t r0, int64_t r1);
 void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out, int64_t ldo);
 void lm_mm_avx2_unpack_codes(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n, uint8_t *out);
 void lm_mm_avx2_interleave(const uint8_t *rows, int64_t ldr, int nr, int64_t nq, uint8_t *dst);
