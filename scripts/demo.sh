@@ -8,7 +8,7 @@ LUMEN=${1:-build/lumen}
 MODEL=models/lumen-tiny-kjv
 run() {
   echo
-  echo "\$ lumen run $*"
+  printf '$ lumen run'; printf ' %q' "$@"; echo
   "$LUMEN" run "$@"
 }
 run "$MODEL" "Who are you?" --seed 1
