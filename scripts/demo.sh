@@ -8,7 +8,9 @@ LUMEN=${1:-build/lumen}
 MODEL=models/lumen-tiny-kjv
 run() {
   echo
-  printf '$ lumen run'; printf ' %q' "$@"; echo
+  printf '$ lumen run'
+  for a in "$@"; do [[ $a =~ [^[:alnum:]./_-] ]] && printf ' "%s"' "$a" || printf ' %s' "$a"; done
+  echo
   "$LUMEN" run "$@"
 }
 run "$MODEL" "Who are you?" --seed 1
