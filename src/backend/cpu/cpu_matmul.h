@@ -14,12 +14,18 @@
  *    rounding.
  *
  * Shapes: x [m][ldx] (columns [0, cols) read), y [m][ldy] (columns [row0, row0+nrows)
- * written, or accumulated into). Decode (m small) runs fused SIMD kernels over output rows;
- * prefill dequantizes row tiles to f32 for OpenBLAS sgemm (F32) or repacks them for an int8
- * GEMM (FAST). Threads: OpenMP inside, omp_get_max_threads(); call from a serial region.
+ * written, or accumulated into). Paths (cpu_matmul.c):
+ *  - m < 8 (decode, small verify batches): fused gemv kernels; each OpenMP thread streams one
+ *    contiguous range of rows with software prefetch ahead of the codes it reads;
+ *  - F32, m >= 8: each thread dequantizes tiles of rows to f32 (bit-identical to
+ *    lm_weight_dequant_row) and runs a single-threaded OpenBLAS sgemm on them;
+ *  - FAST, m >= 8: activations quantized once, rows repacked to int8 tiles (4-column quads)
+ *    for an int8 GEMM (AVX2 vpmaddubsw, AVX-512 VNNI vpdpbusd).
+ * Threads: OpenMP inside, omp_get_max_threads(); call from a serial region.
  *
- * Memory: decode (m·cols up to ~40k elements) uses a 64 KiB stack buffer, so the calling
- * thread needs that much stack; larger calls allocate their scratch once per call. */
+ * Memory: decode (m·cols up to ~34k elements) works in a 64 KiB buffer on the caller's
+ * stack, so the calling thread needs that much stack; larger calls allocate their scratch
+ * once per call. */
 #ifndef LM_BACKEND_CPU_MATMUL_H
 #define LM_BACKEND_CPU_MATMUL_H
 
