@@ -16,14 +16,29 @@
 
 static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
+/* Little-endian words whatever the host: the digest is portable. */
 static inline uint64_t load_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; /* byte order fixed: the digest is portable */
+  uint64_t v;
+  memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
   return v;
 }
 
-static inline void absorb_block(uint64_t lane[4], const uint8_t *p) {
-  for (int i = 0; i < 4; i++) lane[i] = rotl(lane[i] ^ rotl(load_le64(p + 8 * i) * K1, 31), 27) * K2 + K3;
+static inline uint64_t lane_step(uint64_t lane, uint64_t w) { return rotl(lane ^ rotl(w * K1, 31), 27) * K2 + K3; }
+
+/* The lanes live in locals: stores through lane[] could alias the input bytes and would force
+ * the compiler to reload them every block. */
+static void absorb_blocks(uint64_t lane[4], const uint8_t *p, size_t nblocks) {
+  uint64_t a = lane[0], b = lane[1], c = lane[2], d = lane[3];
+  for (size_t i = 0; i < nblocks; i++, p += 32) {
+    a = lane_step(a, load_le64(p));
+    b = lane_step(b, load_le64(p + 8));
+    c = lane_step(c, load_le64(p + 16));
+    d = lane_step(d, load_le64(p + 24));
+  }
+  lane[0] = a, lane[1] = b, lane[2] = c, lane[3] = d;
 }
 
 void lm_hasher_init(lm_hasher *h, uint64_t seed) {
@@ -42,10 +57,12 @@ void lm_hasher_update(lm_hasher *h, const void *data, size_t n) {
     p += take;
     n -= take;
     if (h->nbuf < 32) return;
-    absorb_block(h->lane, h->buf);
+    absorb_blocks(h->lane, h->buf, 1);
     h->nbuf = 0;
   }
-  for (; n >= 32; p += 32, n -= 32) absorb_block(h->lane, p);
+  absorb_blocks(h->lane, p, n / 32);
+  p += n / 32 * 32;
+  n %= 32;
   memcpy(h->buf, p, n);
   h->nbuf = n;
 }
@@ -67,7 +84,7 @@ static uint64_t finish(const lm_hasher *h, uint64_t lane[4]) {
   if (h->nbuf) {
     uint8_t last[32] = {0};
     memcpy(last, h->buf, h->nbuf);
-    absorb_block(lane, last);
+    absorb_blocks(lane, last, 1);
   }
   uint64_t c = lm_mix64(h->total * K3 ^ h->seed);
   for (int i = 0; i < 4; i++) c = lm_mix64(c ^ lane[i]);
