@@ -70,25 +70,26 @@ static lm_status completion_token(oai *o, const lm_srv_tok *t) {
 
 static lm_status on_token(void *u, const lm_srv_tok *t) {
   oai *o = u;
-  if (t->text) o->offset += t->len;
-  return o->chat ? chat_token(o, t) : completion_token(o, t);
+  lm_status s = o->chat ? chat_token(o, t) : completion_token(o, t);
+  o->offset += t->len; /* text_offset: where the next token's text starts */
+  return s;
 }
 
 /* The logprobs value of a choice (takes what is pending when streaming). NULL: json null. */
 static json_t *take_logprobs(oai *o) {
   if (o->chat) {
     if (!o->lp) return json_null();
-    json_t *v = json_pack("{s:O}", "content", o->lp);
-    json_array_clear(o->lp);
+    json_t *v = json_pack("{s:o}", "content", o->lp); /* the arrays move into the value; new ones collect on */
+    o->lp = json_array();
     return v;
   }
   if (!o->lp_tokens) return json_null();
-  json_t *v = json_pack("{s:O,s:O,s:O,s:O}", "tokens", o->lp_tokens, "token_logprobs", o->lp_values, "top_logprobs",
+  json_t *v = json_pack("{s:o,s:o,s:o,s:o}", "tokens", o->lp_tokens, "token_logprobs", o->lp_values, "top_logprobs",
                         o->lp_tops, "text_offset", o->lp_offsets);
-  json_array_clear(o->lp_tokens);
-  json_array_clear(o->lp_values);
-  json_array_clear(o->lp_tops);
-  json_array_clear(o->lp_offsets);
+  o->lp_tokens = json_array();
+  o->lp_values = json_array();
+  o->lp_tops = json_array();
+  o->lp_offsets = json_array();
   return v;
 }
 
