@@ -166,8 +166,8 @@ static int translate_tools(const json_t *req, json_t *out, lm_srv_err *e) {
   return 0;
 }
 
-/* The OpenAI-shaped request of an Anthropic one (*out owned). */
-static int translate(const json_t *req, json_t **out, lm_srv_err *e) {
+int lm_srv_anthropic_request(const json_t *req, json_t **out, lm_srv_err *e) {
+  *out = NULL;
   const json_t *mt = json_object_get(req, "max_tokens");
   if (!mt || json_is_null(mt)) return bad(e, "max_tokens", "max_tokens is required");
   json_t *o = json_object(), *msgs = json_array();
@@ -392,7 +392,7 @@ void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm
   int64_t n = 0;
   char *forced = NULL;
   int sr = 0;
-  if (translate(body, &req, &e) || lm_srv_parse_common(req, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
+  if (lm_srv_anthropic_request(body, &req, &e) || lm_srv_parse_common(req, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
       lm_srv_parse_chat(req, &p, &e) || lm_srv_gen_chat_prompt(s, &p, &ids, &n, &forced, &sr, &e)) {
     free(ids);
     lm_srv_reply_error(rp, &e, 1);

@@ -64,4 +64,9 @@ int lm_srv_parse_chat(const json_t *req, lm_srv_params *p, lm_srv_err *e);
  * echo / suffix (refused when set). */
 int lm_srv_parse_completion(const json_t *req, int64_t vocab, lm_srv_params *p, lm_srv_err *e);
 
+/* Anthropic Messages: translates a /v1/messages body into the chat shape the functions above read
+ * (system, content blocks, tool_use / tool_result, stop_sequences, thinking, tools, tool_choice).
+ * *out owns the new object (may be set on failure too: json_decref it). Returns 0 or the HTTP status. */
+int lm_srv_anthropic_request(const json_t *req, json_t **out, lm_srv_err *e);
+
 #endif
