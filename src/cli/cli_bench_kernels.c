@@ -95,7 +95,7 @@ static double lm_bk_time(lm_bk_weight *b, const float *x, float *y, int64_t m, l
 
 static int lm_bk_parse(int argc, char **argv, lm_bk_opts *o) {
   *o = (lm_bk_opts){.bits = 4, .group = 64, .m = 128, .reps = 5, .isa = NULL, .shapes = NULL, .min_time = 0.3};
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* flags take one value each */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
     if (!v) return -1;
@@ -107,7 +107,6 @@ static int lm_bk_parse(int argc, char **argv, lm_bk_opts *o) {
     else if (!strcmp(a, "--isa")) o->isa = v;
     else if (!strcmp(a, "--shapes")) o->shapes = v;
     else return -1;
-    i++;
   }
   int bits_ok = o->bits >= 2 && o->bits <= 8 && o->bits != 7, group_ok = o->group == 32 || o->group == 64 || o->group == 128;
   return bits_ok && group_ok && o->m > 0 && o->m <= 4096 && o->reps > 0 && o->reps <= 256 ? 0 : -1;

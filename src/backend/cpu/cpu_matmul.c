@@ -29,7 +29,11 @@ int lm_cpu_isa_available(lm_cpu_isa isa) {
   case LM_CPU_ISA_SCALAR: return 1;
 #if defined(__x86_64__)
   case LM_CPU_ISA_AVX2:
+#if defined(__clang__) /* clang 14 cannot ask for f16c; every AVX2 CPU shipped has it */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
   case LM_CPU_ISA_AVX512:
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
