@@ -96,13 +96,15 @@ lm_status lm_cpu_rope(lm_backend *be, const lm_rope_args *a) {
   return LM_OK;
 }
 
+/* Parallel over every element, so a decode step's single wide row (12,288 columns on E2B's
+ * shared layers) is split too: tanhf is the cost here, not memory. */
 lm_status lm_cpu_geglu(lm_backend *be, const lm_geglu_args *a) {
   (void)be;
-#pragma omp parallel for schedule(static) if (a->out.rows > 8)
-  for (int64_t r = 0; r < a->out.rows; r++) {
-    float *y = lm_cpu_row(a->out, r);
-    const float *g = lm_cpu_row(a->gate, r), *u = lm_cpu_row(a->up, r);
-    for (int64_t i = 0; i < a->out.cols; i++) y[i] = lm_gelu_tanh(g[i]) * u[i];
+  int64_t cols = a->out.cols, n = a->out.rows * cols;
+#pragma omp parallel for schedule(static) if (n > 4096)
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = i / cols, c = i % cols;
+    lm_cpu_row(a->out, r)[c] = lm_gelu_tanh(lm_cpu_row(a->gate, r)[c]) * lm_cpu_row(a->up, r)[c];
   }
   return LM_OK;
 }
