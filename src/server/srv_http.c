@@ -246,11 +246,14 @@ lm_status lm_srv_http_start(lm_server *s) {
   struct sockaddr_storage sa;
   int v6 = 0;
   LM_TRY(resolve(s->host, s->o.port, &sa, &v6));
+  /* MHD's idle timeout also runs while a handler waits for a long non-streamed answer: keep it above
+   * the request deadline (none when requests have none) */
+  unsigned idle = s->o.timeout_s > 0 ? (unsigned)s->o.timeout_s + 60u : 0u;
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
                    (v6 ? MHD_USE_IPv6 : 0);
   s->d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                           (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
-                          MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                          MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                           MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
                           MHD_OPTION_END);
   if (!s->d) return LM_ERRF(LM_ERR_IO, "could not listen on %s:%d (in use, or not an address of this machine)", s->host, s->o.port);

@@ -8,7 +8,7 @@
  * no KV memory reserved beyond the prompt cache.
  *
  * As a benchmark: test_server_load --bench --port P [--clients N] [--requests R] [--max-tokens T]
- *   [--prompt-words W]: N concurrent streaming clients, R requests each, fixed-length responses
+ *   [--prompt-words W] [--temperature T]: N concurrent streaming clients, R requests each, fixed-length responses
  *   (ignore_eos), distinct prompts (no prompt-cache hits); prints aggregate generated tok/s and
  *   p50/p99 time to first token as seen by the clients. */
 #include <setjmp.h>
@@ -21,6 +21,7 @@
 
 typedef struct load_cfg {
   int port, clients, requests, max_tokens, prompt_words, bench;
+  double temperature; /* < 0: the server's default */
 } load_cfg;
 
 typedef struct load_client {
@@ -102,10 +103,12 @@ static void one_request(load_client *lc, int r) {
   double ttft = -1;
   long long toks = 0;
   int rc;
+  char temp[64] = "";
+  if (cfg->temperature >= 0) snprintf(temp, sizeof temp, "\"temperature\":%g,", cfg->temperature);
   if (kind == 0) {
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,%s"
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,%s%s"
              "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", prompt, cfg->max_tokens,
-             cfg->bench ? "\"ignore_eos\":true," : "");
+             cfg->bench ? "\"ignore_eos\":true," : "", temp);
     rc = run_stream(lc, "/v1/chat/completions", body, abandon, &ttft, &toks);
   } else if (kind == 1) {
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", prompt,
@@ -183,7 +186,7 @@ static void t_load(void **state) {
   o.queue_size = 64;
   o.timeout_s = 120;
   assert_int_equal(test_server_start(&t, &o), 0);
-  load_cfg cfg = {.port = t.port, .clients = 8, .requests = 4, .max_tokens = 12, .prompt_words = 8};
+  load_cfg cfg = {.port = t.port, .clients = 8, .requests = 4, .max_tokens = 12, .prompt_words = 8, .temperature = -1};
   int total = cfg.clients * cfg.requests, abandoned = 0;
   for (int c = 0; c < cfg.clients; c++)
     for (int r = 0; r < cfg.requests; r++) abandoned += abandons(c, r);
@@ -216,7 +219,7 @@ static void t_load(void **state) {
 /* ---- the benchmark --------------------------------------------------------------------------- */
 
 static int bench(int argc, char **argv) {
-  load_cfg cfg = {.clients = 1, .requests = 4, .max_tokens = 128, .prompt_words = 100, .bench = 1};
+  load_cfg cfg = {.clients = 1, .requests = 4, .max_tokens = 128, .prompt_words = 100, .bench = 1, .temperature = -1};
   for (int i = 2; i + 1 < argc; i += 2) {
     int v = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "--port")) cfg.port = v;
@@ -224,6 +227,7 @@ static int bench(int argc, char **argv) {
     else if (!strcmp(argv[i], "--requests")) cfg.requests = v;
     else if (!strcmp(argv[i], "--max-tokens")) cfg.max_tokens = v;
     else if (!strcmp(argv[i], "--prompt-words")) cfg.prompt_words = v;
+    else if (!strcmp(argv[i], "--temperature")) cfg.temperature = atof(argv[i + 1]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -231,7 +235,7 @@ static int bench(int argc, char **argv) {
   }
   if (cfg.port <= 0 || cfg.clients < 1 || cfg.requests < 1 || cfg.requests > 256) {
     fprintf(stderr, "usage: test_server_load --bench --port P [--clients N] [--requests R<=256] [--max-tokens T] "
-                    "[--prompt-words W]\n");
+                    "[--prompt-words W] [--temperature T]\n");
     return 2;
   }
   load_sum s = run_load(&cfg);
