@@ -141,10 +141,11 @@ static int fill_job(lm_server *s, lm_srv_params *p, lm_srv_job *j, int chat, lm_
 }
 
 static int submit(lm_server *s, lm_srv_job *j, lm_srv_err *e) {
-  if (!lm_srv_sched_submit(s->sched, j)) return 0;
-  if (strstr(lm_errmsg(), "queue is full"))
+  lm_status st = lm_srv_sched_submit(s->sched, j);
+  if (st == LM_OK) return 0;
+  if (st == LM_ERR_STATE)
     return lm_srv_err_set(e, 429, "rate_limit_error", "queue_full", NULL, "%s; retry later", lm_errmsg());
-  if (strstr(lm_errmsg(), "shutting down")) return lm_srv_err_set(e, 503, "server_error", NULL, NULL, "%s", lm_errmsg());
+  if (st == LM_ERR_CANCELLED) return lm_srv_err_set(e, 503, "server_error", NULL, NULL, "%s", lm_errmsg());
   return lm_srv_err_bad(e, NULL, "%s", lm_errmsg());
 }
 

@@ -271,7 +271,7 @@ lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j) {
   if (j->top_logprobs > LM_SRV_TOP_MAX) return LM_ERRF(LM_ERR_INVALID, "top_logprobs must be <= %d", LM_SRV_TOP_MAX);
   pthread_mutex_lock(&s->mu);
   lm_status st = LM_OK;
-  if (s->stop) st = LM_ERRF(LM_ERR_STATE, "the server is shutting down");
+  if (s->stop) st = LM_ERRF(LM_ERR_CANCELLED, "the server is shutting down");
   else if (s->q_n == s->o.queue_cap) st = LM_ERRF(LM_ERR_STATE, "the request queue is full (%d waiting)", s->q_n);
   else {
     s->q[(s->q_head + s->q_n++) % s->o.queue_cap] = j;

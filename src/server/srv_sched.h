@@ -96,9 +96,9 @@ typedef enum lm_srv_admission {
 
 /* Whether a request of this shape can ever run; msg gets the reason. */
 lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg, size_t n);
-/* Queues a job. On LM_OK the scheduler owns it; LM_ERR_STATE when the queue is full or the server
- * is stopping (answer 429/503; the caller still owns the job), LM_ERR_INVALID for a job that fails
- * lm_srv_sched_check or has bad fields. */
+/* Queues a job. On LM_OK the scheduler owns it; otherwise the caller still does: LM_ERR_STATE when
+ * the queue is full (answer 429), LM_ERR_CANCELLED when the scheduler is stopping (503),
+ * LM_ERR_INVALID for a job that fails lm_srv_sched_check or has bad fields (400). */
 lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j);
 void lm_srv_sched_stats_get(lm_srv_sched *s, lm_srv_sched_stats *out);
 const lm_srv_admit *lm_srv_sched_admit(const lm_srv_sched *s);
