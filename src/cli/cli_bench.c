@@ -16,6 +16,7 @@
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
 #include "model/forward.h"
+#include "model/kv_plan.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -48,6 +49,7 @@ typedef struct bench_opts {
   const char *preset, *model, *prompt, *context;
   int bits, group, reps, warmup, json;
   int64_t decode_tokens, state_tokens;
+  lm_kv_options kv;
   uint64_t seed;
   lm_cli_backend_opts be;
 } bench_opts;
@@ -57,7 +59,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
       {"preset", 1, 0, 'p'}, {"bits", 1, 0, 'b'},    {"group", 1, 0, 'g'},     {"seed", 1, 0, 's'},
       {"prompt", 1, 0, 'P'}, {"context", 1, 0, 'c'}, {"decode-tokens", 1, 0, 'n'}, {"reps", 1, 0, 'r'},
       {"warmup", 1, 0, 'w'}, {"backend", 1, 0, 'B'}, {"precision", 1, 0, 'x'}, {"threads", 1, 0, 't'},
-      {"json", 0, 0, 'j'},   {"help", 0, 0, 'h'},    {"state-tokens", 1, 0, 'S'}, {0, 0, 0, 0}};
+      {"json", 0, 0, 'j'},   {"help", 0, 0, 'h'},    {"state-tokens", 1, 0, 'S'},
+      {"kv-quant", 1, 0, 'q'},   {"kv-group", 1, 0, 'G'},    {0, 0, 0, 0}};
   *o = (bench_opts){.bits = 4, .group = 64, .reps = 3, .warmup = 1, .decode_tokens = 16, .seed = 1,
                     .prompt = "128", .context = "512"};
   int c;
@@ -78,6 +81,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     case 't': o->be.threads = atoi(optarg); break;
     case 'j': o->json = 1; break;
     case 'S': o->state_tokens = atoll(optarg); break;
+    case 'q': o->kv.mode = optarg; break;
+    case 'G': o->kv.group = atoi(optarg); break;
     case 'h': fputs(bench_help, stdout); return 0;
     default: fputs(bench_help, stderr); return 2;
     }
@@ -93,7 +98,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
 
 /* Bytes one decode token reads: every matrix once (MoE: the top_k experts of E), the tied
  * head, a row of each lookup table, and the KV cache held at context n. */
-static double decode_bytes(const lm_model *m, int64_t n, size_t kv_elem) {
+static double decode_bytes(const lm_model *m, const lm_kv_spec *specs, int64_t n, lm_dtype act) {
   const lm_model_config *c = &m->cfg;
   double b = (double)lm_weight_bytes(&m->embed) + (double)lm_weight_bytes(&m->embed) / (double)c->vocab_size;
   if (c->ple_dim)
@@ -109,11 +114,9 @@ static double decode_bytes(const lm_model *m, int64_t n, size_t kv_elem) {
       for (int i = 0; i < 3; i++) b += (double)lm_weight_bytes(ex[i]) * (double)c->top_k / (double)c->n_experts;
     }
   }
-  lm_kv_spec specs[c->n_caches + 1];
-  lm_model_kv_specs(m, specs);
   for (int i = 0; i < c->n_caches; i++) {
     int64_t held = specs[i].window && n > specs[i].window ? specs[i].window : n;
-    b += (double)held * 2.0 * specs[i].n_kv_heads * specs[i].head_dim * (double)kv_elem;
+    b += (double)held * (double)lm_kv_spec_bytes_per_token(&specs[i], act);
   }
   return b;
 }
@@ -134,10 +137,8 @@ static void fill_ids(int32_t *ids, int64_t n, int64_t V, uint64_t seed) {
 }
 
 /* One prefill of n tokens into a fresh cache set; returns seconds, or -1 on error. */
-static double time_prefill(const lm_model *m, lm_backend *be, lm_forward *f, const int32_t *ids, int64_t n,
-                           lm_kv_set **kv_out) {
-  lm_kv_spec specs[m->cfg.n_caches + 1];
-  lm_model_kv_specs(m, specs);
+static double time_prefill(const lm_model *m, const lm_kv_spec *specs, lm_backend *be, lm_forward *f,
+                           const int32_t *ids, int64_t n, lm_kv_set **kv_out) {
   lm_kv_set *kv;
   if (lm_kv_set_create(be, specs, m->cfg.n_caches, &kv)) return -1;
   int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
@@ -302,6 +303,7 @@ int lm_cli_bench(int argc, char **argv) {
   int pr = parse(argc, argv, &o), rc = 1;
   if (pr >= 0) return pr;
   int32_t *plist = NULL, *clist = NULL, *ids = NULL;
+  lm_kv_spec *specs = NULL; /* the cache plan (--kv-quant) */
   int64_t np = 0, nc = 0;
   if (lm_cli_parse_ids(o.prompt, &plist, &np) || lm_cli_parse_ids(o.context, &clist, &nc)) return 2;
   lm_model *m = NULL;
@@ -338,6 +340,10 @@ int lm_cli_bench(int argc, char **argv) {
     rc = bench_state(m, be, &o, ids);
     goto done;
   }
+  if (!(specs = calloc((size_t)m->cfg.n_caches + 1, sizeof *specs)) || lm_model_kv_plan(m, &o.kv, specs)) {
+    lm_cli_fail("--kv-quant");
+    goto done;
+  }
   if (o.json)
     printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"copy_bandwidth_gbs\":%.2f,"
            "\"params\":%lld,\"weight_bytes\":%lld,\"prefill\":[",
@@ -354,7 +360,7 @@ int lm_cli_bench(int argc, char **argv) {
     }
     double v[o.reps];
     for (int r = 0; r < o.warmup + o.reps; r++) {
-      double dt = time_prefill(m, be, f, ids, plist[i], NULL);
+      double dt = time_prefill(m, specs, be, f, ids, plist[i], NULL);
       if (dt < 0) {
         lm_forward_free(f);
         lm_cli_fail("prefill");
@@ -382,7 +388,7 @@ int lm_cli_bench(int argc, char **argv) {
     double v[o.reps];
     int bad = 0;
     for (int r = 0; r < o.warmup + o.reps && !bad; r++) {
-      bad = time_prefill(m, be, fp, ids, ctx, &kv) < 0;
+      bad = time_prefill(m, specs, be, fp, ids, ctx, &kv) < 0;
       double dt = bad ? -1 : time_decode(fd, kv, o.decode_tokens);
       bad |= dt < 0;
       if (!bad && r >= o.warmup) v[r - o.warmup] = dt;
@@ -396,7 +402,7 @@ int lm_cli_bench(int argc, char **argv) {
       goto done;
     }
     double med = median(v, o.reps), tps = (double)o.decode_tokens / med;
-    double bytes = decode_bytes(m, ctx + o.decode_tokens / 2, lm_dtype_size(be->act_dtype)), gbs = bytes * tps / 1e9;
+    double bytes = decode_bytes(m, specs, ctx + o.decode_tokens / 2, be->act_dtype), gbs = bytes * tps / 1e9;
     if (o.json)
       printf("%s{\"context\":%lld,\"tokens\":%lld,\"tok_s\":%.2f,\"bytes_per_token\":%.0f,\"gb_s\":%.2f,"
              "\"bandwidth_pct\":%.1f}",
@@ -417,6 +423,7 @@ int lm_cli_bench(int argc, char **argv) {
 #endif
   rc = 0;
 done:
+  free(specs);
   lm_backend_destroy(be);
   lm_model_free(m);
   free(ids);
