@@ -68,6 +68,21 @@ void lm_affine_quantize_row_bf16(const float *x, int64_t n, int bits, int group,
 
 void lm_affine_dequant_row_bf16(const uint8_t *packed, const uint16_t *scales, const uint16_t *biases, int64_t n,
                                 int bits, int group, float *out) {
+  if (bits == 8 || bits == 4) { /* the KV widths: whole bytes or nibbles, no straddling */
+    for (int64_t g = 0; g < n / group; g++) {
+      float sf = lm_bf16_to_f32(scales[g]), bf = lm_bf16_to_f32(biases[g]);
+      const uint8_t *p = packed + g * group * bits / 8;
+      float *o = out + g * group;
+      if (bits == 8)
+        for (int i = 0; i < group; i++) o[i] = sf * (float)p[i] + bf;
+      else
+        for (int i = 0; i < group; i += 2) {
+          o[i] = sf * (float)(p[i / 2] & 15) + bf;
+          o[i + 1] = sf * (float)(p[i / 2] >> 4) + bf;
+        }
+    }
+    return;
+  }
   uint32_t mask = (1u << bits) - 1u;
   for (int64_t g = 0; g < n / group; g++) {
     float sf = lm_bf16_to_f32(scales[g]), bf = lm_bf16_to_f32(biases[g]);

@@ -36,12 +36,25 @@ static inline float dot(const float *a, const float *b, int n) {
   return s;
 }
 
-/* One query head of token t. Keys: cache positions [lo, n_past), then chunk tokens
- * [c_lo, t] of the same sequence. */
-static void attn_one(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int h) {
-  int hd = a->head_dim, g = h / (a->n_heads / a->n_kv_heads);
-  int64_t kvw = (int64_t)a->n_kv_heads * hd;
-  const float *q = lm_cpu_row(a->q, t) + (int64_t)h * hd;
+/* Row of head g of the key (or value) at `slot`, as f32: in place for plain caches, else
+ * dequantized into buf (never a copy of the cache: one row at a time). */
+static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot, int g, float *buf) {
+  int hd = c->head_dim;
+  int64_t w = (int64_t)c->n_kv_heads * hd;
+  if (!c->bits) return (const float *)(which ? c->v : c->k) + slot * w + (int64_t)g * hd;
+  int64_t cb = lm_kv_row_bytes(c, LM_KV_K), sb = w / c->group;
+  const uint8_t *codes = (const uint8_t *)(which ? c->v : c->k) + slot * cb + (int64_t)g * hd * c->bits / 8;
+  const uint16_t *sc = (const uint16_t *)(which ? c->vs : c->ks) + slot * sb + (int64_t)g * hd / c->group;
+  const uint16_t *bi = (const uint16_t *)(which ? c->vb : c->kb) + slot * sb + (int64_t)g * hd / c->group;
+  lm_affine_dequant_row_bf16(codes, sc, bi, hd, c->bits, c->group, buf);
+  return buf;
+}
+
+/* The nr query heads of KV head g for token t, which share every key and value: each key
+ * row is read (or dequantized) once for all of them. Keys: cache positions [lo, n), then the
+ * chunk's tokens [c_lo, t] of the same sequence. */
+static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int g) {
+  int hd = a->head_dim, nr = a->n_heads / a->n_kv_heads;
   int64_t p = c->n + (t - t0), lo = 0, c_lo = t0;
   if (a->window) {
     lo = p - a->window + 1 > 0 ? p - a->window + 1 : 0;
@@ -49,49 +62,39 @@ static void attn_one(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int
   }
   int64_t first = lm_kv_first_held(c);
   if (lo < first) lo = first; /* cannot happen for a well-formed step; never read evicted slots */
-  float acc[hd];
+  const float *q = lm_cpu_row(a->q, t) + (int64_t)g * nr * hd;
+  float acc[nr * hd], kb[hd], vb[hd];
+  attn_acc st[nr];
   memset(acc, 0, sizeof acc);
-  attn_acc st = {-INFINITY, 0.0f};
-  if (!c->bits) {
-    const float *K = c->k, *V = c->v;
-    for (int64_t pos = lo; pos < c->n; pos++) {
-      int64_t slot = lm_kv_slot(c, pos);
-      const float *k = K + slot * kvw + (int64_t)g * hd;
-      attn_step(&st, acc, dot(q, k, hd) * a->scale, V + slot * kvw + (int64_t)g * hd, hd);
-    }
-  } else { /* quantized: dequantize this head's row of each key inside the loop, never the cache */
-    float kd[hd], vd[hd];
-    int64_t cb = lm_kv_row_bytes(c, LM_KV_K), sb = kvw / c->group, co = (int64_t)g * hd * c->bits / 8,
-            so = (int64_t)g * hd / c->group;
-    for (int64_t pos = lo; pos < c->n; pos++) {
-      int64_t slot = lm_kv_slot(c, pos);
-      lm_affine_dequant_row_bf16((const uint8_t *)c->k + slot * cb + co, (const uint16_t *)c->ks + slot * sb + so,
-                                 (const uint16_t *)c->kb + slot * sb + so, hd, c->bits, c->group, kd);
-      lm_affine_dequant_row_bf16((const uint8_t *)c->v + slot * cb + co, (const uint16_t *)c->vs + slot * sb + so,
-                                 (const uint16_t *)c->vb + slot * sb + so, hd, c->bits, c->group, vd);
-      attn_step(&st, acc, dot(q, kd, hd) * a->scale, vd, hd);
-    }
+  for (int r = 0; r < nr; r++) st[r] = (attn_acc){-INFINITY, 0.0f};
+  for (int64_t pos = lo; pos < c->n; pos++) {
+    int64_t slot = lm_kv_slot(c, pos);
+    const float *k = kv_row(c, 0, slot, g, kb), *v = kv_row(c, 1, slot, g, vb);
+    for (int r = 0; r < nr; r++) attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
   }
   for (int64_t u = c_lo; u <= t; u++) {
-    const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd;
-    attn_step(&st, acc, dot(q, k, hd) * a->scale, lm_cpu_row(a->v_new, u) + (int64_t)g * hd, hd);
+    const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd, *v = lm_cpu_row(a->v_new, u) + (int64_t)g * hd;
+    for (int r = 0; r < nr; r++) attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
   }
-  float *o = lm_cpu_row(a->out, t) + (int64_t)h * hd, inv = 1.0f / st.l;
-  for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+  float *o = lm_cpu_row(a->out, t) + (int64_t)g * nr * hd;
+  for (int r = 0; r < nr; r++)
+    for (int d = 0; d < hd; d++) o[r * hd + d] = acc[r * hd + d] / st[r].l;
 }
 
+/* Query head h uses KV head h / (n_heads / n_kv_heads) (repeat_kv), so the heads of one group
+ * are contiguous in q and in the output. */
 lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
   const lm_batch *b = lm_cpu_batch(be);
   if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
     return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads, a->n_kv_heads);
-  int64_t n = (int64_t)b->n_tokens * a->n_heads;
+  int64_t n = (int64_t)b->n_tokens * a->n_kv_heads;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i++) {
-    int64_t t = i / a->n_heads;
-    int h = (int)(i % a->n_heads);
+    int64_t t = i / a->n_kv_heads;
+    int g = (int)(i % a->n_kv_heads);
     const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
     int64_t t0 = t - (b->pos[t] - c->n); /* first token of this sequence in the batch */
-    attn_one(a, c, t, t0, h);
+    attn_group(a, c, t, t0, g);
   }
   return LM_OK;
 }
