@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/buf.h"
 #include "base/status.h"
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
@@ -65,20 +66,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static lm_status gbuf_put(gbuf *b, const char *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-  return LM_OK;
-}
+static lm_status gbuf_put(gbuf *b, const char *s, size_t n) { return lm_buf_append(&b->p, &b->n, &b->cap, 256, s, n); }
 
 void lm_gen_opts_init(lm_gen_opts *o) {
   memset(o, 0, sizeof *o);

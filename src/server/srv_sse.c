@@ -4,22 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/status.h"
 
 lm_status lm_srv_buf_put(lm_srv_buf *b, const void *s, size_t n) {
   if (b->off && b->off == b->n) b->off = b->n = 0; /* everything was sent: start over */
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (response buffer)");
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-  return LM_OK;
+  return lm_buf_append(&b->p, &b->n, &b->cap, 1024, s, n);
 }
 
 void lm_srv_buf_free(lm_srv_buf *b) {
