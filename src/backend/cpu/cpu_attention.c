@@ -4,6 +4,7 @@
  * exactly `window` keys including the query, softmax in f32. The softmax is computed online
  * (one pass, running max and sum), so no [T, S] score matrix exists anywhere. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -50,11 +51,11 @@ static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot,
   return buf;
 }
 
-/* The nr query heads of KV head g for token t, which share every key and value: each key
- * row is read (or dequantized) once for all of them. Keys: cache positions [lo, n), then the
- * chunk's tokens [c_lo, t] of the same sequence. */
-static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int g) {
-  int hd = a->head_dim, nr = a->n_heads / a->n_kv_heads;
+/* Query heads [r0, r1) of KV head g's group for token t, which share every key and value:
+ * each key row is read (or dequantized) once for all of them. Keys: cache positions [lo, n),
+ * then the chunk's tokens [c_lo, t] of the same sequence. */
+static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int g, int r0, int r1) {
+  int hd = a->head_dim, nr = r1 - r0;
   int64_t p = c->n + (t - t0), lo = 0, c_lo = t0;
   if (a->window) {
     lo = p - a->window + 1 > 0 ? p - a->window + 1 : 0;
@@ -62,7 +63,8 @@ static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, i
   }
   int64_t first = lm_kv_first_held(c);
   if (lo < first) lo = first; /* cannot happen for a well-formed step; never read evicted slots */
-  const float *q = lm_cpu_row(a->q, t) + (int64_t)g * nr * hd;
+  int group = a->n_heads / a->n_kv_heads;
+  const float *q = lm_cpu_row(a->q, t) + ((int64_t)g * group + r0) * hd;
   float acc[nr * hd], kb[hd], vb[hd];
   attn_acc st[nr];
   memset(acc, 0, sizeof acc);
@@ -76,25 +78,31 @@ static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, i
     const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd, *v = lm_cpu_row(a->v_new, u) + (int64_t)g * hd;
     for (int r = 0; r < nr; r++) attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
   }
-  float *o = lm_cpu_row(a->out, t) + (int64_t)g * nr * hd;
+  float *o = lm_cpu_row(a->out, t) + ((int64_t)g * group + r0) * hd;
   for (int r = 0; r < nr; r++)
     for (int d = 0; d < hd; d++) o[r * hd + d] = acc[r * hd + d] / st[r].l;
 }
 
 /* Query head h uses KV head h / (n_heads / n_kv_heads) (repeat_kv), so the heads of one group
- * are contiguous in q and in the output. */
+ * are contiguous in q and in the output. Work items are (token, KV head, slice of its group):
+ * the group is cut into as many slices as it takes to give every thread work when there are few
+ * tokens (decode on a model with one KV head), and kept whole when tokens are plenty. */
 lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
   const lm_batch *b = lm_cpu_batch(be);
   if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
     return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads, a->n_kv_heads);
-  int64_t n = (int64_t)b->n_tokens * a->n_kv_heads;
+  int group = a->n_heads / a->n_kv_heads, threads = omp_get_max_threads();
+  int64_t base = (int64_t)b->n_tokens * a->n_kv_heads;
+  int slices = base >= threads ? 1 : (int)((threads + base - 1) / base);
+  if (slices > group) slices = group;
+  int64_t n = base * slices;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i++) {
-    int64_t t = i / a->n_kv_heads;
-    int g = (int)(i % a->n_kv_heads);
+    int64_t t = i / ((int64_t)a->n_kv_heads * slices);
+    int g = (int)(i / slices % a->n_kv_heads), sl = (int)(i % slices);
     const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
     int64_t t0 = t - (b->pos[t] - c->n); /* first token of this sequence in the batch */
-    attn_group(a, c, t, t0, g);
+    attn_group(a, c, t, t0, g, group * sl / slices, group * (sl + 1) / slices);
   }
   return LM_OK;
 }
