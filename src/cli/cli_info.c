@@ -13,7 +13,7 @@
 #include "model/kv_plan.h"
 
 static const char *info_help =
-    "usage: lumen info MODEL_DIR [--json]\n"
+    "usage: lumen info MODEL_DIR [--json] [--kv-quant MODE] [--kv-group G]\n"
     "\n"
     "Prints the architecture, the per-layer map (type, head dim, KV heads, donor, weight bits,\n"
     "MLP width), parameter count, weight bytes, the cache plan (one cache per donor layer, its\n"
