@@ -14,7 +14,7 @@ static void usage(FILE *f) {
   fprintf(f, "lumen %s — local LLM inference for Gemma 4\n\nusage: lumen <command> [args]\n\ncommands:\n",
           LUMEN_VERSION);
   for (size_t i = 0; i < sizeof lm_verbs / sizeof lm_verbs[0]; i++)
-    fprintf(f, "  %-12s %s\n", lm_verbs[i].name, lm_verbs[i].help);
+    fprintf(f, "  %-14s %s\n", lm_verbs[i].name, lm_verbs[i].help);
   fprintf(f, "\n`lumen <command> --help` describes each command.\n");
 }
 
