@@ -13,6 +13,7 @@
 
 #include "base/buf.h"
 #include "base/status.h"
+#include "engine/stop_match.h"
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
 #include "model/forward.h"
@@ -333,36 +334,12 @@ lm_status lm_gen_sync(lm_gen *g, const int32_t *ids, int64_t n, int64_t *reused)
 
 /* ---- text and stops -------------------------------------------------------------------------- */
 
-/* Length of the longest suffix of s[0..n) that is a proper prefix of some stop string. */
-static size_t held_suffix(const lm_gen *g, const char *s, size_t n) {
-  size_t best = 0;
-  for (int32_t i = 0; i < g->n_stops; i++) {
-    size_t L = strlen(g->stops[i]);
-    for (size_t k = L - 1 < n ? L - 1 : n; k > best; k--)
-      if (!memcmp(s + n - k, g->stops[i], k)) {
-        best = k;
-        break;
-      }
-  }
-  return best;
-}
-
-/* Earliest start of a stop string in s[0..n), or -1. */
-static int64_t find_stop(const lm_gen *g, const char *s, size_t n) {
-  int64_t at = -1;
-  for (int32_t i = 0; i < g->n_stops; i++) {
-    const char *p = memmem(s, n, g->stops[i], strlen(g->stops[i]));
-    if (p && (at < 0 || p - s < at)) at = p - s;
-  }
-  return at;
-}
-
 /* Moves the held text that is final to the streamed text; `final` releases everything (the
  * response ends). Sets LM_GEN_STOP_STRING when a stop string shows up. */
 static lm_status release(lm_gen *g, int final) {
   if (!g->hold.n) return LM_OK;
-  int64_t at = find_stop(g, g->hold.p, g->hold.n);
-  size_t n = at >= 0 ? (size_t)at : final ? g->hold.n : g->hold.n - held_suffix(g, g->hold.p, g->hold.n);
+  int64_t at = lm_stop_find(g->stops, g->n_stops, g->hold.p, g->hold.n, NULL);
+  size_t n = at >= 0 ? (size_t)at : final ? g->hold.n : g->hold.n - lm_stop_held_suffix(g->stops, g->n_stops, g->hold.p, g->hold.n);
   LM_TRY(gbuf_put(&g->text, g->hold.p, n));
   if (at >= 0) {
     g->stop = LM_GEN_STOP_STRING;

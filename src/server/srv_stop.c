@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/status.h"
+#include "engine/stop_match.h"
 
 void lm_srv_stop_init(lm_srv_stop *s, char **stops, int n_stops) {
   memset(s, 0, sizeof *s);
@@ -19,50 +21,14 @@ void lm_srv_stop_clear(lm_srv_stop *s) {
   s->n = s->cap = 0;
 }
 
-/* Length of the longest suffix of h[0..n) that is a proper prefix of some stop string. */
-static size_t held_suffix(const lm_srv_stop *s, const char *h, size_t n) {
-  size_t best = 0;
-  for (int i = 0; i < s->n_stops; i++) {
-    size_t L = strlen(s->stops[i]);
-    for (size_t k = L - 1 < n ? L - 1 : n; k > best; k--)
-      if (!memcmp(h + n - k, s->stops[i], k)) {
-        best = k;
-        break;
-      }
-  }
-  return best;
-}
-
-/* Earliest start of a stop string in h[0..n) (and which one), or -1. */
-static long find_stop(const lm_srv_stop *s, const char *h, size_t n, int *which) {
-  long at = -1;
-  for (int i = 0; i < s->n_stops; i++) {
-    const char *p = memmem(h, n, s->stops[i], strlen(s->stops[i]));
-    if (p && (at < 0 || p - h < at)) {
-      at = p - h;
-      *which = i;
-    }
-  }
-  return at;
-}
-
 lm_status lm_srv_stop_push(lm_srv_stop *s, const char *text, size_t len, int final, char **out, size_t *n_out) {
   *out = NULL;
   *n_out = 0;
   if (s->matched >= 0) return LM_OK;
-  if (s->n + len + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap : 64;
-    while (cap < s->n + len + 1) cap *= 2;
-    char *h = realloc(s->hold, cap);
-    if (!h) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (stop strings)");
-    s->hold = h;
-    s->cap = cap;
-  }
-  if (len) memcpy(s->hold + s->n, text, len);
-  s->n += len;
+  LM_TRY(lm_buf_append(&s->hold, &s->n, &s->cap, 64, text, len));
   int which = -1;
-  long at = find_stop(s, s->hold, s->n, &which);
-  size_t k = at >= 0 ? (size_t)at : final ? s->n : s->n - held_suffix(s, s->hold, s->n);
+  int64_t at = lm_stop_find(s->stops, s->n_stops, s->hold, s->n, &which);
+  size_t k = at >= 0 ? (size_t)at : final ? s->n : s->n - lm_stop_held_suffix(s->stops, s->n_stops, s->hold, s->n);
   if (k) {
     if (!(*out = malloc(k + 1))) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (stop strings)");
     memcpy(*out, s->hold, k);
