@@ -23,6 +23,7 @@ rc=0; "$LUMEN_BIN" serve "$W/no-such-model" --port 0 >/dev/null 2>"$W/err" || rc
 [ $rc -eq 1 ] || fail "a missing model directory exited $rc, want 1"
 
 # ---- the server -----------------------------------------------------------------------------------
+: >"$W/out" # exists before the background shell opens it, so the poll below never reads a missing file
 "$LUMEN_BIN" serve "$ROOT/models/lumen-tiny-kjv" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120 \
   >"$W/out" 2>"$W/log" &
 PID=$!
@@ -30,7 +31,7 @@ cleanup() { kill "$PID" 2>/dev/null || true; }
 trap cleanup EXIT
 PORT=
 for _ in $(seq 1 300); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out")
+  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out" || true)
   [ -n "$PORT" ] && break
   kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$W/log")"
   sleep 0.1
