@@ -644,7 +644,7 @@ static void t_disconnect(void **state) {
   close(fd);
   /* a non-streaming client sends and goes away at once */
   char body[512];
-  snprintf(body, sizeof body, "%s,\"max_tokens\":400,\"ignore_eos\":true}", WHO);
+  snprintf(body, sizeof body, "%s,\"max_tokens\":1500,\"ignore_eos\":true}", WHO);
   fd = stream_open(S.port, body);
   usleep(100000);
   close(fd);
@@ -658,6 +658,11 @@ static void t_disconnect(void **state) {
   assert_true(test_now() - t0 < 3.0);
 }
 
+/* As long as the context allows (2,048 positions): the running and the queued request must
+ * still be there when the third one arrives, on a fast machine too. */
+static const char *const VERY_LONG = "{\"messages\":[{\"role\":\"user\",\"content\":\"Recite Psalm 23.\"}],"
+                                     "\"max_tokens\":1900,\"ignore_eos\":true,\"temperature\":0.8,\"stream\":true}";
+
 static void t_queue_full(void **state) {
   (void)state;
   test_server q;
@@ -666,9 +671,9 @@ static void t_queue_full(void **state) {
   o.parallel = 1;
   o.queue_size = 1;
   assert_int_equal(test_server_start(&q, &o), 0);
-  int a = stream_open(q.port, LONG);
+  int a = stream_open(q.port, VERY_LONG);
   read_until(a, "\"content\":\"");
-  int b = stream_open(q.port, LONG); /* waits in the queue */
+  int b = stream_open(q.port, VERY_LONG); /* waits in the queue */
   json_t *st = NULL;
   for (int i = 0; i < 200; i++) {
     json_decref(st);
