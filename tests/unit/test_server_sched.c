@@ -217,7 +217,7 @@ static void t_cancel_and_timeout(void **state) {
   size_t k;
   lm_tokenizer_encode(TOK, "x", 1, 1, &j->ids, &k);
   j->n_ids = (int64_t)k;
-  j->max_tokens = 400;
+  j->max_tokens = 1500; /* far more than 0.2 s of decoding, on a fast machine too */
   j->ignore_eos = 1;
   j->t_submit = now_s();
   j->deadline = j->t_submit + 0.2;
@@ -230,7 +230,7 @@ static void t_cancel_and_timeout(void **state) {
 static void t_queue_and_memory(void **state) {
   (void)state;
   lm_srv_sched *s = make(1, 512, 1, 1 << 30, 0);
-  lm_srv_chan *a = submit(s, prompts[0], 300, 0, LM_OK);
+  lm_srv_chan *a = submit(s, prompts[0], 1500, 0, LM_OK); /* still running after 0.2 s on any machine */
   usleep(200000); /* a is running; b fills the one queue place; c is refused */
   lm_srv_chan *b = submit(s, prompts[1], 4, 0, LM_OK);
   assert_null(submit(s, prompts[1], 4, 0, LM_ERR_STATE));
