@@ -28,8 +28,6 @@ typedef struct lm_weight {
   void *backend;       /* a backend's own copy/handle (device pointer, repacked layout) */
 } lm_weight;
 
-static inline int lm_weight_is_quant(const lm_weight *w) { return w->bits != 0; }
-
 /* Bytes of one stored row of codes or elements. */
 static inline int64_t lm_weight_row_bytes(const lm_weight *w) {
   return w->bits ? w->cols * w->bits / 8 : w->cols * (int64_t)lm_dtype_size(w->dtype);
