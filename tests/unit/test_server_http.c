@@ -663,6 +663,32 @@ static void t_disconnect(void **state) {
 static const char *const VERY_LONG = "{\"messages\":[{\"role\":\"user\",\"content\":\"Recite Psalm 23.\"}],"
                                      "\"max_tokens\":1900,\"ignore_eos\":true,\"temperature\":0.8,\"stream\":true}";
 
+/* One try of the scenario: a runs, b waits in the one queue place, c must be refused. Returns
+ * c's status (429 expected; the body is checked then). */
+static int queue_full_try(test_server *q) {
+  int a = stream_open(q->port, VERY_LONG);
+  read_until(a, "\"content\":\"");
+  int b = stream_open(q->port, VERY_LONG); /* waits in the queue */
+  json_t *st = NULL;
+  for (int i = 0; i < 200; i++) {
+    json_decref(st);
+    st = test_stats(q->port);
+    if (stats_int(st, "queue", "length") == 1) break;
+    usleep(10000);
+  }
+  assert_int_equal(stats_int(st, "queue", "length"), 1);
+  json_decref(st);
+  http_resp r;
+  assert_int_equal(http_post(q->port, "/v1/chat/completions", LONG, &r), 0);
+  int status = r.status;
+  if (status == 429) check_error_shape(r.body, &(err_case){.type = "rate_limit_error", .code = "queue_full"});
+  http_resp_free(&r);
+  close(a);
+  close(b);
+  assert_true(wait_idle(q->port, 30));
+  return status;
+}
+
 static void t_queue_full(void **state) {
   (void)state;
   test_server q;
@@ -671,26 +697,11 @@ static void t_queue_full(void **state) {
   o.parallel = 1;
   o.queue_size = 1;
   assert_int_equal(test_server_start(&q, &o), 0);
-  int a = stream_open(q.port, VERY_LONG);
-  read_until(a, "\"content\":\"");
-  int b = stream_open(q.port, VERY_LONG); /* waits in the queue */
-  json_t *st = NULL;
-  for (int i = 0; i < 200; i++) {
-    json_decref(st);
-    st = test_stats(q.port);
-    if (stats_int(st, "queue", "length") == 1) break;
-    usleep(10000);
-  }
-  assert_int_equal(stats_int(st, "queue", "length"), 1);
-  json_decref(st);
-  http_resp r;
-  assert_int_equal(http_post(q.port, "/v1/chat/completions", LONG, &r), 0);
-  assert_int_equal(r.status, 429);
-  check_error_shape(r.body, &(err_case){.type = "rate_limit_error", .code = "queue_full"});
-  http_resp_free(&r);
-  close(a);
-  close(b);
-  assert_true(wait_idle(q.port, 5));
+  /* The setup races the engine on a loaded machine (the queue can drain between the stats poll and
+   * the third request), so it gets three tries; the refusal itself is what is asserted. */
+  int status = 0;
+  for (int k = 0; k < 3 && status != 429; k++) status = queue_full_try(&q);
+  assert_int_equal(status, 429);
   test_server_stop(&q);
 }
 
