@@ -287,6 +287,7 @@ static lm_status cuda_begin_step(lm_backend *be, const lm_batch *b) {
                          .tiles = dp + 3 * T + NL, .n_tokens = T, .n_logits = NL, .n_seqs = S, .n_caches = nc,
                          .n_tiles = n_tiles, .max_tile = max_tile};
   c->batch = b;
+  lm_cuda_range_step(c, 1);
   return LM_OK;
 }
 
@@ -294,6 +295,7 @@ static lm_status cuda_end_step(lm_backend *be) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   c->batch = NULL;
   LM_CU(cudaStreamSynchronize(c->stream));
+  lm_cuda_range_step(c, 0);
   LM_CU(cudaGetLastError());
   return LM_OK;
 }

@@ -125,6 +125,9 @@ const lm_backend_ops *lm_cuda_base_ops(void); /* the unwrapped table */
 lm_status lm_cuda_prof_begin(lm_cuda_ctx *c);
 void lm_cuda_prof_end(lm_cuda_ctx *c, const char *key);
 void lm_cuda_prof_print(lm_cuda_ctx *c);
+/* LUMEN_CUDA_PROFILE_STEP=k: the profiler range (cudaProfilerStart/Stop, for ncu
+ * --profile-from-start off) covers exactly the k-th decode step (one token per sequence). */
+void lm_cuda_range_step(lm_cuda_ctx *c, int begin);
 
 /* Plans (cuda_plan.c). */
 lm_status lm_cuda_run_step(lm_backend *be, const lm_step_fn *st);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "backend/cuda/cuda_internal.h"
 #include "base/status.h"
 
@@ -132,4 +134,21 @@ void lm_cuda_profiled_ops(lm_backend_ops *t) {
   t->moe_experts = prof_moe_experts;
   t->argmax = prof_argmax;
   t->run_step = prof_run_step;
+}
+
+/* Counts decode steps; with LUMEN_CUDA_PROFILE_STEP=k the k-th one (from 1) runs inside the
+ * profiler range, so ncu can time every kernel (graph nodes included) of one real step. */
+void lm_cuda_range_step(lm_cuda_ctx *c, int begin) {
+  static int want = -1, seen, open;
+  if (want < 0) {
+    const char *e = getenv("LUMEN_CUDA_PROFILE_STEP");
+    want = e ? atoi(e) : 0;
+  }
+  if (!want) return;
+  if (!begin) {
+    if (open) (void)cudaProfilerStop(), open = 0;
+    return;
+  }
+  if (c->st.n_tokens != c->st.n_seqs || c->st.max_tile != 1) return;
+  if (++seen == want) (void)cudaProfilerStart(), open = 1;
 }
