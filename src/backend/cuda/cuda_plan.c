@@ -66,19 +66,22 @@ lm_status lm_cuda_plan_note_append(lm_cuda_ctx *c, int cache) {
   return LM_OK;
 }
 
-/* The key as a string: exact comparison, no hash collisions. NULL when out of memory. */
+/* The key as a string: exact comparison, no hash collisions. NULL when out of memory. Every
+ * cache's signature is in it whole (a quantized one, "rotating-quant:8:128", is longer than a
+ * plain one), so a cache that kv_convert quantized gets a plan of its own. */
+#define PLAN_SIG_MAX 64 /* a signature, its separator and NUL */
 static char *plan_key(const lm_cuda_ctx *c, const lm_step_fn *st) {
   const lm_batch *b = st->batch;
-  size_t cap = 128 + (size_t)b->n_seqs * (size_t)c->st.n_caches * 20, n = 0;
+  size_t cap = 128 + (size_t)b->n_seqs * (size_t)c->st.n_caches * PLAN_SIG_MAX, n = 0;
   char *k = malloc(cap);
   if (!k) return NULL;
   n += (size_t)snprintf(k, cap, "%p/%d/T%d/L%d/S%d/t%d/m%d:", st->owner, st->flags, b->n_tokens, b->n_logits,
                         b->n_seqs, c->st.n_tiles, c->st.max_tile);
   for (int32_t s = 0; s < b->n_seqs; s++)
-    for (int i = 0; i < c->st.n_caches && n + 20 < cap; i++) {
-      char sig[64];
+    for (int i = 0; i < c->st.n_caches; i++) {
+      char sig[PLAN_SIG_MAX - 1];
       lm_kv_signature(b->kv[s]->caches[i], sig, sizeof sig);
-      n += (size_t)snprintf(k + n, cap - n, "%s,", sig + 3); /* "plain" / "rotating-plain" */
+      n += (size_t)snprintf(k + n, cap - n, "%s,", sig + 3); /* "plain", "quant:8:32", ... */
     }
   return k;
 }
