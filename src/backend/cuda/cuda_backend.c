@@ -211,6 +211,12 @@ static int cuda_supports_cache(lm_backend *be, const char *sig) {
   return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain");
 }
 
+lm_cu_kvdesc lm_cuda_kvdesc(const lm_kv_cache *kc) {
+  return (lm_cu_kvdesc){.k = kc->k, .v = kc->v, .n = kc->n, .window = kc->window, .slots = kc->slots,
+                        .ks = kc->ks, .kb = kc->kb, .vs = kc->vs, .vb = kc->vb, .bits = kc->bits,
+                        .group = kc->group, .quant = lm_kv_kind_quant(kc->kind)};
+}
+
 static lm_status grow_step(lm_cuda_ctx *c, size_t need) {
   if (need <= c->step_cap) return LM_OK;
   size_t cap = need > 2 * c->step_cap ? need : 2 * c->step_cap;
@@ -270,9 +276,9 @@ static lm_status cuda_begin_step(lm_backend *be, const lm_batch *b) {
   for (int32_t s = 0; s < S; s++)
     for (int i = 0; i < nc; i++) {
       const lm_kv_cache *kc = b->kv[s]->caches[i];
-      kd[s * nc + i] = (lm_cu_kvdesc){kc->k, kc->v, kc->n, kc->window, kc->slots};
-      mark_kv(c, kc->k);
-      mark_kv(c, kc->v);
+      kd[s * nc + i] = lm_cuda_kvdesc(kc);
+      const void *arrays[] = {kc->k, kc->v, kc->ks, kc->kb, kc->vs, kc->vb}; /* the last four: quantized kinds */
+      for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++) mark_kv(c, arrays[a]);
     }
   int32_t *ip = (int32_t *)((char *)c->step_host + desc);
   memcpy(ip, b->ids, (size_t)T * 4);
@@ -382,6 +388,7 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   LM_CUBLAS(cublasCreate(&c->blas));
   LM_CUBLAS(cublasSetStream(c->blas, c->stream));
   LM_CU(lm_cu_kernels_init(c->smem_optin));
+  LM_CU(lm_cu_kvq_init(c->smem_optin));
   c->mm_scratch_bytes = (size_t)128 << 20;
   LM_TRY(lm_cuda_malloc(c, c->mm_scratch_bytes, LM_CUDA_WORKSPACE, "matmul scratch", &c->mm_scratch));
   c->attn_part_floats = (int64_t)8 << 20;

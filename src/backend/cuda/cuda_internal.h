@@ -102,6 +102,8 @@ void lm_cuda_release(lm_cuda_ctx *c, void *p);
 lm_cu_t lm_cuda_view(lm_tensor t);
 lm_status lm_cuda_weight_of(const lm_weight *w, const char *op, const lm_cuda_weight **out);
 lm_status lm_cuda_need_step(lm_cuda_ctx *c, const char *op);
+/* The kernels' descriptor of a cache as it is now. */
+lm_cu_kvdesc lm_cuda_kvdesc(const lm_kv_cache *kc);
 
 lm_status lm_cuda_embed(lm_backend *be, const lm_embed_args *a);
 lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a);

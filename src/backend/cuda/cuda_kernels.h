@@ -35,10 +35,14 @@ typedef struct lm_cu_w {
 } lm_cu_w;
 
 /* The per-(sequence, cache) descriptor begin_step uploads: where the cache lives and how
- * many tokens it held when the step began. window > 0 marks a ring (slot = pos % window). */
+ * many tokens it held when the step began. window > 0 marks a ring (slot = pos % window).
+ * quant != 0 marks a quantized kind: k/v hold packed codes [slots][w*bits/8] (w = KV heads ×
+ * head_dim) and ks, kb, vs, vb the bf16 scales and biases [slots][w/group]. */
 typedef struct lm_cu_kvdesc {
   void *k, *v;
   int64_t n, window, slots;
+  void *ks, *kb, *vs, *vb;
+  int bits, group, quant;
 } lm_cu_kvdesc;
 
 /* ---- elementwise / row ops (k_rows.cu) ---- */
@@ -118,6 +122,29 @@ cudaError_t lm_cu_moe_combine(cudaStream_t s, lm_cu_t out, lm_cu_t weights, lm_c
 cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int blocks);
 /* Raises the dynamic shared-memory limit of every kernel instance that needs more than 48 KiB. */
 cudaError_t lm_cu_kernels_init(int max_smem_optin);
+
+/* ---- quantized KV caches (k_kvquant.cu) ----
+ * For a cache index where any sequence's cache is quantized; each token follows its own
+ * descriptor kv[seq[t]*n_caches + cache], so plain caches in the same batch are served too.
+ * Stage rows: [T][stage.ld] bytes in kv.h's layout (lm_kv_stage_row_bytes), any alignment. */
+/* Quantizes the K/V row of each token whose cache is quantized into its stage row and
+ * replaces the row in k_new/v_new by the values the cache will store (rounded to their dtype). */
+cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage, const lm_cu_kvdesc *kv,
+                            int n_caches, int cache, const int32_t *seq);
+/* Writes each token's staged bytes (quantized caches) or K/V row (plain ones) into its slot
+ * (pos % window for rings; of a chunk longer than a ring only the last window tokens write). */
+cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage, const lm_cu_kvdesc *kv,
+                             int n_caches, int cache, const int32_t *pos, const int32_t *seq);
+/* Quantizes slots [0, held) of the plain cache `from` (elements of lm_dtype dt, rows of w
+ * values) into the quantized cache `to` (bits 4/8, group dividing w). */
+cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt, const lm_cu_kvdesc *to, int64_t w,
+                              int64_t held);
+/* lm_cu_attention's semantics, reading quantized caches in place (their head dim is a
+ * multiple of the group, as kv.c requires; k/v 16-byte aligned). Split partials use the first
+ * half of p->part only. */
+cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms);
+/* Raises the dynamic shared-memory limit of the attention instances (backend creation). */
+cudaError_t lm_cu_kvq_init(int max_smem_optin);
 
 #ifdef __cplusplus
 }
