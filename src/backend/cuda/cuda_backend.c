@@ -206,8 +206,18 @@ lm_status lm_cuda_weight_of(const lm_weight *w, const char *op, const lm_cuda_we
 
 /* ---- steps ------------------------------------------------------------------------------------ */
 
+/* The quantized kinds take what kv.c allows: 4 or 8 bits, groups of 32, 64 or 128. */
+static int quant_sig_ok(const char *rest) {
+  static const char *const ok[] = {"4:32", "4:64", "4:128", "8:32", "8:64", "8:128"};
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+    if (!strcmp(rest, ok[i])) return 1;
+  return 0;
+}
+
 static int cuda_supports_cache(lm_backend *be, const char *sig) {
   (void)be;
+  if (!strncmp(sig, "kv:quant:", 9)) return quant_sig_ok(sig + 9);
+  if (!strncmp(sig, "kv:rotating-quant:", 18)) return quant_sig_ok(sig + 18);
   return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain");
 }
 

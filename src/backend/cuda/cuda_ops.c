@@ -1,7 +1,8 @@
-/* cuda_ops.c — the row-wise ops, attention and the KV append of the CUDA backend: argument
- * checks (fail closed, naming the op and the shapes), then one kernel launch each. Positions,
- * token ids and cache descriptors are read from the step's device buffers (begin_step), so a
- * captured graph of these launches replays correctly for later tokens. */
+/* cuda_ops.c — the row-wise ops, attention, the KV append and the quantized caches' staging
+ * and conversion of the CUDA backend: argument checks (fail closed, naming the op and the
+ * shapes), then one kernel launch each. Positions, token ids and cache descriptors are read
+ * from the step's device buffers (begin_step), so a captured graph of these launches replays
+ * correctly for later tokens. */
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
@@ -146,10 +147,43 @@ static lm_status check_attn(lm_backend *be, const lm_cuda_ctx *c, const lm_attn_
   return LM_OK;
 }
 
+/* Whether any sequence's cache `cache` is quantized: then the k_kvquant.cu kernels run, which
+ * follow each sequence's own descriptor (kinds may differ across a batch: --kv-quant-start
+ * converts each sequence's caches when that sequence reaches it). The choice follows the
+ * cache signatures, which key the plans. */
+static int any_quant(const lm_batch *b, int cache) {
+  for (int32_t s = 0; s < b->n_seqs; s++)
+    if (lm_kv_kind_quant(b->kv[s]->caches[cache]->kind)) return 1;
+  return 0;
+}
+
+/* A quantized cache the kernels can read: the layer's row width, kv.c's bits and groups, and
+ * the alignment the attention loader's word loads rely on (cudaMalloc gives 256 bytes). */
+static lm_status check_quant_cache(const lm_kv_cache *kc, int64_t kvw, const char *op) {
+  int ok = (int64_t)kc->n_kv_heads * kc->head_dim == kvw && (kc->bits == 4 || kc->bits == 8) &&
+           (kc->group == 32 || kc->group == 64 || kc->group == 128) && kc->head_dim % kc->group == 0 &&
+           ((uintptr_t)kc->k | (uintptr_t)kc->v) % 16 == 0 &&
+           ((uintptr_t)kc->ks | (uintptr_t)kc->kb | (uintptr_t)kc->vs | (uintptr_t)kc->vb) % 2 == 0;
+  if (!ok)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA %s: a %d-bit group-%d cache of %d heads x %d for rows of %lld", op,
+                   kc->bits, kc->group, kc->n_kv_heads, kc->head_dim, (long long)kvw);
+  return LM_OK;
+}
+
+static lm_status check_quant_caches(const lm_batch *b, int cache, int64_t kvw, const char *op) {
+  for (int32_t s = 0; s < b->n_seqs; s++) {
+    const lm_kv_cache *kc = b->kv[s]->caches[cache];
+    if (lm_kv_kind_quant(kc->kind)) LM_TRY(check_quant_cache(kc, kvw, op));
+  }
+  return LM_OK;
+}
+
 lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   LM_TRY(lm_cuda_need_step(c, "attention"));
   LM_TRY(check_attn(be, c, a));
+  int quant = any_quant(c->batch, a->cache);
+  if (quant) LM_TRY(check_quant_caches(c->batch, a->cache, (int64_t)a->n_kv_heads * a->head_dim, "attention"));
   lm_cu_attn_p p = {
       .out = lm_cuda_view(a->out), .q = lm_cuda_view(a->q), .k_new = lm_cuda_view(a->k_new),
       .v_new = lm_cuda_view(a->v_new), .kv = c->st.kv, .n_caches = c->st.n_caches, .cache = a->cache,
@@ -158,44 +192,90 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
       .window = a->window, .scale = a->scale, .part = c->attn_part, .part_floats = c->attn_part_floats,
   };
   p.out.rows = c->st.n_tokens;
-  return LAUNCH(lm_cu_attention(c->stream, &p, c->n_sms), "attention");
+  return LAUNCH(quant ? lm_cu_kvq_attention(c->stream, &p, c->n_sms) : lm_cu_attention(c->stream, &p, c->n_sms),
+                "attention");
 }
 
-/* Plain caches store the chunk's K/V as computed, so staging is a no-op; quantized kinds
- * are refused at cache creation (supports_cache), and fail closed here too. */
-lm_status lm_cuda_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
-  lm_cuda_ctx *c = lm_cuda_of(be);
-  LM_TRY(lm_cuda_need_step(c, "kv_stage"));
-  if (a->cache < 0 || a->cache >= c->st.n_caches)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_stage: cache %d of %d", a->cache, c->st.n_caches);
-  for (int32_t s = 0; s < c->batch->n_seqs; s++)
-    if (lm_kv_kind_quant(c->batch->kv[s]->caches[a->cache]->kind))
-      return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA kv_stage: quantized caches are not supported by this backend");
+/* The chunk's K/V rows for the cache `cache` of every sequence: [≥ T][KV heads × head_dim]. */
+static lm_status check_kv_rows(lm_backend *be, const lm_cuda_ctx *c, int cache, lm_tensor k, lm_tensor v,
+                               const char *op, int64_t *kvw) {
+  const lm_batch *b = c->batch;
+  if (cache < 0 || cache >= c->st.n_caches)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: cache %d of %d", op, cache, c->st.n_caches);
+  const lm_kv_cache *k0 = b->kv[0]->caches[cache];
+  *kvw = (int64_t)k0->n_kv_heads * k0->head_dim;
+  if (k.cols != *kvw || v.cols != *kvw || k.rows < b->n_tokens || v.rows < b->n_tokens || !act_ok(be, k) ||
+      !act_ok(be, v))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: K/V [%lld][%lld] for a cache of rows %lld", op, (long long)k.rows,
+                   (long long)k.cols, (long long)*kvw);
   return LM_OK;
 }
 
+/* Byte rows [≥ T][≥ lm_kv_stage_row_bytes] for every quantized cache of the index. */
+static lm_status check_stage(const lm_batch *b, int cache, lm_tensor st, const char *op) {
+  int ok = st.data && lm_dtype_size(st.dtype) == 1 && st.rows >= b->n_tokens && st.ld >= st.cols;
+  for (int32_t s = 0; ok && s < b->n_seqs; s++) ok = lm_kv_stage_row_bytes(b->kv[s]->caches[cache]) <= st.cols;
+  if (!ok)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: stage [%lld][%lld] of %s is too small for %d tokens of cache %d", op,
+                   (long long)st.rows, (long long)st.cols, lm_dtype_name(st.dtype), b->n_tokens, cache);
+  return LM_OK;
+}
+
+static lm_cu_t step_rows(const lm_cuda_ctx *c, lm_tensor t) {
+  lm_cu_t v = lm_cuda_view(t);
+  v.rows = c->st.n_tokens;
+  return v;
+}
+
+/* Plain caches store the chunk's K/V as computed: nothing to do unless some sequence's cache
+ * of this index is quantized. */
+lm_status lm_cuda_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  int64_t kvw;
+  LM_TRY(lm_cuda_need_step(c, "kv_stage"));
+  LM_TRY(check_kv_rows(be, c, a->cache, a->k_new, a->v_new, "kv_stage", &kvw));
+  if (!any_quant(c->batch, a->cache)) return LM_OK;
+  LM_TRY(check_quant_caches(c->batch, a->cache, kvw, "kv_stage"));
+  LM_TRY(check_stage(c->batch, a->cache, a->stage, "kv_stage"));
+  return LAUNCH(lm_cu_kvq_stage(c->stream, step_rows(c, a->k_new), step_rows(c, a->v_new), lm_cuda_view(a->stage),
+                                c->st.kv, c->st.n_caches, a->cache, c->st.seq),
+                "kv_stage");
+}
+
 lm_status lm_cuda_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
-  (void)be;
-  (void)a;
-  return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA kv_convert: quantized caches are not supported by this backend");
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const lm_kv_cache *f = a->from, *t = a->to;
+  int64_t w = (int64_t)f->n_kv_heads * f->head_dim;
+  if (c->batch) return LM_ERRF(LM_ERR_STATE, "CUDA kv_convert: called inside a step");
+  if (f->be != be || t->be != be || lm_kv_kind_quant(f->kind) || !lm_kv_kind_quant(t->kind) ||
+      f->n_kv_heads != t->n_kv_heads || f->head_dim != t->head_dim || f->window != t->window || f->slots != t->slots ||
+      (!f->window && f->n > f->slots) || (f->dtype != LM_DT_F32 && f->dtype != LM_DT_BF16))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_convert: a %d x %d cache of %lld slots into a %d x %d one of %lld",
+                   f->n_kv_heads, f->head_dim, (long long)f->slots, t->n_kv_heads, t->head_dim, (long long)t->slots);
+  LM_TRY(check_quant_cache(t, w, "kv_convert"));
+  lm_cu_kvdesc fd = lm_cuda_kvdesc(f), td = lm_cuda_kvdesc(t);
+  LM_TRY(LAUNCH(lm_cu_kvq_convert(c->stream, &fd, (int)f->dtype, &td, w, lm_kv_held(f)), "kv_convert"));
+  LM_CU(cudaStreamSynchronize(c->stream)); /* the caller frees the plain arrays next */
+  return LM_OK;
 }
 
 lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
+  int64_t kvw;
   LM_TRY(lm_cuda_need_step(c, "kv_append"));
   const lm_batch *b = c->batch;
-  if (a->cache < 0 || a->cache >= c->st.n_caches)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_append: cache %d of %d", a->cache, c->st.n_caches);
-  const lm_kv_cache *k0 = b->kv[0]->caches[a->cache];
-  int64_t kvw = (int64_t)k0->n_kv_heads * k0->head_dim;
-  if (a->k_new.cols != kvw || a->v_new.cols != kvw || a->k_new.rows < b->n_tokens || a->v_new.rows < b->n_tokens ||
-      !act_ok(be, a->k_new) || !act_ok(be, a->v_new))
-    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_append: K/V [%lld][%lld] for a cache of rows %lld", (long long)a->k_new.rows,
-                   (long long)a->k_new.cols, (long long)kvw);
-  lm_cu_t kn = lm_cuda_view(a->k_new), vn = lm_cuda_view(a->v_new);
-  kn.rows = vn.rows = b->n_tokens;
-  LM_TRY(LAUNCH(lm_cu_kv_append(c->stream, kn, vn, c->st.kv, c->st.n_caches, a->cache, c->st.pos, c->st.seq),
-                "kv_append"));
+  LM_TRY(check_kv_rows(be, c, a->cache, a->k_new, a->v_new, "kv_append", &kvw));
+  lm_cu_t kn = step_rows(c, a->k_new), vn = step_rows(c, a->v_new);
+  if (any_quant(b, a->cache)) {
+    LM_TRY(check_quant_caches(b, a->cache, kvw, "kv_append"));
+    LM_TRY(check_stage(b, a->cache, a->stage, "kv_append"));
+    LM_TRY(LAUNCH(lm_cu_kvq_append(c->stream, kn, vn, lm_cuda_view(a->stage), c->st.kv, c->st.n_caches, a->cache,
+                                   c->st.pos, c->st.seq),
+                  "kv_append"));
+  } else {
+    LM_TRY(LAUNCH(lm_cu_kv_append(c->stream, kn, vn, c->st.kv, c->st.n_caches, a->cache, c->st.pos, c->st.seq),
+                  "kv_append"));
+  }
   if (c->capturing) LM_TRY(lm_cuda_plan_note_append(c, a->cache));
   /* Positions advance once every token is written (attention reads n as "past"). */
   for (int32_t t = 0; t < b->n_tokens; t++) {
