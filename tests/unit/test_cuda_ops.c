@@ -5,7 +5,9 @@
  * Scores are NMSE = Σ(gpu − cpu)² / Σ cpu²: f32 ≤ 1e-10 (elementwise/norms) and ≤ 1e-9
  * (reductions over thousands of terms, attention); bf16 ≤ 2e-5 (one rounding of a value at
  * 2^-9 relative gives ~3e-6) and ≤ 1e-4 where bf16 inputs feed long reductions. Exact ops
- * (argmax, routing ids, gather) must match exactly in f32.
+ * (argmax, routing ids, gather) must match exactly in f32. Quantized caches must match exactly
+ * in both dtypes (inputs are bf16 values in the bf16 runs, so both backends quantize the same
+ * numbers): stage bytes, the K/V values kv_stage leaves, and every cache's codes/scales/biases.
  * Skips (exit 0) when the build has no CUDA backend or the machine has no GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -232,14 +234,20 @@ typedef struct step_env {
   lm_batch bc, bg;
 } step_env;
 
-static void step_env_init(env *e, step_env *s, int n_seqs, const lm_kv_spec *specs, int n_caches) {
+/* Sequence i's caches are specs[i*stride ...]: stride 0 gives every sequence the same kinds. */
+static void step_env_init_strided(env *e, step_env *s, int n_seqs, const lm_kv_spec *specs, int n_caches,
+                                  int stride) {
   memset(s, 0, sizeof *s);
   s->n_seqs = n_seqs;
   s->n_caches = n_caches;
   for (int i = 0; i < n_seqs; i++) {
-    assert_int_equal(lm_kv_set_create(e->cpu, specs, n_caches, &s->kc[i]), LM_OK);
-    assert_int_equal(lm_kv_set_create(e->gpu, specs, n_caches, &s->kg[i]), LM_OK);
+    assert_int_equal(lm_kv_set_create(e->cpu, specs + i * stride, n_caches, &s->kc[i]), LM_OK);
+    assert_int_equal(lm_kv_set_create(e->gpu, specs + i * stride, n_caches, &s->kg[i]), LM_OK);
   }
+}
+
+static void step_env_init(env *e, step_env *s, int n_seqs, const lm_kv_spec *specs, int n_caches) {
+  step_env_init_strided(e, s, n_seqs, specs, n_caches, 0);
 }
 
 static void step_env_free(step_env *s) {
@@ -584,6 +592,245 @@ static void t_moe(void **state) {
   hweight_free(&wg), hweight_free(&wu), hweight_free(&wd), hweight_free(&pes);
 }
 
+/* ---- quantized caches ------------------------------------------------------------------------ */
+
+/* K/V rows both backends quantize; with bf16 activations rounded to bf16 first, so the device
+ * (which holds bf16) and the CPU (f32) quantize the same numbers and must agree bit for bit.
+ * Groups (of `group` values) of every shape the quantizer branches on: constant (the scale
+ * clamps to 1e-7 and q0 != 0), zero (q0 == 0, bias 0), tiny (below the clamp), large (`big`
+ * times), one negative outlier of -big, all negative (the min edge maps exactly), random. */
+static float *kv_values(int64_t rows, int64_t w, int group, float big, lm_dtype act) {
+  float *v = rand_vec(rows * w, 1.0f);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t g = 0; g < w / group; g++) {
+      float *x = v + r * w + g * group, c = x[0];
+      for (int i = 0; i < group; i++) {
+        int kind = (int)((r + g) % 8);
+        x[i] = kind == 0 ? c : kind == 1 ? 0.0f : kind == 2 ? x[i] * 1e-9f : kind == 3 ? x[i] * big
+             : kind == 4 && i == group / 2 ? -big : kind == 5 ? -fabsf(x[i]) - 0.5f : x[i];
+      }
+    }
+  for (int64_t i = 0; act == LM_DT_BF16 && i < rows * w; i++) v[i] = lm_round_bf16(v[i]);
+  return v;
+}
+
+/* Stage rows: filled alike on both backends, so bytes neither writes compare too. */
+static uint8_t *bytes_filled(size_t n) {
+  uint8_t *h = malloc(n);
+  memset(h, 0xa5, n);
+  return h;
+}
+
+static void *dbytes(lm_backend *be, size_t n) {
+  uint8_t *h = bytes_filled(n);
+  void *d = NULL;
+  assert_int_equal(be->ops->alloc(be, n, &d), LM_OK);
+  assert_int_equal(be->ops->upload(be, d, h, n), LM_OK);
+  free(h);
+  return d;
+}
+
+static uint8_t *dbytes_get(lm_backend *be, const void *d, size_t n) {
+  uint8_t *h = malloc(n ? n : 1);
+  assert_int_equal(be->ops->download(be, h, d, n), LM_OK);
+  return h;
+}
+
+/* Mismatching bytes, the first one reported under `what`. */
+static int64_t diff_bytes(const char *what, const uint8_t *got, const uint8_t *ref, size_t n) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != ref[i] && !bad++)
+      printf("  %s: byte %zu of %zu is %02x, want %02x  FAIL\n", what, i, n, got[i], ref[i]);
+  return bad;
+}
+
+/* The device cache holds what the CPU's holds, bit for bit: codes, scales and biases of the
+ * held slots for quantized kinds, the K/V values for plain ones. */
+static void expect_same_cache(lm_backend *gpu, const lm_kv_cache *hc, const lm_kv_cache *gc, const char *what) {
+  char s1[64], s2[64], w[160];
+  assert_string_equal(lm_kv_signature(hc, s1, sizeof s1), lm_kv_signature(gc, s2, sizeof s2));
+  assert_int_equal(hc->n, gc->n);
+  int64_t held = lm_kv_held(hc), bad = 0;
+  const void *ha[LM_KV_ARRAYS] = {hc->k, hc->v, hc->ks, hc->kb, hc->vs, hc->vb};
+  const void *ga[LM_KV_ARRAYS] = {gc->k, gc->v, gc->ks, gc->kb, gc->vs, gc->vb};
+  static const char *names[LM_KV_ARRAYS] = {"K codes", "V codes", "K scales", "K biases", "V scales", "V biases"};
+  for (int a = 0; a < LM_KV_ARRAYS && hc->bits; a++) {
+    size_t n = (size_t)(held * lm_kv_row_bytes(hc, a));
+    uint8_t *g = dbytes_get(gpu, ga[a], n);
+    snprintf(w, sizeof w, "%s %s %s", what, s1, names[a]);
+    bad += diff_bytes(w, g, ha[a], n);
+    free(g);
+  }
+  int64_t nv = held * hc->n_kv_heads * hc->head_dim;
+  for (int a = 0; a < 2 && !hc->bits; a++) {
+    uint8_t *g = dbytes_get(gpu, ga[a], (size_t)nv * lm_dtype_size(gc->dtype));
+    for (int64_t i = 0; i < nv; i++) {
+      float x = gc->dtype == LM_DT_BF16 ? lm_bf16_to_f32(((const uint16_t *)g)[i]) : ((const float *)g)[i];
+      if (x != ((const float *)ha[a])[i] && !bad++)
+        printf("  %s %s %s: value %lld is %g, want %g  FAIL\n", what, s1, a ? "V" : "K", (long long)i, (double)x,
+               (double)((const float *)ha[a])[i]);
+    }
+    free(g);
+  }
+  assert_int_equal(bad, 0);
+}
+
+/* kv_stage alone: three sequences whose caches of one index differ (quantized with the case's
+ * bits/group, plain, quantized with the other width and groups of 32), stage rows of an odd
+ * stride. The stage bytes and the replaced K/V rows must equal the CPU's exactly (bf16: the
+ * CPU's values rounded to bf16, which is what the device stores in a bf16 tensor). */
+static void t_kv_stage(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  static const struct { int bits, group, nkv, hd; } C[] = {
+      {8, 32, 2, 32}, {4, 32, 1, 64}, {8, 64, 4, 128}, {4, 128, 2, 256}, {8, 128, 1, 512}, {4, 64, 8, 256}};
+  for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
+    lm_kv_spec specs[3] = {
+        {.kind = LM_KV_QUANT, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .bits = C[ci].bits, .group = C[ci].group},
+        {.kind = LM_KV_PLAIN, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd},
+        {.kind = LM_KV_QUANT, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .bits = 12 - C[ci].bits, .group = 32}};
+    step_env s;
+    step_env_init_strided(e, &s, 3, specs, 1, 1);
+    int counts[3] = {5, 3, 4};
+    int T = step_batch(&s, counts, 0);
+    int64_t w = (int64_t)C[ci].nkv * C[ci].hd, sld = lm_kv_stage_row_bound(w) + 5;
+    size_t sbytes = (size_t)(T * sld + GUARD);
+    float *k = kv_values(T, w, C[ci].group, 3e4f, act), *v = kv_values(T, w, C[ci].group, 3e4f, act);
+    lm_tensor hk = htensor(T, w, k), hv = htensor(T, w, v);
+    dbuf dk = dput(e->gpu, T, w, act, k), dv = dput(e->gpu, T, w, act, v);
+    lm_tensor hs = {.data = bytes_filled(sbytes), .rows = T, .cols = sld - 5, .ld = sld, .dtype = LM_DT_U8};
+    lm_tensor ds = hs;
+    ds.data = dbytes(e->gpu, sbytes);
+    assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
+    assert_int_equal(e->cpu->ops->kv_stage(e->cpu, &(lm_kv_stage_args){hk, hv, hs, 0}), LM_OK);
+    assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
+    assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
+    lm_status st = e->gpu->ops->kv_stage(e->gpu, &(lm_kv_stage_args){dk.t, dv.t, ds, 0});
+    if (st) fprintf(stderr, "%s\n", lm_errmsg());
+    assert_int_equal(st, LM_OK);
+    assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
+    char what[96];
+    snprintf(what, sizeof what, "kv_stage q%d/g%d %dx%d (+ plain, + q%d/g32)", C[ci].bits, C[ci].group, C[ci].nkv,
+             C[ci].hd, 12 - C[ci].bits);
+    uint8_t *gs = dbytes_get(e->gpu, ds.data, sbytes);
+    int64_t bad = diff_bytes(what, gs, hs.data, sbytes);
+    float *rk = hget(hk), *rv = hget(hv), *gk = dget(e->gpu, &dk), *gv = dget(e->gpu, &dv);
+    for (int64_t i = 0; i < T * w; i++) {
+      float ek = act == LM_DT_BF16 ? lm_round_bf16(rk[i]) : rk[i];
+      float ev = act == LM_DT_BF16 ? lm_round_bf16(rv[i]) : rv[i];
+      if ((gk[i] != ek || gv[i] != ev) && !bad++)
+        printf("  %s: stored value %lld is K %g V %g, want %g %g  FAIL\n", what, (long long)i, (double)gk[i],
+               (double)gv[i], (double)ek, (double)ev);
+    }
+    printf("  %-56s %s\n", what, bad ? "FAIL" : "stage bytes and stored K/V exact");
+    assert_int_equal(bad, 0);
+    e->gpu->ops->free(e->gpu, ds.data);
+    free(hs.data), free(gs), free(rk), free(rv), free(gk), free(gv), free(k), free(v);
+    step_env_free(&s);
+  }
+}
+
+/* One step on both backends, as the forward issues it for a donor layer: kv_stage, attention,
+ * kv_append. The output is compared by NMSE, the stage rows and then every cache exactly. */
+static void kvq_step(env *e, step_env *s, int T, int nh, int nkv, int hd, int64_t window, int group,
+                     const char *what) {
+  lm_dtype act = e->gpu->act_dtype;
+  int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, sld = lm_kv_stage_row_bound(kvd) + 5;
+  size_t sbytes = (size_t)(T * sld + GUARD);
+  float *q = rand_vec(T * qd, 1.0f), *k = kv_values(T, kvd, group, 4.0f, act), *v = kv_values(T, kvd, group, 4.0f, act);
+  lm_tensor hq = htensor(T, qd, q), hk = htensor(T, kvd, k), hv = htensor(T, kvd, v), ho = htensor(T, qd, NULL);
+  dbuf dq = dput(e->gpu, T, qd, act, q), dk = dput(e->gpu, T, kvd, act, k), dv = dput(e->gpu, T, kvd, act, v);
+  dbuf dout = dput(e->gpu, T, qd, act, NULL);
+  lm_tensor hs = {.data = bytes_filled(sbytes), .rows = T, .cols = sld - 5, .ld = sld, .dtype = LM_DT_U8};
+  lm_tensor ds = hs;
+  ds.data = dbytes(e->gpu, sbytes);
+  lm_attn_args ac = {.out = ho, .q = hq, .k_new = hk, .v_new = hv, .cache = 0, .n_heads = nh, .n_kv_heads = nkv,
+                     .head_dim = hd, .window = window, .scale = 0.125f};
+  lm_attn_args ag = ac;
+  ag.out = dout.t, ag.q = dq.t, ag.k_new = dk.t, ag.v_new = dv.t;
+  assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s->bc), LM_OK);
+  assert_int_equal(e->cpu->ops->kv_stage(e->cpu, &(lm_kv_stage_args){hk, hv, hs, 0}), LM_OK);
+  assert_int_equal(e->cpu->ops->attention(e->cpu, &ac), LM_OK);
+  assert_int_equal(e->cpu->ops->kv_append(e->cpu, &(lm_kv_append_args){hk, hv, hs, 0}), LM_OK);
+  assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
+  assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s->bg), LM_OK);
+  lm_status rs = e->gpu->ops->kv_stage(e->gpu, &(lm_kv_stage_args){dk.t, dv.t, ds, 0});
+  if (!rs) rs = e->gpu->ops->attention(e->gpu, &ag);
+  if (!rs) rs = e->gpu->ops->kv_append(e->gpu, &(lm_kv_append_args){dk.t, dv.t, ds, 0});
+  if (rs) fprintf(stderr, "%s\n", lm_errmsg());
+  assert_int_equal(rs, LM_OK);
+  assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
+  float *ref = hget(ho), *got = dget(e->gpu, &dout);
+  expect_close(what, got, ref, T * qd, bound_for(e->gpu, 1e-9, 1e-4));
+  uint8_t *gs = dbytes_get(e->gpu, ds.data, sbytes);
+  assert_int_equal(diff_bytes(what, gs, hs.data, sbytes), 0);
+  for (int i = 0; i < s->n_seqs; i++) expect_same_cache(e->gpu, s->kc[i]->caches[0], s->kg[i]->caches[0], what);
+  e->gpu->ops->free(e->gpu, ds.data);
+  free(hs.data), free(gs), free(hq.data), free(hk.data), free(hv.data), free(ref), free(got), free(q), free(k), free(v);
+  dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv);
+}
+
+/* Attention over quantized caches read in place, with the append of staged codes, over the
+ * steps of t_attention (prefill chunks, decode with split keys, a chunk longer than its ring,
+ * ring wraps), GQA ratios 1..16, head dims 32..512, 4- and 8-bit codes, groups 32..128; in
+ * the "mixed" cases the second sequence's cache of the same index is plain. */
+static void t_kv_quant_attention(void **state) {
+  NEED_GPU(state);
+  static const struct { int nh, nkv, hd; int64_t window; int bits, group, mixed; } C[] = {
+      {4, 1, 64, 0, 8, 32, 0},    {8, 2, 256, 0, 4, 64, 0}, {16, 1, 512, 0, 8, 128, 0}, {4, 2, 32, 5, 4, 32, 0},
+      {8, 8, 256, 40, 8, 64, 1}, {2, 2, 128, 0, 4, 128, 1}, {8, 1, 256, 0, 4, 32, 0}};
+  static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
+  for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
+    lm_kv_spec specs[2] = {{.kind = C[ci].window ? LM_KV_ROTATING_QUANT : LM_KV_QUANT, .n_kv_heads = C[ci].nkv,
+                            .head_dim = C[ci].hd, .window = C[ci].window, .bits = C[ci].bits, .group = C[ci].group}};
+    specs[1] = specs[0];
+    if (C[ci].mixed) specs[1] = (lm_kv_spec){.kind = C[ci].window ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN,
+                                             .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .window = C[ci].window};
+    step_env s;
+    step_env_init_strided(e, &s, 2, specs, 1, 1);
+    for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
+      int T = step_batch(&s, steps[st], 0);
+      if (!T) continue;
+      char what[96];
+      snprintf(what, sizeof what, "kvq attention %d/%d x%d q%d/g%d%s win %lld step %zu (T=%d)", C[ci].nh, C[ci].nkv,
+               C[ci].hd, C[ci].bits, C[ci].group, C[ci].mixed ? " +plain" : "", (long long)C[ci].window, st, T);
+      kvq_step(e, &s, T, C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].window, C[ci].group, what);
+    }
+    step_env_free(&s);
+  }
+}
+
+/* --kv-quant-start on the device: caches start plain and kv_convert quantizes their held slots
+ * when lm_kv_reserve finds them long enough (the ring case converts after it has wrapped). The
+ * two sequences convert at different steps, so steps in between mix a quantized and a plain
+ * cache of one index. Converted caches must equal the CPU's bit for bit. */
+static void t_kv_convert(void **state) {
+  NEED_GPU(state);
+  static const struct { int nh, nkv, hd; int64_t window; int bits, group; } C[] = {
+      {4, 2, 64, 0, 8, 32}, {2, 1, 128, 6, 4, 64}, {8, 4, 256, 0, 4, 128}};
+  static const int steps[][2] = {{7, 4}, {5, 9}, {1, 1}, {2, 8}, {1, 1}, {1, 1}};
+  for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
+    lm_kv_spec specs[2] = {{.kind = C[ci].window ? LM_KV_ROTATING_QUANT : LM_KV_QUANT, .n_kv_heads = C[ci].nkv,
+                            .head_dim = C[ci].hd, .window = C[ci].window, .bits = C[ci].bits, .group = C[ci].group,
+                            .quant_start = 9}};
+    specs[1] = specs[0];
+    specs[1].quant_start = 20;
+    step_env s;
+    step_env_init_strided(e, &s, 2, specs, 1, 1);
+    for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
+      int T = step_batch(&s, steps[st], 0); /* reserves: converts the caches that reached their start */
+      char what[96];
+      snprintf(what, sizeof what, "kv_convert %dx%d q%d/g%d win %lld step %zu", C[ci].nkv, C[ci].hd, C[ci].bits,
+               C[ci].group, (long long)C[ci].window, st);
+      for (int i = 0; i < 2; i++) expect_same_cache(e->gpu, s.kc[i]->caches[0], s.kg[i]->caches[0], what);
+      kvq_step(e, &s, T, C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].window, C[ci].group, what);
+    }
+    for (int i = 0; i < 2; i++) assert_true(lm_kv_kind_quant(s.kg[i]->caches[0]->kind));
+    step_env_free(&s);
+  }
+}
+
 /* Bad calls fail closed with a message, never crash. */
 static void t_bad_calls(void **state) {
   NEED_GPU(state);
@@ -604,6 +851,26 @@ static void t_bad_calls(void **state) {
   assert_int_equal(s, LM_ERR_NOMEM);
   assert_non_null(strstr(lm_errmsg(), "free of"));
   printf("  out of memory: %s\n", lm_errmsg());
+  /* quantized kinds: exactly the widths and groups kv.c creates */
+  assert_true(e->gpu->ops->supports_cache(e->gpu, "kv:quant:8:64"));
+  assert_true(e->gpu->ops->supports_cache(e->gpu, "kv:rotating-quant:4:128"));
+  assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:quant:3:64"));
+  assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:quant:8:16"));
+  assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:rotating-quant:8:64x"));
+  { /* a stage row too small for a quantized cache's codes, scales and biases */
+    lm_kv_spec spec = {.kind = LM_KV_QUANT, .n_kv_heads = 1, .head_dim = 64, .bits = 8, .group = 32};
+    step_env se;
+    step_env_init(e, &se, 1, &spec, 1);
+    int counts[1] = {2};
+    step_batch(&se, counts, 0);
+    lm_tensor ds = {.data = dbytes(e->gpu, 256), .rows = 2, .cols = 64, .ld = 64, .dtype = LM_DT_U8};
+    assert_int_equal(e->gpu->ops->begin_step(e->gpu, &se.bg), LM_OK);
+    assert_int_equal(e->gpu->ops->kv_stage(e->gpu, &(lm_kv_stage_args){dx.t, dx.t, ds, 0}), LM_ERR_INVALID);
+    assert_int_equal(e->gpu->ops->kv_append(e->gpu, &(lm_kv_append_args){dx.t, dx.t, ds, 0}), LM_ERR_INVALID);
+    assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
+    e->gpu->ops->free(e->gpu, ds.data);
+    step_env_free(&se);
+  }
   dfree(e->gpu, &dx), dfree(e->gpu, &dy);
   hweight_free(&w);
 }
@@ -614,6 +881,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {BOTH(t_rmsnorm),   BF16(t_rmsnorm),   BOTH(t_elementwise), BF16(t_elementwise),
                                      BOTH(t_argmax),    BOTH(t_matmul),    BF16(t_matmul),      BOTH(t_step_ops),
                                      BF16(t_step_ops),  BOTH(t_attention), BF16(t_attention),   BOTH(t_moe),
-                                     BF16(t_moe),       BOTH(t_bad_calls)};
+                                     BF16(t_moe),       BOTH(t_kv_stage),  BF16(t_kv_stage),    BOTH(t_kv_convert),
+                                     BF16(t_kv_convert), BOTH(t_kv_quant_attention), BF16(t_kv_quant_attention),
+                                     BOTH(t_bad_calls)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
