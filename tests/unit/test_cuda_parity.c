@@ -8,7 +8,10 @@
  *    weights) and the E4B preset with random 4-bit weights: CUDA against the CPU backend,
  *    with the same f32 bound, and a loose bf16 bound (mean KL ≤ 1e-2, argmax agreement ≥ 75%).
  *  - The planned path: decode with captured graphs is bit-identical to decode without them,
- *    and the plan's use counter shows the graphs ran.
+ *    and the plan's use counter shows the graphs ran; with quantized caches too, across a
+ *    --kv-quant-start conversion (which must rebuild the plan).
+ *  - Quantized caches: the kv fixtures (e4b_like_kv8/kv4/kvmix, test_kv_quant.c's bounds) and
+ *    --kv-quant-start against the CPU backend.
  * Skips (exit 0) without a CUDA build or a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +26,7 @@
 
 #include "base/status.h"
 #include "model/forward.h"
+#include "model/kv_plan.h"
 #include "util/fixture.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -81,12 +85,12 @@ static lm_backend *make_backend(int cuda, lm_precision prec) {
   return be;
 }
 
-/* Feeds ids (prefill in chunks, then decode one by one) into a fresh cache set: [T][V]. */
-static float *run_mode(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill, int64_t chunk) {
+/* Feeds ids (prefill in chunks, then decode one by one) into a fresh cache set of these kinds:
+ * [T][V]. */
+static float *run_specs(lm_model *m, lm_backend *be, const lm_kv_spec *specs, const int32_t *ids, int64_t T,
+                        int64_t prefill, int64_t chunk) {
   int64_t V = m->cfg.vocab_size;
   float *out = malloc((size_t)(T * V) * sizeof(float));
-  lm_kv_spec specs[m->cfg.n_caches + 1];
-  lm_model_kv_specs(m, specs);
   lm_kv_set *kv = NULL;
   lm_forward *f = NULL;
   assert_int_equal(lm_model_prepare(m, be), LM_OK);
@@ -99,6 +103,13 @@ static float *run_mode(lm_model *m, lm_backend *be, const int32_t *ids, int64_t 
   lm_forward_free(f);
   lm_kv_set_free(kv);
   return out;
+}
+
+/* run_specs with the model's default (plain) caches. */
+static float *run_mode(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill, int64_t chunk) {
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  lm_model_kv_specs(m, specs);
+  return run_specs(m, be, specs, ids, T, prefill, chunk);
 }
 
 typedef struct bound {
@@ -140,18 +151,20 @@ static int has_weights(const char *dir) {
   return access(p, R_OK) == 0;
 }
 
-/* meta.json's tolerance.bf16 bound, or a negative kl when absent. */
-static bound bf16_bound(const char *dir) {
+/* meta.json's tolerance.<key> bound ("bf16", "fp32"), or a negative kl when absent. */
+static bound meta_bound(const char *dir, const char *key) {
   char p[1100];
   snprintf(p, sizeof p, "%s/meta.json", dir);
   bound b = {-2, 0};
   json_t *j = json_load_file(p, 0, NULL);
-  json_t *t = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), "bf16"), "mean_kl_max") : NULL;
-  json_t *a = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), "bf16"), "argmax_agree_min") : NULL;
+  json_t *t = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), key), "mean_kl_max") : NULL;
+  json_t *a = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), key), "argmax_agree_min") : NULL;
   if (t && a) b = (bound){json_number_value(t), json_number_value(a)};
   json_decref(j);
   return b;
 }
+
+static bound bf16_bound(const char *dir) { return meta_bound(dir, "bf16"); }
 
 static void t_fixtures(void **state) {
   (void)state;
@@ -312,8 +325,142 @@ static void t_plan(void **state) {
 #endif
 }
 
+/* ---- quantized caches ------------------------------------------------------------------------ */
+
+/* The quantized-KV fixtures (test_kv_quant.c runs them on the CPU): e4b_like's weights with
+ * caches planned by --kv-quant 8 or 4 (groups of 32) or the fixture's kv_config.json, in the
+ * three feeding modes. f32: the tight mean KL of the CPU path (≤ 1e-3: the device stores what
+ * the reference stores, up to rare last-bit code flips) and meta.json's fp32 argmax bound;
+ * bf16: meta.json's bf16 bound. */
+static void t_kv_fixtures(void **state) {
+  (void)state;
+  NEED_GPU();
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/e4b_like", FIXTURES);
+  if (!has_weights(dir)) {
+    printf("  %s has no weights: skipped\n", dir);
+    skip();
+  }
+  static const struct { const char *name, *mode; int group; } F[] = {
+      {"e4b_like_kv8", "8", 32}, {"e4b_like_kv4", "4", 32}, {"e4b_like_kvmix", "config", 0}};
+  lm_model *m = NULL;
+  assert_int_equal(lm_model_load(dir, &m), LM_OK);
+  int fails = 0;
+  for (size_t i = 0; i < sizeof F / sizeof *F; i++) {
+    char fx[1024], p[1100];
+    snprintf(fx, sizeof fx, "%s/%s", FIXTURES, F[i].name);
+    snprintf(p, sizeof p, "%s/kv_config.json", fx);
+    lm_kv_spec specs[m->cfg.n_caches + 1];
+    lm_kv_options o = {.mode = F[i].mode, .group = F[i].group, .config_path = p};
+    lm_status ps = lm_model_kv_plan(m, &o, specs);
+    if (ps) fprintf(stderr, "%s\n", lm_errmsg());
+    assert_int_equal(ps, LM_OK);
+    int32_t *ids;
+    snprintf(p, sizeof p, "%s/ids.txt", fx);
+    int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
+    snprintf(p, sizeof p, "%s/logits.f32", fx);
+    float *ref = lm_fx_read_f32(p, T * V);
+    assert_non_null(ref);
+    bound b32 = meta_bound(fx, "fp32"), b16 = meta_bound(fx, "bf16");
+    assert_true(b32.mean_kl_max >= 0 && b16.mean_kl_max >= 0);
+    b32.mean_kl_max = fmin(b32.mean_kl_max, 1e-3);
+    struct { const char *mode; int64_t prefill, chunk; } modes[] = {{"prefill", T, T}, {"chunked", T, 5},
+                                                                    {"decode", T / 2, T / 2}};
+    for (int pi = 0; pi < 2; pi++) {
+      lm_backend *be = make_backend(1, pi ? LM_PRECISION_FAST : LM_PRECISION_F32);
+      for (size_t k = 0; k < 3; k++) {
+        float *got = run_specs(m, be, specs, ids, T, modes[k].prefill, modes[k].chunk);
+        char what[128];
+        snprintf(what, sizeof what, "%s %s %s", F[i].name, pi ? "bf16" : "f32", modes[k].mode);
+        fails += !check(what, ref, got, T, V, pi ? b16 : b32);
+        free(got);
+      }
+      lm_backend_destroy(be);
+    }
+    free(ref);
+    free(ids);
+  }
+  lm_model_free(m);
+  assert_int_equal(fails, 0);
+}
+
+/* --kv-quant-start 20 on the device against the CPU: e4b_like, 8-bit groups of 32; the caches
+ * convert (kv_convert) between the prefill, in chunks of 4, and the decode that follows. Both
+ * paths quantize the same rows at the same moment, so they agree as closely as the f32 paths
+ * of the quantized fixtures do (mean KL ≤ 1e-3, at most two argmax flips). */
+static void t_kv_quant_start(void **state) {
+  (void)state;
+  NEED_GPU();
+  char dir[1024], p[1100];
+  snprintf(dir, sizeof dir, "%s/e4b_like", FIXTURES);
+  if (!has_weights(dir)) {
+    printf("  %s has no weights: skipped\n", dir);
+    skip();
+  }
+  lm_model *m = NULL;
+  assert_int_equal(lm_model_load(dir, &m), LM_OK);
+  int32_t *ids;
+  snprintf(p, sizeof p, "%s/ids.txt", dir);
+  int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
+  assert_true(T > 24);
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  assert_int_equal(lm_model_kv_plan(m, &(lm_kv_options){.mode = "8", .group = 32, .quant_start = 20}, specs), LM_OK);
+  lm_backend *cpu = make_backend(0, LM_PRECISION_F32);
+  float *ref = run_specs(m, cpu, specs, ids, T, 20, 4);
+  lm_backend_destroy(cpu);
+  lm_backend *be = make_backend(1, LM_PRECISION_F32);
+  float *got = run_specs(m, be, specs, ids, T, 20, 4);
+  lm_backend_destroy(be);
+  int ok = check("e4b_like kv8 start 20 f32 vs cpu", ref, got, T, V, (bound){1e-3, (double)(T - 2)});
+  free(ref), free(got), free(ids);
+  lm_model_free(m);
+  assert_true(ok);
+}
+
+/* Decode over quantized caches with plans on and off is bit-identical, also across
+ * --kv-quant-start: the caches convert in the middle of the decode, their signatures change,
+ * so a new plan is captured (a stale graph would read the codes as plain values). Plans are
+ * built for the prefill chunk, the plain decode and the quantized decode: at least 3. */
+static void t_kv_plan(void **state) {
+  (void)state;
+  NEED_GPU();
+#ifdef LM_HAVE_CUDA
+  for (int pi = 0; pi < 2; pi++) {
+    lm_precision prec = pi ? LM_PRECISION_FAST : LM_PRECISION_F32;
+    lm_model *m = synth("kvplan", pi ? moe_cfg : small_cfg, 4, 64);
+    lm_kv_spec specs[m->cfg.n_caches + 1];
+    lm_kv_options o = {.mode = pi ? "4" : "8", .group = pi ? 64 : 32, .quant_start = 9};
+    assert_int_equal(lm_model_kv_plan(m, &o, specs), LM_OK);
+    int64_t T = 20, V = m->cfg.vocab_size;
+    int32_t ids[20];
+    ids_for(ids, T, V);
+    float *out[2];
+    int64_t uses[2], builds[2];
+    for (int on = 0; on < 2; on++) {
+      lm_backend *be = make_backend(1, prec);
+      lm_cuda_set_plans(be, on);
+      out[on] = run_specs(m, be, specs, ids, T, 5, 5);
+      lm_cuda_plan_stats(be, &uses[on], &builds[on]);
+      if (on && builds[on] < 3) printf("  last refused capture: %s\n", lm_cuda_plan_error(be));
+      lm_backend_destroy(be);
+    }
+    printf("  kv plan %s q%s start 9: off uses %lld; on uses %lld, builds %lld\n", pi ? "moe bf16" : "small f32",
+           o.mode, (long long)uses[0], (long long)uses[1], (long long)builds[1]);
+    assert_int_equal(uses[0], 0);
+    assert_true(builds[1] >= 3);
+    assert_true(uses[1] >= T - 5);
+    assert_memory_equal(out[0], out[1], (size_t)(T * V) * sizeof(float));
+    free(out[0]);
+    free(out[1]);
+    lm_model_free(m);
+  }
+#endif
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_plan), cmocka_unit_test(t_synthetic),
-                                     cmocka_unit_test(t_fixtures), cmocka_unit_test(t_e4b)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_plan),        cmocka_unit_test(t_synthetic),
+                                     cmocka_unit_test(t_fixtures),    cmocka_unit_test(t_e4b),
+                                     cmocka_unit_test(t_kv_fixtures), cmocka_unit_test(t_kv_quant_start),
+                                     cmocka_unit_test(t_kv_plan)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
