@@ -404,6 +404,8 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   c->attn_part_floats = (int64_t)8 << 20;
   LM_TRY(lm_cuda_malloc(c, (size_t)c->attn_part_floats * sizeof(float), LM_CUDA_WORKSPACE, "attention scratch",
                         (void **)&c->attn_part));
+  /* its tail holds the decode kernel's split counters, which must start at zero */
+  LM_CU(cudaMemset(c->attn_part, 0, (size_t)c->attn_part_floats * sizeof(float)));
   c->plans_on = 1;
   const char *prof = getenv("LUMEN_CUDA_PROFILE");
   if (prof && *prof && strcmp(prof, "0")) {

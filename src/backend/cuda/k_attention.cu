@@ -11,7 +11,8 @@
  * For decode (few blocks) the key range is split across blocks (flash-decoding); a second
  * kernel merges the splits' (max, sum, acc) partials. Grid and split count depend only on the
  * batch's shape, never on the context length, so a captured graph stays valid as caches grow.
- * Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4, 8, 16} (5 kernels + 1 combine). */
+ * Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4, 8, 16} (5 kernels + 1 combine), and the
+ * decode kernel (below) for head dims 32..512 that are powers of two. */
 #include <math.h>
 
 #include "backend/cuda/k_common.cuh"
@@ -186,6 +187,248 @@ __global__ void __launch_bounds__(kThreads) k_attn_combine(const lm_cu_attn_p p,
   }
 }
 
+/* ---- decode: one query token per sequence ---------------------------------------------------
+ * A warp per query head, lanes along the head dim (EPL = hd/32 elements each, one vector load
+ * per key row), so a key costs one coalesced load of K and of V and a warp reduction; kDecU
+ * keys are loaded before any is used, so a warp has 2·kDecU loads in flight. The warps of a
+ * block are heads of the same token (those sharing a KV head hit the same rows in L1). The
+ * key range is split across gridDim.z blocks; the last block of a (token, head block) to
+ * finish — counted with an atomic that it resets — merges the partials, so there is no
+ * second launch. The split count depends only on the batch's shape. */
+
+constexpr int kDecMinChunk = 16;   /* fewest keys a split takes */
+constexpr int kDecMaxSplits = 64;
+constexpr int kCountSlots = 65536; /* split counters, at the tail of the partials buffer */
+
+template <int EPL>
+__device__ __forceinline__ void ld_vec(const void *base, int dt, int64_t off, float (&o)[EPL]) {
+  if (dt == LM_CU_BF16) {
+    const uint16_t *b = (const uint16_t *)base + off;
+    if constexpr (EPL >= 8) {
+#pragma unroll
+      for (int i = 0; i < EPL / 8; i++) {
+        uint4 u = __ldg((const uint4 *)b + i);
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) o[8 * i + 2 * j] = bf2f(w[j] & 0xffffu), o[8 * i + 2 * j + 1] = bf2f(w[j] >> 16);
+      }
+    } else if constexpr (EPL == 4) {
+      uint2 u = __ldg((const uint2 *)b);
+      o[0] = bf2f(u.x & 0xffffu), o[1] = bf2f(u.x >> 16), o[2] = bf2f(u.y & 0xffffu), o[3] = bf2f(u.y >> 16);
+    } else if constexpr (EPL == 2) {
+      uint32_t u = __ldg((const uint32_t *)b);
+      o[0] = bf2f(u & 0xffffu), o[1] = bf2f(u >> 16);
+    } else {
+      o[0] = bf2f(__ldg(b));
+    }
+  } else {
+    const float *f = (const float *)base + off;
+    if constexpr (EPL >= 4) {
+#pragma unroll
+      for (int i = 0; i < EPL / 4; i++) {
+        float4 v = __ldg((const float4 *)f + i);
+        o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
+      }
+    } else if constexpr (EPL == 2) {
+      float2 v = __ldg((const float2 *)f);
+      o[0] = v.x, o[1] = v.y;
+    } else {
+      o[0] = __ldg(f);
+    }
+  }
+}
+
+/* Partial of (token row t, head h, split z): m, l, then the head dim's acc from float 4 on. */
+__device__ __forceinline__ float *dec_part(const lm_cu_attn_p &p, int64_t t, int h, int splits, int z, int hd) {
+  return p.part + (((int64_t)t * p.n_heads + h) * splits + z) * (int64_t)(hd + 4);
+}
+
+template <int EPL>
+__device__ __forceinline__ void dec_store(const lm_cu_attn_p &p, int64_t t, int h, int lane, const float (&acc)[EPL],
+                                          float inv) {
+#pragma unroll
+  for (int e = 0; e < EPL; e++) stt(p.out, t, (int64_t)h * 32 * EPL + lane * EPL + e, acc[e] * inv);
+}
+
+/* The last split of a (token, head block) merges every split's partial of each head: lanes
+ * read the splits' (m, l) in parallel, then the acc slices of kMergeU splits at a time are
+ * loaded before they are summed (L2 reads: the partials come from other SMs). */
+template <int EPL>
+__device__ __forceinline__ void ld_part(const float *pp, float (&o)[EPL]) {
+  if constexpr (EPL >= 4) {
+#pragma unroll
+    for (int i = 0; i < EPL / 4; i++) {
+      float4 v = __ldcg(reinterpret_cast<const float4 *>(pp) + i);
+      o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < EPL; e++) o[e] = __ldcg(pp + e);
+  }
+}
+
+template <int EPL>
+__device__ void dec_merge(const lm_cu_attn_p &p, int64_t t, int h, int lane, int splits) {
+  constexpr int HD = 32 * EPL, MU = EPL >= 16 ? 4 : 8;
+  static_assert(kDecMaxSplits <= 64, "two splits per lane");
+  float wz[2], L = 0.0f, M = -INFINITY, acc[EPL] = {};
+  float mz[2], lz[2];
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const int z = lane + 32 * k;
+    const float *pp = dec_part(p, t, h, splits, z < splits ? z : 0, HD);
+    mz[k] = z < splits ? __ldcg(pp) : -INFINITY;
+    lz[k] = z < splits ? __ldcg(pp + 1) : 0.0f;
+    if (lz[k] > 0.0f) M = fmaxf(M, mz[k]);
+  }
+  M = warp_max(M);
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    wz[k] = lz[k] > 0.0f ? expf(mz[k] - M) : 0.0f;
+    L += lz[k] * wz[k];
+  }
+  L = warp_sum(L);
+  for (int z0 = 0; z0 < splits; z0 += MU) {
+    float v[MU][EPL], w[MU];
+#pragma unroll
+    for (int u = 0; u < MU; u++) {
+      const int z = z0 + u;
+      w[u] = __shfl_sync(0xffffffffu, (z & 32) ? wz[1] : wz[0], z & 31);
+      if (z < splits && w[u] > 0.0f)
+        ld_part<EPL>(dec_part(p, t, h, splits, z, HD) + 4 + lane * EPL, v[u]);
+      else
+#pragma unroll
+        for (int e = 0; e < EPL; e++) v[u][e] = 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < MU; u++)
+#pragma unroll
+      for (int e = 0; e < EPL; e++) acc[e] = fmaf(w[u], v[u][e], acc[e]);
+  }
+  dec_store<EPL>(p, t, h, lane, acc, L > 0.0f ? 1.0f / L : 0.0f);
+}
+
+template <int EPL>
+__global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int splits, int *count) {
+  constexpr int HD = 32 * EPL, U = EPL >= 16 ? 4 : 8; /* keys in flight per warp */
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hpb = blockDim.x / 32;
+  const int64_t tb = p.tiles[2 * blockIdx.x];
+  const int h = blockIdx.y * hpb + warp, kvh = h / (p.n_heads / p.n_kv_heads);
+  const lm_cu_kvdesc d = p.kv[(int64_t)p.seq[tb] * p.n_caches + p.cache];
+  const int64_t n_past = d.n, pos = p.pos[tb];
+  int64_t klo = p.window > 0 ? max(pos - p.window + 1, (int64_t)0) : 0;
+  klo = max(klo, d.window > 0 && n_past > d.window ? n_past - d.window : (int64_t)0);
+  const int64_t chunk = max((pos - klo + 1 + splits - 1) / splits, (int64_t)kDecMinChunk);
+  const int64_t lo = klo + blockIdx.z * chunk, hi = min(lo + chunk, pos + 1);
+  const int64_t kvw = (int64_t)p.n_kv_heads * HD, hoff = (int64_t)kvh * HD + lane * EPL;
+  const int dt = p.k_new.dt;
+  float q[EPL], acc[EPL] = {}, m = -INFINITY, l = 0.0f;
+  ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * HD + lane * EPL, q);
+#pragma unroll
+  for (int e = 0; e < EPL; e++) q[e] *= p.scale;
+  for (int64_t kb = lo; kb < hi; kb += U) {
+    float kk[U][EPL], vv[U][EPL], s[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t kp = min(kb + u, hi - 1); /* past the end: a repeat of the last key, masked below */
+      if (kp < n_past) {
+        const int64_t off = (d.window > 0 ? kp % d.window : kp) * kvw + hoff;
+        ld_vec<EPL>(d.k, dt, off, kk[u]);
+        ld_vec<EPL>(d.v, dt, off, vv[u]);
+      } else { /* this step's own key: chunk row of position kp */
+        const int64_t r = tb + (kp - n_past);
+        ld_vec<EPL>(p.k_new.p, dt, r * p.k_new.ld + hoff, kk[u]);
+        ld_vec<EPL>(p.v_new.p, dt, r * p.v_new.ld + hoff, vv[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float a = 0.0f;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) a = fmaf(q[e], kk[u][e], a);
+      s[u] = a;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) s[u] = warp_sum(s[u]);
+    float mx = m;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (kb + u < hi) mx = fmaxf(mx, s[u]);
+    const float r = expf(m - mx);
+    l *= r;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) acc[e] *= r;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const float pu = kb + u < hi ? expf(s[u] - mx) : 0.0f;
+      l += pu;
+#pragma unroll
+      for (int e = 0; e < EPL; e++) acc[e] = fmaf(pu, vv[u][e], acc[e]);
+    }
+    m = mx;
+  }
+  if (splits == 1) {
+    dec_store<EPL>(p, tb, h, lane, acc, l > 0.0f ? 1.0f / l : 0.0f);
+    return;
+  }
+  float *pp = dec_part(p, tb, h, splits, blockIdx.z, HD);
+  if (lane == 0) pp[0] = m, pp[1] = l;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) pp[4 + lane * EPL + e] = acc[e];
+  __threadfence(); /* the partial is visible before the count says so */
+  __syncthreads();
+  __shared__ int last;
+  const int64_t ci = (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(count + ci, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  dec_merge<EPL>(p, tb, h, lane, splits);
+  if (threadIdx.x == 0) count[ci] = 0; /* ready for the next launch (graph replays included) */
+}
+
+typedef void (*dec_fn)(const lm_cu_attn_p, int, int *);
+
+dec_fn pick_dec(int hd) {
+  switch (hd) {
+  case 32: return &k_attn_dec<1>;
+  case 64: return &k_attn_dec<2>;
+  case 128: return &k_attn_dec<4>;
+  case 256: return &k_attn_dec<8>;
+  case 512: return &k_attn_dec<16>;
+  default: return nullptr;
+  }
+}
+
+bool aligned16(const void *p, int64_t ld, int dt) {
+  return ((uintptr_t)p & 15u) == 0 && (ld * (dt == LM_CU_F32 ? 4 : 2)) % 16 == 0;
+}
+
+/* The decode kernel, when the step is one token per sequence and the layout allows its
+ * vector loads; returns false to leave the step to the general kernel. */
+bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaError_t *err) {
+  const int dt = p->k_new.dt;
+  dec_fn fn = pick_dec(p->head_dim);
+  if (!fn || p->max_tile != 1 || (dt != LM_CU_BF16 && dt != LM_CU_F32) || p->q.dt != dt || p->v_new.dt != dt ||
+      !aligned16(p->q.p, p->q.ld, dt) || !aligned16(p->k_new.p, p->k_new.ld, dt) || !aligned16(p->v_new.p, p->v_new.ld, dt))
+    return false;
+  int hpb = 8;
+  while (p->n_heads % hpb) hpb /= 2;
+  const int64_t blocks = (int64_t)p->n_tiles * (p->n_heads / hpb);
+  if (p->n_heads / hpb > 65535) return false;
+  const int64_t count_floats = kCountSlots;
+  int splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
+  splits = splits > kDecMaxSplits ? kDecMaxSplits : splits < 1 ? 1 : splits;
+  if (blocks > kCountSlots) splits = 1;
+  while (splits > 1 && (int64_t)p->n_tiles * p->n_heads * splits * (p->head_dim + 4) > p->part_floats - count_floats)
+    splits--;
+  int *count = (int *)(p->part + (p->part_floats - count_floats));
+  dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_heads / hpb), (unsigned)splits);
+  fn<<<grid, 32 * hpb, 0, s>>>(*p, splits, count);
+  *err = cudaGetLastError();
+  return true;
+}
+
 typedef void (*attn_fn)(const lm_cu_attn_p, int, int);
 
 attn_fn pick(int hd) {
@@ -202,6 +445,10 @@ attn_fn pick(int hd) {
 extern "C" {
 
 cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
+  cudaError_t de;
+  if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 && p->part_floats > 2 * kCountSlots &&
+      attention_decode(s, p, n_sms, &de))
+    return de;
   attn_fn fn = pick(p->head_dim);
   if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0) return cudaErrorInvalidValue;
   const int G = p->n_heads / p->n_kv_heads;
@@ -212,7 +459,8 @@ cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
   if (blocks < n_sms) { /* decode: spread each row's keys over more blocks */
     splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
     if (splits > 32) splits = 32;
-    while (splits > 1 && p->out.rows * p->n_heads * splits * (int64_t)(p->head_dim + 2) > p->part_floats) splits--;
+    while (splits > 1 && p->out.rows * p->n_heads * splits * (int64_t)(p->head_dim + 2) > p->part_floats - kCountSlots)
+      splits--;
   }
   size_t smem = (size_t)smem_floats(p->head_dim) * sizeof(float);
   dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_kv_heads * passes), (unsigned)splits);

@@ -76,6 +76,94 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x,
   }
 }
 
+/* 8 consecutive values of a bf16 or f32 row, as f32 (16- or 32-byte loads). */
+__device__ __forceinline__ void ld8(const void *p, int64_t ld, int dt, int64_t r, int64_t j, float (&v)[8]) {
+  if (dt == LM_CU_BF16) {
+    uint4 u = *reinterpret_cast<const uint4 *>((const uint16_t *)p + r * ld + 8 * j);
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[2 * i] = bf2f(w[i] & 0xffffu), v[2 * i + 1] = bf2f(w[i] >> 16);
+  } else {
+    const float4 *f = reinterpret_cast<const float4 *>((const float *)p + r * ld + 8 * j);
+    float4 a = f[0], b = f[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+}
+
+__device__ __forceinline__ void st8(void *p, int64_t ld, int dt, int64_t r, int64_t j, const float (&v)[8]) {
+  if (dt == LM_CU_BF16) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = (uint32_t)f2bf(v[2 * i]) | (uint32_t)f2bf(v[2 * i + 1]) << 16;
+    *reinterpret_cast<uint4 *>((uint16_t *)p + r * ld + 8 * j) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    float4 *f = reinterpret_cast<float4 *>((float *)p + r * ld + 8 * j);
+    f[0] = make_float4(v[0], v[1], v[2], v[3]);
+    f[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
+/* The same RMSNorm for aligned bf16/f32 rows whose width is a multiple of 8: TPR threads per
+ * row (rows of up to 1024 columns share a block), NV 8-value vectors per thread. x, the
+ * weight and the residual are all loaded before the reduction, so a row costs one round
+ * trip to memory plus the store. Same rounding as k_rmsnorm. */
+template <int NV>
+__global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_t x, const float *w, float eps,
+                                                            lm_cu_t res, int has_res, int tpr) {
+  __shared__ float part[kRowWarps];
+  const int rpb = blockDim.x / tpr, t = threadIdx.x % tpr, wpr = tpr / 32;
+  const int64_t r = (int64_t)blockIdx.x * rpb + threadIdx.x / tpr, nv = x.cols / 8;
+  const bool row_ok = r < x.rows;
+  float v[NV][8], wv[NV][8], rv[NV][8], ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NV; k++) {
+    const int64_t j = t + (int64_t)k * tpr;
+    const bool ok = row_ok && j < nv;
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[k][i] = 0.0f, wv[k][i] = 1.0f, rv[k][i] = 0.0f;
+    if (!ok) continue;
+    ld8(x.p, x.ld, x.dt, r, j, v[k]);
+    if (w) {
+      float4 a = reinterpret_cast<const float4 *>(w)[2 * j], b = reinterpret_cast<const float4 *>(w)[2 * j + 1];
+      wv[k][0] = a.x, wv[k][1] = a.y, wv[k][2] = a.z, wv[k][3] = a.w;
+      wv[k][4] = b.x, wv[k][5] = b.y, wv[k][6] = b.z, wv[k][7] = b.w;
+    }
+    if (has_res) ld8(res.p, res.ld, res.dt, r, j, rv[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < NV; k++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) ss += v[k][i] * v[k][i];
+  ss = warp_sum(ss);
+  if (wpr > 1) {
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    ss = 0.0f;
+    for (int i = 0; i < wpr; i++) ss += part[(threadIdx.x / tpr) * wpr + i];
+  }
+  const float inv = 1.0f / sqrtf(ss / (float)x.cols + eps);
+#pragma unroll
+  for (int k = 0; k < NV; k++) {
+    const int64_t j = t + (int64_t)k * tpr;
+    if (!row_ok || j >= nv) continue;
+    float y[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      float n = w ? v[k][i] * inv * wv[k][i] : v[k][i] * inv;
+      y[i] = has_res ? rv[k][i] + rnd(res.dt, n) : n;
+    }
+    if (has_res)
+      st8(res.p, res.ld, res.dt, r, j, y);
+    else
+      st8(out.p, out.ld, out.dt, r, j, y);
+  }
+}
+
+bool vec_ok(const lm_cu_t &t) {
+  return (t.dt == LM_CU_BF16 || t.dt == LM_CU_F32) && ((uintptr_t)t.p & 15u) == 0 &&
+         (t.ld * (t.dt == LM_CU_F32 ? 4 : 2)) % 16 == 0;
+}
+
 /* apply_rotary_pos_emb (rotate_half pairing i, i+d/2). bf16: cos/sin are cast to the
  * activation dtype and each product and sum rounds, as torch does. */
 __global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int n_heads, int hd, const float *inv,
@@ -128,13 +216,29 @@ __global__ void __launch_bounds__(kRowThreads) k_gather(lm_cu_t out, lm_cu_t x, 
   stt(out, r, c, ldt(x, rows[r], c));
 }
 
-/* One block per row; ties go to the lowest index, as the CPU's strict '>' scan does. */
-__global__ void __launch_bounds__(kRowThreads) k_argmax(lm_cu_t ids, lm_cu_t x) {
-  __shared__ float sv[kRowWarps];
-  __shared__ int64_t si[kRowWarps];
+/* One block of 1024 threads per row (a 262k vocabulary is 1 MiB of f32 logits: one SM must
+ * keep many loads in flight); f32 rows aligned to 16 bytes are read 4 values at a time.
+ * Ties go to the lowest index, as the CPU's strict '>' scan does: each thread scans its
+ * columns in increasing order and the merges prefer the lower index. */
+constexpr int kArgThreads = 1024;
+
+__global__ void __launch_bounds__(kArgThreads) k_argmax(lm_cu_t ids, lm_cu_t x) {
+  __shared__ float sv[kArgThreads / 32];
+  __shared__ int64_t si[kArgThreads / 32];
   int64_t r = blockIdx.x, best = -1;
   float bv = -INFINITY;
-  for (int64_t c = threadIdx.x; c < x.cols; c += kRowThreads) {
+  const bool vec = x.dt == LM_CU_F32 && ((uintptr_t)x.p & 15u) == 0 && x.ld % 4 == 0;
+  const int64_t nv = vec ? x.cols / 4 : 0;
+  const float4 *row4 = reinterpret_cast<const float4 *>((const float *)x.p + r * x.ld);
+#pragma unroll 4
+  for (int64_t j = threadIdx.x; j < nv; j += kArgThreads) {
+    float4 f = __ldg(row4 + j);
+    float v[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      if (best < 0 || v[i] > bv) bv = v[i], best = 4 * j + i;
+  }
+  for (int64_t c = 4 * nv + threadIdx.x; c < x.cols; c += kArgThreads) {
     float v = ldt(x, r, c);
     if (best < 0 || v > bv) bv = v, best = c;
   }
@@ -146,7 +250,7 @@ __global__ void __launch_bounds__(kRowThreads) k_argmax(lm_cu_t ids, lm_cu_t x) 
   if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = best;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int i = 1; i < kRowWarps; i++)
+    for (int i = 1; i < kArgThreads / 32; i++)
       if (si[i] >= 0 && (best < 0 || sv[i] > bv || (sv[i] == bv && si[i] < best))) bv = sv[i], best = si[i];
     ((int32_t *)ids.p)[r * ids.ld] = (int32_t)(best < 0 ? 0 : best);
   }
@@ -193,6 +297,19 @@ cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w
   if (x.rows <= 0) return cudaSuccess;
   lm_cu_t res = residual ? *residual : lm_cu_t{};
   if (x.rows > 0x7fffffff) return cudaErrorInvalidValue;
+  const int64_t nv = x.cols / 8;
+  if (x.cols % 8 == 0 && nv <= 4 * kRowThreads && vec_ok(x) && (residual ? vec_ok(res) : vec_ok(out)) &&
+      ((uintptr_t)w & 15u) == 0) {
+    const int per = (int)((nv + kRowThreads - 1) / kRowThreads); /* vectors per thread, 1..4 */
+    int tpr = (int)((nv + per - 1) / per);
+    tpr = (tpr + 31) / 32 * 32;
+    const int rpb = kRowThreads / tpr;
+    const unsigned blocks = (unsigned)((x.rows + rpb - 1) / rpb);
+    void (*fn)(lm_cu_t, lm_cu_t, const float *, float, lm_cu_t, int, int) =
+        per == 1 ? &k_rmsnorm_vec<1> : per == 2 ? &k_rmsnorm_vec<2> : per == 3 ? &k_rmsnorm_vec<3> : &k_rmsnorm_vec<4>;
+    fn<<<blocks, rpb * tpr, 0, s>>>(out, x, w, eps, res, residual != NULL, tpr);
+    return cudaGetLastError();
+  }
   k_rmsnorm<<<(unsigned)x.rows, kRowThreads, 0, s>>>(out, x, w, eps, res, residual != NULL);
   return cudaGetLastError();
 }
@@ -230,7 +347,7 @@ cudaError_t lm_cu_gather_rows(cudaStream_t s, lm_cu_t out, lm_cu_t x, const int3
 
 cudaError_t lm_cu_argmax(cudaStream_t s, lm_cu_t ids, lm_cu_t x) {
   if (x.rows <= 0) return cudaSuccess;
-  k_argmax<<<(unsigned)x.rows, kRowThreads, 0, s>>>(ids, x);
+  k_argmax<<<(unsigned)x.rows, kArgThreads, 0, s>>>(ids, x);
   return cudaGetLastError();
 }
 
