@@ -45,6 +45,7 @@ done | sort -u | while read -r lib; do
 done
 
 cp "$SHARED"/presets/*.json "$PACK/presets/"
+cp "$ROOT"/tools/gpu/profile.sh "$ROOT"/tools/gpu/ncu_table.py "$PACK/"
 
 cat > "$PACK/run.sh" <<'RUN'
 #!/usr/bin/env bash
