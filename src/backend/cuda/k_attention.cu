@@ -328,11 +328,14 @@ __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int spli
   for (int e = 0; e < EPL; e++) q[e] *= p.scale;
   for (int64_t kb = lo; kb < hi; kb += U) {
     float kk[U][EPL], vv[U][EPL], s[U];
+    const int64_t slot0 = d.window > 0 ? kb % d.window : kb; /* one division per batch, not per key */
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int64_t kp = min(kb + u, hi - 1); /* past the end: a repeat of the last key, masked below */
       if (kp < n_past) {
-        const int64_t off = (d.window > 0 ? kp % d.window : kp) * kvw + hoff;
+        int64_t slot = slot0 + (kp - kb);
+        if (d.window > 0 && slot >= d.window) slot -= d.window;
+        const int64_t off = slot * kvw + hoff;
         ld_vec<EPL>(d.k, dt, off, kk[u]);
         ld_vec<EPL>(d.v, dt, off, vv[u]);
       } else { /* this step's own key: chunk row of position kp */
@@ -412,8 +415,9 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
   if (!fn || p->max_tile != 1 || (dt != LM_CU_BF16 && dt != LM_CU_F32) || p->q.dt != dt || p->v_new.dt != dt ||
       !aligned16(p->q.p, p->q.ld, dt) || !aligned16(p->k_new.p, p->k_new.ld, dt) || !aligned16(p->v_new.p, p->v_new.ld, dt))
     return false;
-  int hpb = 8;
-  while (p->n_heads % hpb) hpb /= 2;
+  /* heads of one KV group per block (their K/V rows are shared in L1), at most 8 */
+  int hpb = p->n_heads / p->n_kv_heads;
+  while (hpb > 8 || p->n_heads % hpb) hpb = hpb > 8 ? hpb / 2 : hpb - 1;
   const int64_t blocks = (int64_t)p->n_tiles * (p->n_heads / hpb);
   if (p->n_heads / hpb > 65535) return false;
   const int64_t count_floats = kCountSlots;
