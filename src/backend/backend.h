@@ -62,21 +62,43 @@ typedef struct lm_embed_args {
   float scale;
 } lm_embed_args;
 
-/* out = x · Wᵀ (+ out if accumulate). `expert` selects a matrix of a stacked weight. */
+/* Elementwise epilogues a matmul may fuse. The product is rounded to out's dtype first, so
+ * the result equals the matmul followed by the geglu op. */
+typedef enum lm_mm_epilogue {
+  LM_EPI_NONE = 0,
+  LM_EPI_GLU_OTHER, /* out = gelu_tanh(other) * (x · Wᵀ): the MLP's up projection, gate in other */
+  LM_EPI_GLU_SELF,  /* out = gelu_tanh(x · Wᵀ) * other: the per-layer-input gate */
+} lm_mm_epilogue;
+
+/* out = x · Wᵀ (+ out if accumulate). `expert` selects a matrix of a stacked weight. With an
+ * epilogue (never with accumulate), `other` is [rows][out.cols] and must not alias out. */
 typedef struct lm_matmul_args {
   lm_tensor out, x;
   const lm_weight *w;
   int64_t expert;
   int accumulate;
+  lm_mm_epilogue epilogue;
+  lm_tensor other;
 } lm_matmul_args;
 
 /* out = RMSNorm(x) * w (w NULL: no learned scale), per row over cols; in place allowed.
- * With `residual` set: residual += that result (out ignored): the sandwich-norm + residual add. */
+ * With `residual` set: residual += that result (out ignored): the sandwich-norm + residual add;
+ * then, fused (each step rounds as the separate ops would):
+ *   `scaled`: residual *= scale (the layer scalar);
+ *   next_out.data set: next_out = RMSNorm(residual) * next_w (the next block's input norm).
+ * Without a residual, `rope` set: the rows are heads (rope_heads per token) and RoPE is applied
+ * to them after the norm, as lm_rope_args would (the q/k norms). */
 typedef struct lm_rmsnorm_args {
   lm_tensor out, x;
   const lm_weight *w; /* dense f32 vector [cols], or NULL */
   float eps;
   lm_tensor *residual;
+  int scaled;
+  float scale;
+  lm_tensor next_out;
+  const lm_weight *next_w;
+  const lm_weight *rope; /* dense f32 inverse frequencies [cols/2] */
+  int rope_heads;
 } lm_rmsnorm_args;
 
 /* In-place rotary embedding of x viewed as [T][n_heads][head_dim] (NeoX pairing i, i+d/2),

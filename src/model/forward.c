@@ -231,7 +231,8 @@ static lm_tensor stage_of(const lm_forward *f, int cache, int64_t T) {
   return rows_of(f->has_sharers[cache] ? f->ws.dst[cache] : f->ws.kst, T);
 }
 
-static lm_status attention_block(lm_forward *f, int l, int64_t T) {
+/* h_ready: h already holds input_layernorm(x) (fused into the previous layer's last norm). */
+static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
   const lm_model *m = f->m;
   const lm_layer_config *c = &m->cfg.layers[l];
   const lm_layer_weights *L = &m->layers[l];
@@ -245,12 +246,11 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T) {
   lm_tensor o = lm_tensor_cols(rows_of(w->o, T), 0, (int64_t)nh * hd);
   q.ld = o.ld = (int64_t)nh * hd; /* contiguous, so per-head views reshape */
   const lm_weight *rope = &m->rope_inv[c->type];
-  /* input_layernorm, then q_proj → q_norm (per head) → RoPE */
-  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_in, .eps = eps}));
+  /* input_layernorm, then q_proj → q_norm (per head) → RoPE (fused into the norm) */
+  if (!h_ready) LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_in, .eps = eps}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = q, .x = h, .w = &L->q}));
   LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(q, hd), .x = lm_tensor_reshape(q, hd),
-                                            .w = &L->q_norm, .eps = eps}));
-  LM_TRY(op->rope(be, &(lm_rope_args){.x = q, .n_heads = nh, .head_dim = hd, .inv_freq = rope}));
+                                            .w = &L->q_norm, .eps = eps, .rope = rope, .rope_heads = nh}));
   int64_t kvd = (int64_t)nkv * hd;
   lm_tensor k = f->has_sharers[c->cache] ? w->dk[c->cache] : w->k;
   lm_tensor v = f->has_sharers[c->cache] ? w->dv[c->cache] : w->v;
@@ -268,8 +268,7 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T) {
                                                 .eps = eps})); /* v_norm has no learned scale */
     }
     LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(k, hd), .x = lm_tensor_reshape(k, hd),
-                                              .w = &L->k_norm, .eps = eps}));
-    LM_TRY(op->rope(be, &(lm_rope_args){.x = k, .n_heads = nkv, .head_dim = hd, .inv_freq = rope}));
+                                              .w = &L->k_norm, .eps = eps, .rope = rope, .rope_heads = nkv}));
     /* a quantized cache: attention must read what the cache will store, chunk included */
     if (op->kv_stage)
       LM_TRY(op->kv_stage(be, &(lm_kv_stage_args){.k_new = k, .v_new = v, .stage = stage_of(f, c->cache, T),
@@ -281,8 +280,9 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T) {
                                            .scale = 1.0f})); /* Gemma 4: scaling = 1.0 */
   lm_tensor a = rows_of(w->a, T);
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = o, .w = &L->o}));
-  /* x = x + post_attention_layernorm(o_proj(...)) */
-  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a, .w = &L->ln_post_attn, .eps = eps, .residual = &x});
+  /* x = x + post_attention_layernorm(o_proj(...)); h = pre_feedforward_layernorm(x), fused */
+  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a, .w = &L->ln_post_attn, .eps = eps, .residual = &x,
+                                           .next_out = h, .next_w = &L->ln_pre_ff});
 }
 
 /* The routed experts, in parallel with the dense MLP; both read the same residual x. */
@@ -309,6 +309,19 @@ static lm_status moe_block(lm_forward *f, int l, int64_t T, lm_tensor d) {
   return op->rmsnorm(be, &(lm_rmsnorm_args){.x = mo, .w = &L->ln_post_ff2, .eps = eps, .residual = &d});
 }
 
+/* The residual norm that ends a layer: x += norm(a) * w; then, fused, the layer scalar and the
+ * next layer's input norm into h (when there is a next layer). */
+static lm_status end_of_layer(lm_forward *f, int l, int64_t T, lm_tensor a, const lm_weight *w) {
+  const lm_model *m = f->m;
+  lm_tensor x = rows_of(f->ws.x, T), h = rows_of(f->ws.h, T);
+  int last = l + 1 == m->cfg.n_layers;
+  return f->be->ops->rmsnorm(f->be, &(lm_rmsnorm_args){.x = a, .w = w, .eps = (float)m->cfg.rms_eps, .residual = &x,
+                                                       .scaled = 1, .scale = m->layers[l].layer_scalar,
+                                                       .next_out = last ? (lm_tensor){0} : h,
+                                                       .next_w = last ? NULL : &m->layers[l + 1].ln_in});
+}
+
+/* h holds pre_feedforward_layernorm(x) (fused into the attention block's last norm). */
 static lm_status ffn_block(lm_forward *f, int l, int64_t T) {
   const lm_model *m = f->m;
   const lm_layer_weights *L = &m->layers[l];
@@ -319,13 +332,12 @@ static lm_status ffn_block(lm_forward *f, int l, int64_t T) {
   int64_t I = m->cfg.layers[l].ffn_dim;
   lm_tensor x = rows_of(w->x, T), h = rows_of(w->h, T), d = rows_of(w->d, T);
   lm_tensor g = lm_tensor_cols(rows_of(w->g, T), 0, I), u = lm_tensor_cols(rows_of(w->u, T), 0, I);
-  /* down(gelu_tanh(gate(x)) * up(x)) on pre_feedforward_layernorm(x) */
-  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_pre_ff, .eps = eps}));
+  /* down(gelu_tanh(gate(h)) * up(h)); the GeGLU is the up projection's epilogue */
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = g, .x = h, .w = &L->gate}));
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u, .x = h, .w = &L->up}));
-  LM_TRY(op->geglu(be, &(lm_geglu_args){.out = g, .gate = g, .up = u}));
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = d, .x = g, .w = &L->down}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u, .x = h, .w = &L->up, .epilogue = LM_EPI_GLU_OTHER, .other = g}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = d, .x = u, .w = &L->down}));
   if (m->cfg.moe) LM_TRY(moe_block(f, l, T, d));
+  if (!m->cfg.ple_dim) return end_of_layer(f, l, T, d, &L->ln_post_ff);
   return op->rmsnorm(be, &(lm_rmsnorm_args){.x = d, .w = &L->ln_post_ff, .eps = eps, .residual = &x});
 }
 
@@ -339,11 +351,10 @@ static lm_status ple_block(lm_forward *f, int l, int64_t T) {
   int64_t P = m->cfg.ple_dim;
   lm_tensor x = rows_of(w->x, T), pg = rows_of(w->pg, T), a = rows_of(w->a, T);
   lm_tensor pl = lm_tensor_cols(rows_of(w->ple, T), (int64_t)l * P, P);
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = pg, .x = x, .w = &L->ple_gate}));
-  LM_TRY(op->geglu(be, &(lm_geglu_args){.out = pg, .gate = pg, .up = pl}));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = pg, .x = x, .w = &L->ple_gate, .epilogue = LM_EPI_GLU_SELF,
+                                          .other = pl}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = pg, .w = &L->ple_proj}));
-  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a, .w = &L->ln_post_ple, .eps = (float)m->cfg.rms_eps,
-                                           .residual = &x});
+  return end_of_layer(f, l, T, a, &L->ln_post_ple);
 }
 
 /* Gemma4TextModel.get_per_layer_inputs + project_per_layer_inputs, once per step:
@@ -393,11 +404,11 @@ static lm_status run_layers(lm_forward *f, const lm_batch *b, int greedy) {
   LM_TRY(op->embed(be, &(lm_embed_args){.out = x, .table = &m->embed, .scale = bf16 ? lm_round_bf16(s_emb) : s_emb}));
   if (m->cfg.ple_dim) LM_TRY(ple_inputs(f, T, bf16));
   for (int l = 0; l < m->cfg.n_layers; l++) {
-    LM_TRY(attention_block(f, l, T));
+    /* every layer but the first finds h = input_layernorm(x) made by its predecessor's last
+     * norm, which also applied the layer_scalar (it multiplies the whole residual stream) */
+    LM_TRY(attention_block(f, l, T, l > 0));
     LM_TRY(ffn_block(f, l, T));
     if (m->cfg.ple_dim) LM_TRY(ple_block(f, l, T));
-    /* layer_scalar multiplies the whole residual stream */
-    LM_TRY(op->add(be, &(lm_add_args){.out = x, .a = x, .scale = m->layers[l].layer_scalar}));
     LM_TRY(commit_caches(f, l, T));
   }
   if (!b->n_logits) return LM_OK;

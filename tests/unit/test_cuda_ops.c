@@ -416,8 +416,8 @@ static void t_matmul(void **state) {
         float *x = rand_vec(M * K, 1.0f), *y0 = rand_vec(M * N, 0.5f);
         lm_tensor hx = htensor(M, K, x), hy = htensor(M, N, acc ? y0 : NULL);
         dbuf dx = dput(e->gpu, M, K, act, x), dy = dput(e->gpu, M, N, odt, acc ? y0 : NULL);
-        assert_int_equal(e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){hy, hx, &w.w, ex, acc}), LM_OK);
-        lm_status s = e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, dx.t, &w.w, ex, acc});
+        assert_int_equal(e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){.out = hy, .x = hx, .w = &w.w, .expert = ex, .accumulate = acc}), LM_OK);
+        lm_status s = e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = ex, .accumulate = acc});
         if (s) fprintf(stderr, "%s\n", lm_errmsg());
         assert_int_equal(s, LM_OK);
         float *ref = hget(hy), *got = dget(e->gpu, &dy);
@@ -488,6 +488,94 @@ static void t_step_ops(void **state) {
   assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
   assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
   hweight_free(&tq), hweight_free(&td), hweight_free(&inv);
+  step_env_free(&s);
+}
+
+/* The fused forms the forward uses: norm + RoPE of head rows, the residual norm with the layer
+ * scalar and the next norm, and the GeGLU epilogues of a matmul (GEMV and GEMM paths). */
+static void t_fused(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  lm_kv_spec spec = {.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 8, .window = 8};
+  step_env s;
+  step_env_init(e, &s, 2, &spec, 1);
+  int counts[2] = {4, 3};
+  int T = step_batch(&s, counts, 0);
+  for (int i = 0; i < T; i++) s.pos[i] += 700 * i;
+  assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
+  assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
+  static const int hds[] = {48, 64, 256, 512};
+  for (size_t hi = 0; hi < 4; hi++) { /* norm + RoPE: 3 heads per token */
+    int hd = hds[hi], H = 3;
+    int64_t R = (int64_t)T * H;
+    float *x = rand_vec(R * hd, 3.0f);
+    hweight w = make_vector(hd, 1.0f), inv = make_vector(hd / 2, 0.3f);
+    assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
+    assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &inv.w), LM_OK);
+    lm_tensor hx = htensor(R, hd, x);
+    dbuf dx = dput(e->gpu, R, hd, act, x);
+    lm_rmsnorm_args ac = {.out = hx, .x = hx, .w = &w.w, .eps = 1e-6f, .rope = &inv.w, .rope_heads = H};
+    lm_rmsnorm_args ag = ac;
+    ag.out = ag.x = dx.t;
+    assert_int_equal(e->cpu->ops->rmsnorm(e->cpu, &ac), LM_OK);
+    assert_int_equal(e->gpu->ops->rmsnorm(e->gpu, &ag), LM_OK);
+    float *ref = hget(hx), *got = dget(e->gpu, &dx);
+    char what[80];
+    snprintf(what, sizeof what, "rmsnorm+rope %d heads x %d", H, hd);
+    expect_close(what, got, ref, R * hd, bound_for(e->gpu, 1e-5, 6e-5));
+    free(ref), free(got), free(x);
+    hweight_free(&w), hweight_free(&inv);
+  }
+  static const int64_t shapes[][2] = {{1, 2560}, {7, 37}, {5, 512}, {3, 8192}};
+  for (size_t si = 0; si < 4; si++) /* residual norm, layer scalar, next norm */
+    for (int nw = 0; nw < 2; nw++) {
+      int64_t R = shapes[si][0], C = shapes[si][1];
+      float *x = rand_vec(R * C, 3.0f), *res = rand_vec(R * C, 1.0f);
+      hweight w = make_vector(C, 1.0f), w2 = make_vector(C, 0.7f);
+      assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
+      assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w2.w), LM_OK);
+      lm_tensor hx = htensor(R, C, x), hr = htensor(R, C, res), hn = htensor(R, C, NULL);
+      dbuf dx = dput(e->gpu, R, C, act, x), dr = dput(e->gpu, R, C, act, res), dn = dput(e->gpu, R, C, act, NULL);
+      lm_rmsnorm_args ac = {.x = hx, .w = &w.w, .eps = 1e-6f, .residual = &hr, .scaled = 1, .scale = 0.625f,
+                            .next_out = hn, .next_w = nw ? &w2.w : NULL};
+      lm_rmsnorm_args ag = ac;
+      ag.x = dx.t, ag.residual = &dr.t, ag.next_out = dn.t;
+      assert_int_equal(e->cpu->ops->rmsnorm(e->cpu, &ac), LM_OK);
+      assert_int_equal(e->gpu->ops->rmsnorm(e->gpu, &ag), LM_OK);
+      float *rr = hget(hr), *gr = dget(e->gpu, &dr), *rn = hget(hn), *gn = dget(e->gpu, &dn);
+      char what[80];
+      snprintf(what, sizeof what, "rmsnorm residual+scale %lldx%lld", (long long)R, (long long)C);
+      expect_close(what, gr, rr, R * C, bound_for(e->gpu, 1e-10, 2e-5));
+      snprintf(what, sizeof what, "  and next norm%s", nw ? " (weighted)" : "");
+      expect_close(what, gn, rn, R * C, bound_for(e->gpu, 1e-6, 3e-5));
+      free(hx.data), free(rr), free(gr), free(rn), free(gn), free(x), free(res);
+      dfree(e->gpu, &dx);
+      hweight_free(&w), hweight_free(&w2);
+    }
+  hweight wq = make_weight(0, 37, 2560, 4, 64, LM_DT_BF16);
+  assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wq.w), LM_OK);
+  static const int64_t ms[] = {1, 3, 17};
+  for (size_t mi = 0; mi < 3; mi++)
+    for (int epi = LM_EPI_GLU_OTHER; epi <= LM_EPI_GLU_SELF; epi++) {
+      int64_t M = ms[mi], N = wq.w.rows, K = wq.w.cols;
+      float *x = rand_vec(M * K, 1.0f), *o = rand_vec(M * N, 2.0f);
+      lm_tensor hx = htensor(M, K, x), ho = htensor(M, N, o), hy = htensor(M, N, NULL);
+      dbuf dx = dput(e->gpu, M, K, act, x), dob = dput(e->gpu, M, N, act, o), dy = dput(e->gpu, M, N, act, NULL);
+      lm_matmul_args ac = {.out = hy, .x = hx, .w = &wq.w, .epilogue = (lm_mm_epilogue)epi, .other = ho};
+      lm_matmul_args ag = {.out = dy.t, .x = dx.t, .w = &wq.w, .epilogue = (lm_mm_epilogue)epi, .other = dob.t};
+      assert_int_equal(e->cpu->ops->matmul(e->cpu, &ac), LM_OK);
+      assert_int_equal(e->gpu->ops->matmul(e->gpu, &ag), LM_OK);
+      float *ref = hget(hy), *got = dget(e->gpu, &dy);
+      char what[80];
+      snprintf(what, sizeof what, "matmul q4 %lldx%lld m=%lld epilogue %s", (long long)N, (long long)K, (long long)M,
+               epi == LM_EPI_GLU_OTHER ? "gelu(other)*y" : "gelu(y)*other");
+      expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-8, 2e-4));
+      free(hx.data), free(ho.data), free(ref), free(got), free(x), free(o);
+      dfree(e->gpu, &dx), dfree(e->gpu, &dob);
+    }
+  hweight_free(&wq);
+  assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
+  assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
   step_env_free(&s);
 }
 
@@ -837,12 +925,12 @@ static void t_bad_calls(void **state) {
   hweight w = make_weight(0, 16, 64, 4, 32, LM_DT_BF16);
   dbuf dx = dput(e->gpu, 2, 64, e->gpu->act_dtype, NULL), dy = dput(e->gpu, 2, 16, e->gpu->act_dtype, NULL);
   /* not prepared */
-  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, dx.t, &w.w, 0, 0}), LM_ERR_STATE);
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w}), LM_ERR_STATE);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
   lm_tensor bad = dx.t;
   bad.cols = 63;
-  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, bad, &w.w, 0, 0}), LM_ERR_INVALID);
-  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){dy.t, dx.t, &w.w, 1, 0}), LM_ERR_INVALID);
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = bad, .w = &w.w}), LM_ERR_INVALID);
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = 1}), LM_ERR_INVALID);
   /* ops that need a step, outside one */
   assert_int_equal(e->gpu->ops->embed(e->gpu, &(lm_embed_args){dx.t, &w.w, 1.0f}), LM_ERR_STATE);
   /* an allocation larger than the device says how much was asked and what is free */
@@ -880,7 +968,7 @@ int main(void) {
 #define BF16(fn) cmocka_unit_test_setup_teardown(fn, setup_bf16, teardown)
   const struct CMUnitTest tests[] = {BOTH(t_rmsnorm),   BF16(t_rmsnorm),   BOTH(t_elementwise), BF16(t_elementwise),
                                      BOTH(t_argmax),    BOTH(t_matmul),    BF16(t_matmul),      BOTH(t_step_ops),
-                                     BF16(t_step_ops),  BOTH(t_attention), BF16(t_attention),   BOTH(t_moe),
+                                     BF16(t_step_ops),  BOTH(t_fused), BF16(t_fused),  BOTH(t_attention), BF16(t_attention),   BOTH(t_moe),
                                      BF16(t_moe),       BOTH(t_kv_stage),  BF16(t_kv_stage),    BOTH(t_kv_convert),
                                      BF16(t_kv_convert), BOTH(t_kv_quant_attention), BF16(t_kv_quant_attention),
                                      BOTH(t_bad_calls)};

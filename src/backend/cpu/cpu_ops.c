@@ -27,7 +27,7 @@ lm_status lm_cpu_embed(lm_backend *be, const lm_embed_args *a) {
   return LM_OK;
 }
 
-lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
+static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
   lm_cpu_matmul_args m = {
       .y = a->out.data,
       .ldy = a->out.ld,
@@ -42,6 +42,39 @@ lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
   return lm_cpu_matmul(&m);
 }
 
+lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
+  if (a->epilogue && (a->accumulate || a->other.rows < a->out.rows || a->other.cols != a->out.cols))
+    return LM_ERRF(LM_ERR_INVALID, "matmul: an epilogue needs `other` of the output's shape and no accumulate");
+  LM_TRY(matmul_plain(be, a));
+  if (a->epilogue == LM_EPI_GLU_OTHER)
+    return lm_cpu_geglu(be, &(lm_geglu_args){.out = a->out, .gate = a->other, .up = a->out});
+  if (a->epilogue == LM_EPI_GLU_SELF)
+    return lm_cpu_geglu(be, &(lm_geglu_args){.out = a->out, .gate = a->out, .up = a->other});
+  return LM_OK;
+}
+
+/* Rotates head rows [t*heads, (t+1)*heads) of x by token t's angles (see lm_cpu_rope). */
+static void rope_heads(lm_tensor x, int heads, const int32_t *pos, const float *inv) {
+  int half = (int)x.cols / 2;
+#pragma omp parallel for schedule(static) if (x.rows > 8 * heads)
+  for (int64_t t = 0; t < x.rows / heads; t++) {
+    float c[half], s[half];
+    for (int i = 0; i < half; i++) {
+      float ang = (float)pos[t] * inv[i];
+      c[i] = cosf(ang);
+      s[i] = sinf(ang);
+    }
+    for (int h = 0; h < heads; h++) {
+      float *y = lm_cpu_row(x, t * heads + h);
+      for (int i = 0; i < half; i++) {
+        float x0 = y[i], x1 = y[i + half];
+        y[i] = x0 * c[i] - x1 * s[i];
+        y[i + half] = x1 * c[i] + x0 * s[i];
+      }
+    }
+  }
+}
+
 /* Gemma4RMSNorm: y = x * pow(mean(x²) + eps, -0.5) * w — the weight as is, not (1 + w). */
 static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps, int accumulate) {
   double ss = 0.0;
@@ -54,18 +87,33 @@ static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, flo
 }
 
 lm_status lm_cpu_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
-  (void)be;
   const float *w = a->w ? (const float *)a->w->data : NULL;
   int64_t n = a->x.cols;
   if (a->w && a->w->cols != n) return LM_ERRF(LM_ERR_INVALID, "rmsnorm: weight %s has %lld values, rows have %lld",
                                               a->w->name, (long long)a->w->cols, (long long)n);
+  const float *nw = a->next_w ? (const float *)a->next_w->data : NULL;
+  if (a->next_w && a->next_w->cols != n)
+    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: next weight %s has %lld values, rows have %lld", a->next_w->name,
+                   (long long)a->next_w->cols, (long long)n);
+  if (a->rope && (a->residual || a->rope_heads <= 0 || a->x.rows % a->rope_heads || n % 2 || a->rope->cols != n / 2 ||
+                  a->x.rows / a->rope_heads > lm_cpu_batch(be)->n_tokens))
+    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: RoPE needs head rows (%d per token of the step), an even head dim with "
+                   "its inverse frequencies, and no residual", a->rope_heads);
+  const float *inv = a->rope ? (const float *)a->rope->data : NULL;
+  const int32_t *pos = a->rope ? lm_cpu_batch(be)->pos : NULL;
 #pragma omp parallel for schedule(static) if (a->x.rows > 8)
   for (int64_t r = 0; r < a->x.rows; r++) {
-    if (a->residual)
-      rmsnorm_row(lm_cpu_row(*a->residual, r), lm_cpu_row(a->x, r), w, n, a->eps, 1);
-    else
+    if (a->residual) {
+      float *res = lm_cpu_row(*a->residual, r);
+      rmsnorm_row(res, lm_cpu_row(a->x, r), w, n, a->eps, 1);
+      if (a->scaled)
+        for (int64_t i = 0; i < n; i++) res[i] *= a->scale;
+      if (a->next_out.data) rmsnorm_row(lm_cpu_row(a->next_out, r), res, nw, n, a->eps, 0);
+    } else {
       rmsnorm_row(lm_cpu_row(a->out, r), lm_cpu_row(a->x, r), w, n, a->eps, 0);
+    }
   }
+  if (inv) rope_heads(a->out, a->rope_heads, pos, inv);
   return LM_OK;
 }
 

@@ -49,6 +49,15 @@ typedef struct lm_cu_kvdesc {
 cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids, float scale);
 /* residual == NULL: out = norm(x)*w; else residual += norm(x)*w. w may be NULL. */
 cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, const lm_cu_t *residual);
+/* The fused forms (lm_rmsnorm_args): residual += norm(x)*w; residual *= scale when scaled;
+ * next (when next.p) = norm(residual)*next_w. One kernel for aligned bf16/f32 rows up to 8192
+ * columns, else the separate kernels. */
+cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float eps, lm_cu_t residual, int scaled,
+                              float scale, lm_cu_t next, const float *next_w);
+/* out = RoPE(norm(x)*w) for rows that are heads of head_dim = x.cols, heads per token; one
+ * warp per head for power-of-two head dims 32..512 (aligned), else the separate kernels. */
+cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
+                               const float *inv_freq, const int32_t *pos);
 cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq, const int32_t *pos);
 cudaError_t lm_cu_geglu(cudaStream_t s, lm_cu_t out, lm_cu_t gate, lm_cu_t up);
 /* out = (a + b) * scale, or a * scale when b.p == NULL. */
@@ -92,6 +101,10 @@ typedef struct lm_cu_mm_p {
   int ids_k, x_div;
   int grid_cap;   /* most blocks one launch starts (a multiple of the SM count) */
   int smem_optin; /* the device's opt-in shared memory per block */
+  /* epilogue (lm_mm_epilogue; plain launches only): 1: y = gelu(other) * y, 2: y = gelu(y) *
+   * other, after y is rounded to its dtype */
+  int epi;
+  lm_cu_t other;
 } lm_cu_mm_p;
 /* Decode product for x.rows <= 8 (or any y.rows groups); returns cudaErrorNotSupported when
  * the shape is outside what it takes (the caller then uses a GEMM). */

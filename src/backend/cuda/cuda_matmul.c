@@ -58,14 +58,25 @@ lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
   if (a->x.dtype != be->act_dtype || (a->out.dtype != be->act_dtype && a->out.dtype != LM_DT_F32))
     return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: %s into %s with %s activations", lm_dtype_name(a->x.dtype),
                    lm_dtype_name(a->out.dtype), lm_dtype_name(be->act_dtype));
+  if (a->epilogue && (a->accumulate || a->other.rows < a->out.rows || a->other.cols != a->out.cols ||
+                      a->other.dtype != a->out.dtype || a->other.data == a->out.data))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: an epilogue needs `other` of the output's shape and dtype, apart "
+                   "from it, and no accumulate");
   if (a->x.rows <= 0) return LM_OK;
   if (a->x.rows <= GEMV_MAX_ROWS) {
     lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, a->accumulate);
+    p.epi = (int)a->epilogue;
+    p.other = lm_cuda_view(a->other);
     cudaError_t e = lm_cu_gemv(c->stream, &p);
     if (e == cudaSuccess) return LM_OK;
     if (e != cudaErrorNotSupported) return lm_cuda_fail(e, "gemv", __FILE__, __LINE__);
   }
-  return gemm_blas(c, h, a->expert, a->x, a->out, a->accumulate);
+  LM_TRY(gemm_blas(c, h, a->expert, a->x, a->out, a->accumulate));
+  if (!a->epilogue) return LM_OK;
+  lm_cu_t y = lm_cuda_view(a->out), o = lm_cuda_view(a->other);
+  o.rows = y.rows;
+  LM_CU(a->epilogue == LM_EPI_GLU_OTHER ? lm_cu_geglu(c->stream, y, o, y) : lm_cu_geglu(c->stream, y, y, o));
+  return LM_OK;
 }
 
 /* ---- MoE experts ------------------------------------------------------------------------------ */

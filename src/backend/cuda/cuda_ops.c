@@ -47,6 +47,34 @@ lm_status lm_cuda_embed(lm_backend *be, const lm_embed_args *a) {
   return LAUNCH(lm_cu_embed(c->stream, out, &h->w, c->st.ids, a->scale), "embed");
 }
 
+/* The fused tails: the layer scalar and the next norm after a residual add, or RoPE. */
+static lm_status rmsnorm_fused(lm_backend *be, lm_cuda_ctx *c, const lm_rmsnorm_args *a, const float *w) {
+  if (a->rope) {
+    const float *inv;
+    LM_TRY(lm_cuda_need_step(c, "rmsnorm"));
+    LM_TRY(vector_of(a->rope, a->x.cols / 2, "rmsnorm (rope)", &inv));
+    if (a->residual || a->rope_heads <= 0 || a->x.rows % a->rope_heads || a->x.cols % 2 ||
+        a->x.rows / a->rope_heads > c->st.n_tokens)
+      return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: RoPE needs head rows (%d per token of the step), an even head dim "
+                     "and no residual", a->rope_heads);
+    return LAUNCH(lm_cu_rmsnorm_rope(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps, a->rope_heads, inv,
+                                     c->st.pos),
+                  "rmsnorm (rope)");
+  }
+  const float *nw = NULL;
+  lm_cu_t next = {0};
+  if (a->next_out.data) {
+    LM_TRY(vector_of(a->next_w, a->x.cols, "rmsnorm (next)", &nw));
+    if (a->next_out.rows != a->x.rows || a->next_out.cols != a->x.cols || !act_ok(be, a->next_out))
+      return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: the next norm's output must be [%lld][%lld] of the activation dtype",
+                     (long long)a->x.rows, (long long)a->x.cols);
+    next = lm_cuda_view(a->next_out);
+  }
+  return LAUNCH(lm_cu_rmsnorm_res(c->stream, lm_cuda_view(a->x), w, a->eps, lm_cuda_view(*a->residual), a->scaled,
+                                  a->scale, next, nw),
+                "rmsnorm (residual)");
+}
+
 lm_status lm_cuda_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   const float *w;
@@ -56,6 +84,7 @@ lm_status lm_cuda_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
     return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: [%lld][%lld] into [%lld][%lld]", (long long)a->x.rows,
                    (long long)a->x.cols, (long long)o.rows, (long long)o.cols);
   if (!act_ok(be, a->x) || !act_ok(be, o)) return bad_dtype("rmsnorm", "a tensor", act_ok(be, a->x) ? o : a->x);
+  if (a->rope || (a->residual && (a->scaled || a->next_out.data))) return rmsnorm_fused(be, c, a, w);
   lm_cu_t res = lm_cuda_view(o);
   return LAUNCH(lm_cu_rmsnorm(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps, a->residual ? &res : NULL),
                 "rmsnorm");

@@ -41,6 +41,18 @@ __device__ __forceinline__ Route route(const lm_cu_mm_p &p) {
   return r;
 }
 
+/* Writes one output value; an epilogue sees the product rounded to y's dtype and rounds like
+ * k_geglu (gelu rounded, then the product), so fused and separate ops agree bit for bit. */
+__device__ __forceinline__ void store_y(const lm_cu_mm_p &p, int64_t r, int64_t c, float v) {
+  if (p.accumulate) v += ldt(p.y, r, c);
+  if (p.epi) {
+    v = rnd(p.y.dt, v);
+    const float o = ldt(p.other, r, c);
+    v = p.epi == 1 ? rnd(p.y.dt, gelu_tanh(o)) * v : rnd(p.y.dt, gelu_tanh(v)) * o; /* as k_geglu rounds */
+  }
+  stt(p.y, r, c, v);
+}
+
 template <int M>
 __device__ __forceinline__ void store_rows(const lm_cu_mm_p &p, const Route &rt, int64_t r0, float (&acc)[kRpw][M]) {
   int lane = threadIdx.x % 32;
@@ -54,9 +66,7 @@ __device__ __forceinline__ void store_rows(const lm_cu_mm_p &p, const Route &rt,
     if (r0 + r >= p.w.rows) break;
 #pragma unroll
     for (int mi = 0; mi < M; mi++) {
-      float v = rt.ok ? acc[r][mi] : 0.0f;
-      if (p.accumulate) v += ldt(p.y, rt.yr + mi, r0 + r);
-      stt(p.y, rt.yr + mi, r0 + r, v);
+      store_y(p, rt.yr + mi, r0 + r, rt.ok ? acc[r][mi] : 0.0f);
     }
   }
 }
@@ -199,9 +209,7 @@ __global__ void __launch_bounds__(kThreads, M > 1 ? 1 : R == 1 ? 3 : 2) k_gemv_q
     if (r0 + r >= rows) break;
 #pragma unroll
     for (int mi = 0; mi < M; mi++) {
-      float v = rt.ok ? acc[r][mi] : 0.0f;
-      if (p.accumulate) v += ldt(p.y, rt.yr + mi, r0 + r);
-      stt(p.y, rt.yr + mi, r0 + r, v);
+      store_y(p, rt.yr + mi, r0 + r, rt.ok ? acc[r][mi] : 0.0f);
     }
   }
 }
@@ -407,6 +415,7 @@ cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *pp) {
     int m = left >= 4 && 4 * per_row <= optin ? 4 : left >= 2 && 2 * per_row <= optin ? 2 : 1;
     p.x.p = (char *)pp->x.p + (size_t)(done * pp->x.ld) * xsz;
     p.y.p = (char *)pp->y.p + (size_t)(done * pp->y.ld) * ysz;
+    if (p.epi) p.other.p = (char *)pp->other.p + (size_t)(done * pp->other.ld) * (pp->other.dt == LM_CU_F32 ? 4 : 2);
     p.x.rows = p.y.rows = m;
     if (f == kPacked) {
       if ((e = launch_q(s, p, m, 1)) != cudaSuccess) return e;

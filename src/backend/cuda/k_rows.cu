@@ -106,57 +106,143 @@ __device__ __forceinline__ void st8(void *p, int64_t ld, int dt, int64_t r, int6
 /* The same RMSNorm for aligned bf16/f32 rows whose width is a multiple of 8: TPR threads per
  * row (rows of up to 1024 columns share a block), NV 8-value vectors per thread. x, the
  * weight and the residual are all loaded before the reduction, so a row costs one round
- * trip to memory plus the store. Same rounding as k_rmsnorm. */
+ * trip to memory plus the store. Same rounding as k_rmsnorm. With a residual it also does
+ * the fused tail of lm_rmsnorm_args in registers: the layer scalar (rounded as k_add rounds)
+ * and the next block's input norm of the updated residual (a second row reduction). */
+__device__ __forceinline__ float row_sum(float v, float *part, int tpr) {
+  const int wpr = tpr / 32;
+  v = warp_sum(v);
+  if (wpr == 1) return v;
+  __syncthreads(); /* a previous reduction's reads of part are done */
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = 0.0f;
+  for (int i = 0; i < wpr; i++) v += part[(threadIdx.x / tpr) * wpr + i];
+  return v;
+}
+
+__device__ __forceinline__ void ld_w8(const float *w, int64_t j, float (&o)[8]) {
+  float4 a = reinterpret_cast<const float4 *>(w)[2 * j], b = reinterpret_cast<const float4 *>(w)[2 * j + 1];
+  o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+
+struct NormTail {
+  int scaled;
+  float scale;
+  lm_cu_t next;
+  const float *next_w;
+};
+
 template <int NV>
 __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_t x, const float *w, float eps,
-                                                            lm_cu_t res, int has_res, int tpr) {
+                                                            lm_cu_t res, int has_res, int tpr, NormTail tail) {
   __shared__ float part[kRowWarps];
-  const int rpb = blockDim.x / tpr, t = threadIdx.x % tpr, wpr = tpr / 32;
-  const int64_t r = (int64_t)blockIdx.x * rpb + threadIdx.x / tpr, nv = x.cols / 8;
+  const int t = threadIdx.x % tpr;
+  const int64_t r = (int64_t)blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr, nv = x.cols / 8;
   const bool row_ok = r < x.rows;
-  float v[NV][8], wv[NV][8], rv[NV][8], ss = 0.0f;
+  float v[NV][8], wv[NV][8], rv[NV][8], nw[NV][8], ss = 0.0f;
+  const bool next = has_res && tail.next.p;
 #pragma unroll
-  for (int k = 0; k < NV; k++) {
+  for (int k = 0; k < NV; k++) { /* every load of the row is issued here, the next norm's weight too */
     const int64_t j = t + (int64_t)k * tpr;
-    const bool ok = row_ok && j < nv;
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[k][i] = 0.0f, wv[k][i] = 1.0f, rv[k][i] = 0.0f;
-    if (!ok) continue;
+    for (int i = 0; i < 8; i++) v[k][i] = 0.0f, wv[k][i] = 1.0f, rv[k][i] = 0.0f, nw[k][i] = 1.0f;
+    if (!row_ok || j >= nv) continue;
     ld8(x.p, x.ld, x.dt, r, j, v[k]);
-    if (w) {
-      float4 a = reinterpret_cast<const float4 *>(w)[2 * j], b = reinterpret_cast<const float4 *>(w)[2 * j + 1];
-      wv[k][0] = a.x, wv[k][1] = a.y, wv[k][2] = a.z, wv[k][3] = a.w;
-      wv[k][4] = b.x, wv[k][5] = b.y, wv[k][6] = b.z, wv[k][7] = b.w;
-    }
+    if (w) ld_w8(w, j, wv[k]);
     if (has_res) ld8(res.p, res.ld, res.dt, r, j, rv[k]);
+    if (next && tail.next_w) ld_w8(tail.next_w, j, nw[k]);
   }
 #pragma unroll
   for (int k = 0; k < NV; k++)
 #pragma unroll
     for (int i = 0; i < 8; i++) ss += v[k][i] * v[k][i];
-  ss = warp_sum(ss);
-  if (wpr > 1) {
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
-    __syncthreads();
-    ss = 0.0f;
-    for (int i = 0; i < wpr; i++) ss += part[(threadIdx.x / tpr) * wpr + i];
-  }
+  ss = row_sum(ss, part, tpr);
   const float inv = 1.0f / sqrtf(ss / (float)x.cols + eps);
+  float ss2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < NV; k++) {
+    const int64_t j = t + (int64_t)k * tpr;
+    const bool ok = row_ok && j < nv;
+    float y[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      float n = w ? v[k][i] * inv * wv[k][i] : v[k][i] * inv;
+      if (has_res) {
+        n = rnd(res.dt, rv[k][i] + rnd(res.dt, n));
+        if (tail.scaled) n = rnd(res.dt, n * tail.scale);
+      }
+      y[i] = ok ? n : 0.0f;
+      ss2 += y[i] * y[i];
+      v[k][i] = y[i]; /* kept for the next norm */
+    }
+    if (!ok) continue;
+    if (has_res)
+      st8(res.p, res.ld, res.dt, r, j, y);
+    else
+      st8(out.p, out.ld, out.dt, r, j, y);
+  }
+  if (!next) return;
+  ss2 = row_sum(ss2, part, tpr);
+  const float inv2 = 1.0f / sqrtf(ss2 / (float)x.cols + eps);
 #pragma unroll
   for (int k = 0; k < NV; k++) {
     const int64_t j = t + (int64_t)k * tpr;
     if (!row_ok || j >= nv) continue;
     float y[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      float n = w ? v[k][i] * inv * wv[k][i] : v[k][i] * inv;
-      y[i] = has_res ? rv[k][i] + rnd(res.dt, n) : n;
-    }
-    if (has_res)
-      st8(res.p, res.ld, res.dt, r, j, y);
-    else
-      st8(out.p, out.ld, out.dt, r, j, y);
+    for (int i = 0; i < 8; i++) y[i] = v[k][i] * inv2 * nw[k][i];
+    st8(tail.next.p, tail.next.ld, tail.next.dt, r, j, y);
   }
+}
+
+/* Norm + RoPE of head rows (heads per token), a warp per head: lane l holds EPL consecutive
+ * values, so the RoPE partner (i ± head_dim/2) sits in lane l ^ 16. The normed value is
+ * rounded to the output dtype before the rotation, as the separate ops store it. */
+template <int EPL>
+__global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
+                                                          const float *inv_freq, const int32_t *pos, bool vec) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = (int64_t)blockIdx.x * kRowWarps + threadIdx.x / 32;
+  if (r >= x.rows) return;
+  constexpr int HALF = 16 * EPL;
+  float v[EPL], ss = 0.0f;
+  if (EPL >= 8 && vec) {
+#pragma unroll
+    for (int i = 0; i < EPL / 8; i++) {
+      float u[8];
+      ld8(x.p, x.ld, x.dt, r, lane * (EPL / 8) + i, u);
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[8 * i + e] = u[e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < EPL; e++) v[e] = ldt(x, r, lane * EPL + e);
+  }
+#pragma unroll
+  for (int e = 0; e < EPL; e++) ss += v[e] * v[e];
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / (float)(32 * EPL) + eps);
+  const float p = (float)pos[r / heads];
+  const bool lo = lane < 16, bf = out.dt == LM_CU_BF16;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    const int c = lane * EPL + e;
+    const float y = rnd(out.dt, w ? v[e] * inv * w[c] : v[e] * inv);
+    const float o = __shfl_xor_sync(0xffffffffu, y, 16);
+    const float ang = p * inv_freq[c % HALF];
+    float cs, sn, res;
+    sincosf(ang, &sn, &cs);
+    if (bf) {
+      cs = rnd(out.dt, cs), sn = rnd(out.dt, sn);
+      res = lo ? rnd(out.dt, y * cs) - rnd(out.dt, o * sn) : rnd(out.dt, y * cs) + rnd(out.dt, o * sn);
+    } else {
+      res = lo ? y * cs - o * sn : y * cs + o * sn;
+    }
+    v[e] = res;
+  }
+#pragma unroll
+  for (int e = 0; e < EPL; e++) stt(out, r, lane * EPL + e, v[e]);
 }
 
 bool vec_ok(const lm_cu_t &t) {
@@ -187,6 +273,28 @@ __global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int n_heads, in
   }
   stt(x, t, c0, y0);
   stt(x, t, c0 + half, y1);
+}
+
+/* RoPE of head rows ([T*heads][hd], any even hd): the fallback behind k_norm_rope. */
+__global__ void __launch_bounds__(kRowThreads) k_rope_rows(lm_cu_t x, int heads, const float *inv, const int32_t *pos) {
+  const int half = (int)(x.cols / 2);
+  const int64_t i = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
+  if (i >= x.rows * half) return;
+  const int64_t r = i / half;
+  const int k = (int)(i % half);
+  float ang = (float)pos[r / heads] * inv[k], c = cosf(ang), s = sinf(ang);
+  float x0 = ldt(x, r, k), x1 = ldt(x, r, k + half), y0, y1;
+  if (x.dt == LM_CU_BF16) {
+    c = rnd(x.dt, c);
+    s = rnd(x.dt, s);
+    y0 = rnd(x.dt, x0 * c) - rnd(x.dt, x1 * s);
+    y1 = rnd(x.dt, x1 * c) + rnd(x.dt, x0 * s);
+  } else {
+    y0 = x0 * c - x1 * s;
+    y1 = x1 * c + x0 * s;
+  }
+  stt(x, r, k, y0);
+  stt(x, r, k + half, y1);
 }
 
 __global__ void __launch_bounds__(kRowThreads) k_geglu(lm_cu_t out, lm_cu_t g, lm_cu_t u) {
@@ -283,6 +391,24 @@ __global__ void __launch_bounds__(kRowThreads) k_read(const uint4 *buf, size_t n
 
 dim3 grid2(int64_t cols, int64_t rows) { return dim3((unsigned)blocks_for(cols, kRowThreads), (unsigned)rows); }
 
+bool norm_vec_ok(const lm_cu_t &x, const float *w) {
+  return x.cols % 8 == 0 && x.cols / 8 <= 4 * kRowThreads && vec_ok(x) && ((uintptr_t)w & 15u) == 0;
+}
+
+cudaError_t launch_norm_vec(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, lm_cu_t res,
+                            int has_res, NormTail tail) {
+  const int64_t nv = x.cols / 8;
+  const int per = (int)((nv + kRowThreads - 1) / kRowThreads); /* vectors per thread, 1..4 */
+  int tpr = (int)((nv + per - 1) / per);
+  tpr = (tpr + 31) / 32 * 32;
+  const int rpb = kRowThreads / tpr;
+  const unsigned blocks = (unsigned)((x.rows + rpb - 1) / rpb);
+  void (*fn)(lm_cu_t, lm_cu_t, const float *, float, lm_cu_t, int, int, NormTail) =
+      per == 1 ? &k_rmsnorm_vec<1> : per == 2 ? &k_rmsnorm_vec<2> : per == 3 ? &k_rmsnorm_vec<3> : &k_rmsnorm_vec<4>;
+  fn<<<blocks, rpb * tpr, 0, s>>>(out, x, w, eps, res, has_res, tpr, tail);
+  return cudaGetLastError();
+}
+
 } // namespace
 
 extern "C" {
@@ -297,20 +423,41 @@ cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w
   if (x.rows <= 0) return cudaSuccess;
   lm_cu_t res = residual ? *residual : lm_cu_t{};
   if (x.rows > 0x7fffffff) return cudaErrorInvalidValue;
-  const int64_t nv = x.cols / 8;
-  if (x.cols % 8 == 0 && nv <= 4 * kRowThreads && vec_ok(x) && (residual ? vec_ok(res) : vec_ok(out)) &&
-      ((uintptr_t)w & 15u) == 0) {
-    const int per = (int)((nv + kRowThreads - 1) / kRowThreads); /* vectors per thread, 1..4 */
-    int tpr = (int)((nv + per - 1) / per);
-    tpr = (tpr + 31) / 32 * 32;
-    const int rpb = kRowThreads / tpr;
-    const unsigned blocks = (unsigned)((x.rows + rpb - 1) / rpb);
-    void (*fn)(lm_cu_t, lm_cu_t, const float *, float, lm_cu_t, int, int) =
-        per == 1 ? &k_rmsnorm_vec<1> : per == 2 ? &k_rmsnorm_vec<2> : per == 3 ? &k_rmsnorm_vec<3> : &k_rmsnorm_vec<4>;
-    fn<<<blocks, rpb * tpr, 0, s>>>(out, x, w, eps, res, residual != NULL, tpr);
-    return cudaGetLastError();
+  if (norm_vec_ok(x, w) && (residual ? vec_ok(res) : vec_ok(out))) {
+    return launch_norm_vec(s, out, x, w, eps, res, residual != NULL, NormTail{0, 1.0f, lm_cu_t{}, NULL});
   }
   k_rmsnorm<<<(unsigned)x.rows, kRowThreads, 0, s>>>(out, x, w, eps, res, residual != NULL);
+  return cudaGetLastError();
+}
+
+cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float eps, lm_cu_t residual, int scaled,
+                              float scale, lm_cu_t next, const float *next_w) {
+  if (x.rows <= 0) return cudaSuccess;
+  if (x.rows > 0x7fffffff) return cudaErrorInvalidValue;
+  if (norm_vec_ok(x, w) && vec_ok(residual) && (!next.p || vec_ok(next)) && ((uintptr_t)next_w & 15u) == 0)
+    return launch_norm_vec(s, lm_cu_t{}, x, w, eps, residual, 1, NormTail{scaled, scale, next, next_w});
+  cudaError_t e = lm_cu_rmsnorm(s, residual, x, w, eps, &residual);
+  if (e == cudaSuccess && scaled) e = lm_cu_add(s, residual, residual, lm_cu_t{}, scale);
+  if (e == cudaSuccess && next.p) e = lm_cu_rmsnorm(s, next, residual, next_w, eps, NULL);
+  return e;
+}
+
+cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
+                               const float *inv_freq, const int32_t *pos) {
+  if (x.rows <= 0) return cudaSuccess;
+  const int64_t hd = x.cols;
+  void (*fn)(lm_cu_t, lm_cu_t, const float *, float, int, const float *, const int32_t *, bool) =
+      hd == 32 ? &k_norm_rope<1> : hd == 64 ? &k_norm_rope<2> : hd == 128 ? &k_norm_rope<4>
+      : hd == 256 ? &k_norm_rope<8> : hd == 512 ? &k_norm_rope<16> : nullptr;
+  if (fn && x.rows <= 0x7fffffffLL * kRowWarps) {
+    fn<<<(unsigned)((x.rows + kRowWarps - 1) / kRowWarps), kRowThreads, 0, s>>>(out, x, w, eps, heads, inv_freq, pos,
+                                                                               vec_ok(x));
+    return cudaGetLastError();
+  }
+  cudaError_t e = lm_cu_rmsnorm(s, out, x, w, eps, NULL);
+  if (e != cudaSuccess) return e;
+  const int64_t n = out.rows * (hd / 2);
+  k_rope_rows<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(out, heads, inv_freq, pos);
   return cudaGetLastError();
 }
 
