@@ -11,18 +11,30 @@
 #include "kv/kv.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
+#ifdef LM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 static const char *info_help =
-    "usage: lumen info MODEL_DIR [--json] [--kv-quant MODE] [--kv-group G]\n"
+    "usage: lumen info MODEL_DIR [--json] [--kv-quant MODE] [--kv-group G] [--backend cpu|cuda [--ctx N]]\n"
     "\n"
     "Prints the architecture, the per-layer map (type, head dim, KV heads, donor, weight bits,\n"
     "MLP width), parameter count, weight bytes, the cache plan (one cache per donor layer, its\n"
     "signature) and the KV bytes per token of context for each --kv-quant choice. Plain caches are\n"
     "counted at f32 (the CPU backend's activations); sliding layers hold at most their window.\n"
     "\n"
+    "With --backend, the model is also loaded onto that backend with a forward workspace (chunks\n"
+    "of --chunk tokens) and one sequence's caches reserved for --ctx tokens, and the memory it\n"
+    "holds is printed: on cuda the device memory by purpose (weights, KV, workspace) and what is\n"
+    "left free. Running out of memory is reported with the sizes.\n"
+    "\n"
     "  --json              machine-readable output\n"
     "  --kv-quant MODE     the plan to show: off (default), 4, 8 or config (kv_config.json)\n"
-    "  --kv-group G        group of uniform 4/8-bit caches (default 64)\n";
+    "  --kv-group G        group of uniform 4/8-bit caches (default 64)\n"
+    "  --backend B         cpu or cuda: also report the memory a session takes there\n"
+    "  --ctx N             context to reserve with --backend (default 4096)\n"
+    "  --chunk N           prefill chunk the workspace is sized for (default 512)\n"
+    "  --precision P       f32 or fast (default fast) with --backend\n";
 
 static void weight_bits(const lm_weight *w, char *buf, size_t n) {
   if (w->bits) snprintf(buf, n, "q%d/g%d", w->bits, w->group);
@@ -42,6 +54,48 @@ static int64_t kv_bytes_at(const lm_model *m, const lm_kv_spec *specs, int64_t n
 /* Bytes per token once every ring is full: what each further token of context costs. */
 static int64_t kv_marginal(const lm_model *m, const lm_kv_spec *specs) {
   return kv_bytes_at(m, specs, (int64_t)1 << 30) - kv_bytes_at(m, specs, ((int64_t)1 << 30) - 1);
+}
+
+typedef struct info_mem {
+  int64_t weights, kv, workspace, free_bytes, total_bytes; /* -1: not known on this backend */
+} info_mem;
+
+/* Loads m onto the backend with a workspace and one sequence's caches for ctx tokens, runs
+ * one token (a device backend learns which buffers are caches at a step), and measures. */
+static int backend_memory(lm_model *m, const lm_kv_spec *specs, const lm_cli_backend_opts *bo, int64_t ctx,
+                          int64_t chunk, info_mem *out) {
+  lm_backend *be = lm_cli_backend(bo, LM_PRECISION_FAST);
+  if (!be) return 1;
+  lm_forward *f = NULL;
+  lm_kv_set *kv = NULL;
+  int32_t id = 0;
+  lm_status s = lm_model_prepare(m, be);
+  if (!s) s = lm_forward_create(m, be, chunk, 1, &f);
+  if (!s) s = lm_kv_set_create(be, specs, m->cfg.n_caches, &kv);
+  if (!s) s = lm_kv_set_reserve(kv, ctx);
+  if (!s) s = lm_forward_feed(f, kv, &id, 1, 1, NULL);
+  /* the CPU backend: host memory as planned (f32 caches at the reserved context) */
+  *out = (info_mem){m->weight_bytes, kv_bytes_at(m, specs, ctx), lm_forward_workspace_bytes(m, chunk, 1), -1, -1};
+#ifdef LM_HAVE_CUDA
+  lm_cuda_mem cm;
+  if (!s && !strcmp(be->ops->name, "cuda") && !(s = lm_cuda_mem_get(be, &cm)))
+    *out = (info_mem){cm.weights, cm.kv, cm.workspace, cm.free_bytes, cm.total_bytes};
+#endif
+  int rc = s ? lm_cli_fail(NULL) : 0;
+  lm_kv_set_free(kv);
+  lm_forward_free(f);
+  lm_backend_destroy(be);
+  return rc;
+}
+
+static void print_memory(const char *backend, int64_t ctx, int64_t chunk, const info_mem *mm) {
+  printf("\nmemory on %s (one sequence, %lld tokens of context reserved, chunks of %lld):\n", backend,
+         (long long)ctx, (long long)chunk);
+  printf("  weights %.1f MiB, KV %.1f MiB, workspace %.1f MiB", (double)mm->weights / 1048576.0,
+         (double)mm->kv / 1048576.0, (double)mm->workspace / 1048576.0);
+  if (mm->total_bytes > 0)
+    printf("; device free %.1f of %.1f MiB", (double)mm->free_bytes / 1048576.0, (double)mm->total_bytes / 1048576.0);
+  printf("\n");
 }
 
 static json_t *info_json(const lm_model *m, const lm_kv_spec *specs) {
@@ -140,19 +194,26 @@ static void print_choices(const lm_model *m, int group) {
 }
 
 int lm_cli_info(int argc, char **argv) {
-  static const struct option lo[] = {{"json", 0, 0, 'j'},     {"kv-quant", 1, 0, 'q'}, {"kv-group", 1, 0, 'g'},
-                                     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+  static const struct option lo[] = {{"json", 0, 0, 'j'},    {"kv-quant", 1, 0, 'q'}, {"kv-group", 1, 0, 'g'},
+                                     {"backend", 1, 0, 'B'}, {"ctx", 1, 0, 'c'},      {"chunk", 1, 0, 'k'},
+                                     {"precision", 1, 0, 'x'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
   int json = 0, c, group = 64;
+  int64_t ctx = 4096, chunk = 512;
   const char *mode = "off";
+  lm_cli_backend_opts bo = {0};
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
     if (c == 'j') json = 1;
     else if (c == 'q') mode = optarg;
     else if (c == 'g') group = atoi(optarg);
+    else if (c == 'B') bo.backend = optarg;
+    else if (c == 'c') ctx = atoll(optarg);
+    else if (c == 'k') chunk = atoll(optarg);
+    else if (c == 'x') bo.precision = optarg;
     else if (c == 'h') return fputs(info_help, stdout), 0;
     else return fputs(info_help, stderr), 2;
   }
-  if (optind != argc - 1) return fputs(info_help, stderr), 2;
+  if (optind != argc - 1 || ctx < 1 || chunk < 1) return fputs(info_help, stderr), 2;
   lm_model *m = lm_cli_load_model(argv[optind]);
   if (!m) return 1;
   lm_kv_spec specs[m->cfg.n_caches + 1];
@@ -161,8 +222,19 @@ int lm_cli_info(int argc, char **argv) {
     lm_model_free(m);
     return lm_cli_fail(NULL);
   }
+  info_mem mm = {0};
+  if (bo.backend && backend_memory(m, specs, &bo, ctx, chunk, &mm)) {
+    lm_model_free(m);
+    return 1;
+  }
   if (json) {
     json_t *j = info_json(m, specs);
+    if (bo.backend)
+      json_object_set_new(j, "memory", json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "backend", bo.backend,
+                                                 "context", (json_int_t)ctx, "chunk", (json_int_t)chunk, "weights",
+                                                 (json_int_t)mm.weights, "kv", (json_int_t)mm.kv, "workspace",
+                                                 (json_int_t)mm.workspace, "device_free", (json_int_t)mm.free_bytes,
+                                                 "device_total", (json_int_t)mm.total_bytes));
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     puts(s);
     free(s);
@@ -170,6 +242,7 @@ int lm_cli_info(int argc, char **argv) {
   } else {
     print_text(m, specs);
     print_choices(m, group);
+    if (bo.backend) print_memory(bo.backend, ctx, chunk, &mm);
   }
   lm_model_free(m);
   return 0;
