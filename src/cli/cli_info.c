@@ -75,7 +75,7 @@ static int backend_memory(lm_model *m, const lm_kv_spec *specs, const lm_cli_bac
   if (!s) s = lm_kv_set_reserve(kv, ctx);
   if (!s) s = lm_forward_feed(f, kv, &id, 1, 1, NULL);
   /* the CPU backend: host memory as planned (f32 caches at the reserved context) */
-  *out = (info_mem){m->weight_bytes, kv_bytes_at(m, specs, ctx), lm_forward_workspace_bytes(m, chunk, 1), -1, -1};
+  *out = (info_mem){m->weight_bytes, kv_bytes_at(m, specs, ctx), lm_forward_workspace_bytes(m, chunk, 1, be->act_dtype), -1, -1};
 #ifdef LM_HAVE_CUDA
   lm_cuda_mem cm;
   if (!s && !strcmp(be->ops->name, "cuda") && !(s = lm_cuda_mem_get(be, &cm)))

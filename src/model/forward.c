@@ -119,7 +119,7 @@ static int *sharers_of(const lm_model *m) {
   return hs;
 }
 
-int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits) {
+int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits, lm_dtype act) {
   int *hs = sharers_of(m);
   if (!hs) return -1;
   lm_forward_ws w = {0};
@@ -128,7 +128,7 @@ int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_
   w.dv = dv;
   w.dst = dst;
   ws_plan p = {0, NULL};
-  ws_layout(m, max_tokens, max_logits, LM_DT_F32, &p, &w, hs);
+  ws_layout(m, max_tokens, max_logits, act, &p, &w, hs);
   free(hs);
   return p.off;
 }

@@ -33,7 +33,8 @@ lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int6
  * ring of sliding_window for sliding layers). specs must hold m->cfg.n_caches entries. */
 void lm_model_kv_specs(const lm_model *m, lm_kv_spec *specs);
 
-/* Bytes of workspace the forward allocates for these limits. */
-int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits);
+/* Bytes of workspace the forward allocates for these limits on a backend whose activations
+ * are `act` (the backend's act_dtype). */
+int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits, lm_dtype act);
 
 #endif

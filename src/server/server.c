@@ -89,7 +89,7 @@ static lm_status load_text(lm_server *s) {
 static lm_status size_budget(lm_server *s) {
   const lm_server_opts *o = &s->o;
   s->weight_bytes = s->m->weight_bytes;
-  s->workspace_bytes = lm_forward_workspace_bytes(s->m, o->chunk + o->parallel, o->parallel) +
+  s->workspace_bytes = lm_forward_workspace_bytes(s->m, o->chunk + o->parallel, o->parallel, s->be->act_dtype) +
                        (int64_t)o->parallel * s->m->cfg.vocab_size * 4;
   if (o->kv_budget_bytes > 0) {
     s->kv_budget = o->kv_budget_bytes;
