@@ -243,7 +243,10 @@ typedef struct lm_backend_ops {
   void (*release_plans)(lm_backend *be, const void *owner);
 } lm_backend_ops;
 
-typedef enum lm_precision { LM_PRECISION_F32 = 0, LM_PRECISION_FAST = 1 } lm_precision;
+/* F32: the parity path. FAST: the speed path (CPU: int8 activations in quantized matmuls;
+ * CUDA: bf16 activations). BF16 (CPU only): f32 math with every op's output rounded to bf16
+ * where the CUDA fast path stores bf16 — that path's numerics, reproducible without a GPU. */
+typedef enum lm_precision { LM_PRECISION_F32 = 0, LM_PRECISION_FAST = 1, LM_PRECISION_BF16 = 2 } lm_precision;
 
 struct lm_backend {
   const lm_backend_ops *ops;

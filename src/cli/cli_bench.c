@@ -38,7 +38,7 @@ static const char *bench_help =
     "  --decode-tokens N   tokens per decode measurement (default 16)\n"
     "  --reps N            measured repetitions (default 3); --warmup N (default 1)\n"
     "  --backend B         cpu or cuda (default: cuda when built and a GPU is present);\n"
-    "                      --precision f32|fast (default fast); --threads N\n"
+    "                      --precision f32|fast|bf16 (default fast); --threads N\n"
     "  --state-tokens N    instead: prefill N tokens, save the cache set to a state file in\n"
     "                      $TMPDIR, restore it (page cache warm, then with the file's pages\n"
     "                      dropped), report file size and save/restore seconds, and check that\n"

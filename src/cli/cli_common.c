@@ -64,8 +64,9 @@ lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_pr
   if (o->precision) {
     if (!strcmp(o->precision, "f32")) prec = LM_PRECISION_F32;
     else if (!strcmp(o->precision, "fast")) prec = LM_PRECISION_FAST;
+    else if (!strcmp(o->precision, "bf16")) prec = LM_PRECISION_BF16;
     else {
-      fprintf(stderr, "lumen: --precision must be f32 or fast (got '%s')\n", o->precision);
+      fprintf(stderr, "lumen: --precision must be f32, fast or bf16 (got '%s')\n", o->precision);
       return NULL;
     }
   }

@@ -17,7 +17,7 @@ static const char *generate_help =
     "\n"
     "  --ids LIST       prompt token ids (required)\n"
     "  -n, --tokens N   tokens to generate (default 16)\n"
-    "  --backend B      cpu (default); --precision f32|fast (default f32); --threads N\n";
+    "  --backend B      cpu (default); --precision f32|fast|bf16 (default f32); --threads N\n";
 
 static int64_t argmax(const float *x, int64_t n) {
   int64_t b = 0;

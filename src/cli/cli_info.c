@@ -34,7 +34,7 @@ static const char *info_help =
     "  --backend B         cpu or cuda: also report the memory a session takes there\n"
     "  --ctx N             context to reserve with --backend (default 4096)\n"
     "  --chunk N           prefill chunk the workspace is sized for (default 512)\n"
-    "  --precision P       f32 or fast (default fast) with --backend\n";
+    "  --precision P       f32, fast (default) or bf16 with --backend\n";
 
 static void weight_bits(const lm_weight *w, char *buf, size_t n) {
   if (w->bits) snprintf(buf, n, "q%d/g%d", w->bits, w->group);

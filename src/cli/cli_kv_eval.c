@@ -19,7 +19,7 @@ static const char *kv_eval_help =
     "Feeds the comma-separated ids of FILE (prefill in chunks of C, default 64) with plain caches and\n"
     "with --kv-quant 8, 4 and config (when MODEL_DIR has a kv_config.json), and prints for each the mean\n"
     "KL(plain || quantized) over positions, argmax agreement and the KV bytes held at the end.\n"
-    "  --backend B, --precision f32|fast (default f32), --threads N as elsewhere\n";
+    "  --backend B, --precision f32|fast|bf16 (default f32), --threads N as elsewhere\n";
 
 static lm_status run_plan(lm_model *m, lm_backend *be, const lm_kv_options *ko, const int32_t *ids, int64_t T,
                           int64_t C, float *out, int64_t *bytes) {

@@ -21,7 +21,8 @@ static const char *logits_help =
     "  --chunk C         prefill in chunks of C tokens (default: the whole prefill at once)\n"
     "  --out FILE        where to write the logits ('-' = stdout; default: none)\n"
     "  --backend B       cpu or cuda (default: cuda when this build has it and a GPU is present)\n"
-    "  --precision P     f32 (default: the parity path) or fast\n"
+    "  --precision P     f32 (default: the parity path), fast, or bf16 (on the CPU: f32 math rounded\n"
+    "                    to bf16 where the CUDA fast path stores bf16, to study its numerics anywhere)\n"
     "  --threads N       CPU threads (default: all)\n";
 
 typedef struct logits_opts {

@@ -47,7 +47,7 @@ static const char *const usage =
     "  --log-requests           one line per request on stderr (alias -v)\n"
     "  --kv-quant MODE          KV cache precision: off (default), 4, 8 or config (kv_config.json)\n"
     "  --kv-group G             group size of --kv-quant 4/8 (64); --kv-config FILE for --kv-quant config\n"
-    "  --backend B              cpu or cuda (default: cuda when a GPU is present); --precision f32|fast; --threads N\n"
+    "  --backend B              cpu or cuda (default: cuda when a GPU is present); --precision f32|fast|bf16; --threads N\n"
     "  --preset FILE            synthetic model of this config.json-shaped geometry (with --tokenizer DIR;\n"
     "                           --bits B 0..8 (4), --weight-seed S)\n"
     "Request defaults (a request's own fields win; --max-tokens is the default max_tokens, 512):\n";

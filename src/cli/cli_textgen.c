@@ -29,7 +29,7 @@ void lm_cli_textgen_help(FILE *f) {
         "  --raw-output             print the decoded text as is, control tokens included, unparsed\n"
         "  --chunk N                prefill tokens per forward step (512)\n"
         "  --ctx N                  context limit in tokens (default: none)\n"
-        "  --backend B              cpu (default); --precision f32|fast (default fast); --threads N\n"
+        "  --backend B              cpu (default); --precision f32|fast|bf16 (default fast); --threads N\n"
         "  --kv-quant MODE          KV caches: off (default), 4, 8, or config (the checkpoint's kv_config.json)\n"
         "  --kv-group G             group of uniform 4/8-bit caches (64); --kv-config FILE another kv_config.json\n"
         "  --kv-quant-start N       quantized caches stay plain until they hold N tokens (0)\n"

@@ -396,7 +396,7 @@ static lm_status run_layers(lm_forward *f, const lm_batch *b, int greedy) {
   const lm_backend_ops *op = f->be->ops;
   lm_backend *be = f->be;
   int64_t T = b->n_tokens;
-  int bf16 = be->act_dtype == LM_DT_BF16;
+  int bf16 = be->act_dtype == LM_DT_BF16 || be->precision == LM_PRECISION_BF16;
   lm_tensor x = rows_of(f->ws.x, T);
   /* embed_tokens * sqrt(H): the scale is cast to the weight dtype first (bf16(sqrt(H)) in a
    * bf16 model); the f32 parity path uses the f32 value, as the f32 reference does. */

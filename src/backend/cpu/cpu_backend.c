@@ -86,7 +86,12 @@ lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out
     free(ctx);
     return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   }
-  be->ops = &lm_cpu_ops;
+  if (prec != LM_PRECISION_F32 && prec != LM_PRECISION_FAST && prec != LM_PRECISION_BF16) {
+    free(be);
+    free(ctx);
+    return LM_ERRF(LM_ERR_INVALID, "cpu backend: unknown precision %d", (int)prec);
+  }
+  be->ops = prec == LM_PRECISION_BF16 ? lm_cpu_bf16_ops(&lm_cpu_ops, &ctx->bf16_ops) : &lm_cpu_ops;
   be->act_dtype = LM_DT_F32;
   be->precision = prec;
   be->threads = threads;

@@ -7,7 +7,12 @@
 
 typedef struct lm_cpu_ctx {
   const lm_batch *batch; /* the step's inputs; host memory is backend memory here */
+  lm_backend_ops bf16_ops; /* LM_PRECISION_BF16: the rounding ops around the f32 ones */
 } lm_cpu_ctx;
+
+/* Fills t with the ops of `base` wrapped to round like the CUDA bf16 path (cpu_bf16.c) and
+ * returns it. */
+const lm_backend_ops *lm_cpu_bf16_ops(const lm_backend_ops *base, lm_backend_ops *t);
 
 static inline const lm_batch *lm_cpu_batch(lm_backend *be) { return ((lm_cpu_ctx *)be->ctx)->batch; }
 

@@ -42,7 +42,7 @@ lm_status lm_cpu_moe_route(lm_backend *be, const lm_moe_route_args *a) {
 static lm_status expert_mm(lm_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t m,
                            const lm_weight *w, int64_t e) {
   lm_cpu_matmul_args mm = {.y = y, .ldy = ldy, .x = x, .ldx = ldx, .m = m, .w = w, .expert = e,
-                           .prec = be->precision == LM_PRECISION_F32 ? LM_CPU_PREC_F32 : LM_CPU_PREC_FAST};
+                           .prec = be->precision == LM_PRECISION_FAST ? LM_CPU_PREC_FAST : LM_CPU_PREC_F32};
   return lm_cpu_matmul(&mm);
 }
 

@@ -36,7 +36,7 @@ static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
       .m = a->x.rows,
       .w = a->w,
       .expert = a->expert,
-      .prec = be->precision == LM_PRECISION_F32 ? LM_CPU_PREC_F32 : LM_CPU_PREC_FAST,
+      .prec = be->precision == LM_PRECISION_FAST ? LM_CPU_PREC_FAST : LM_CPU_PREC_F32,
       .accumulate = a->accumulate,
   };
   return lm_cpu_matmul(&m);
