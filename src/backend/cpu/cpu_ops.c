@@ -96,9 +96,9 @@ lm_status lm_cpu_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
     return LM_ERRF(LM_ERR_INVALID, "rmsnorm: next weight %s has %lld values, rows have %lld", a->next_w->name,
                    (long long)a->next_w->cols, (long long)n);
   if (a->rope && (a->residual || a->rope_heads <= 0 || a->x.rows % a->rope_heads || n % 2 || a->rope->cols != n / 2 ||
-                  a->x.rows / a->rope_heads > lm_cpu_batch(be)->n_tokens))
-    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: RoPE needs head rows (%d per token of the step), an even head dim with "
-                   "its inverse frequencies, and no residual", a->rope_heads);
+                  !lm_cpu_batch(be) || a->x.rows / a->rope_heads > lm_cpu_batch(be)->n_tokens))
+    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: RoPE needs a step, head rows (%d per token of it), an even head dim "
+                   "with its inverse frequencies, and no residual", a->rope_heads);
   const float *inv = a->rope ? (const float *)a->rope->data : NULL;
   const int32_t *pos = a->rope ? lm_cpu_batch(be)->pos : NULL;
 #pragma omp parallel for schedule(static) if (a->x.rows > 8)
