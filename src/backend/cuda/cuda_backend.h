@@ -53,7 +53,10 @@ double lm_cuda_read_bandwidth_gbs(lm_backend *be);
 double lm_cuda_copy_bandwidth_gbs(lm_backend *be);
 
 /* Environment: LUMEN_CUDA_PROFILE=1 times every op on the device (steps run eagerly, one
- * synchronization per op) and prints the per-op totals to stderr when the backend is freed. */
+ * synchronization per op) and prints the per-op totals to stderr when the backend is freed.
+ * LUMEN_CUDA_PROFILE_STEP=k opens the profiler range (cudaProfilerStart/Stop) around the k-th
+ * decode step only, so `ncu --profile-from-start off` times one real, graph-replayed step
+ * (tools/gpu/profile.sh). */
 
 #ifdef __cplusplus
 }
