@@ -143,28 +143,12 @@ static int check_modes(const char *name, lm_model *m, lm_backend *be, const int3
   return fails;
 }
 
-static int has_weights(const char *dir) {
-  char p[1100];
-  snprintf(p, sizeof p, "%s/model.safetensors", dir);
-  if (access(p, R_OK) == 0) return 1;
-  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-  return access(p, R_OK) == 0;
-}
-
 /* meta.json's tolerance.<key> bound ("bf16", "fp32"), or a negative kl when absent. */
 static bound meta_bound(const char *dir, const char *key) {
-  char p[1100];
-  snprintf(p, sizeof p, "%s/meta.json", dir);
   bound b = {-2, 0};
-  json_t *j = json_load_file(p, 0, NULL);
-  json_t *t = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), key), "mean_kl_max") : NULL;
-  json_t *a = j ? json_object_get(json_object_get(json_object_get(j, "tolerance"), key), "argmax_agree_min") : NULL;
-  if (t && a) b = (bound){json_number_value(t), json_number_value(a)};
-  json_decref(j);
+  (void)lm_fx_bound(dir, key, &b.mean_kl_max, &b.argmax_min); /* sets both or neither */
   return b;
 }
-
-static bound bf16_bound(const char *dir) { return meta_bound(dir, "bf16"); }
 
 static void t_fixtures(void **state) {
   (void)state;
@@ -172,21 +156,19 @@ static void t_fixtures(void **state) {
   char **names;
   int n = lm_fx_list(FIXTURES, "logits.f32", &names), checked = 0, fails = 0;
   for (int i = 0; i < n; i++) {
-    char dir[1024], p[1100];
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", FIXTURES, names[i]);
-    if (!has_weights(dir)) continue;
+    if (!lm_fx_has_weights(dir)) continue;
     lm_model *m = NULL;
     assert_int_equal(lm_model_load(dir, &m), LM_OK);
     int32_t *ids;
-    snprintf(p, sizeof p, "%s/ids.txt", dir);
-    int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
-    snprintf(p, sizeof p, "%s/logits.f32", dir);
-    float *ref = lm_fx_read_f32(p, T * V);
-    assert_non_null(ref);
+    float *ref;
+    int64_t T = lm_fx_load(dir, m->cfg.vocab_size, &ids, &ref);
+    assert_true(T > 0);
     lm_backend *be = make_backend(1, LM_PRECISION_F32);
     fails += check_modes(names[i], m, be, ids, T, ref, F32);
     lm_backend_destroy(be);
-    bound b = bf16_bound(dir);
+    bound b = meta_bound(dir, "bf16");
     if (b.mean_kl_max >= 0) {
       be = make_backend(1, LM_PRECISION_FAST);
       fails += check_modes(names[i], m, be, ids, T, ref, b);
@@ -291,6 +273,35 @@ static void t_e4b(void **state) {
   assert_int_equal(fails, 0);
 }
 
+#ifdef LM_HAVE_CUDA
+/* Runs ids (prefill 5, then decode) over caches of these kinds with plans off and on: the
+ * logits must be bit-identical, the planned run must have replayed every decode step and
+ * built at least min_builds plans. */
+static void plans_identical(const char *what, lm_model *m, lm_precision prec, const lm_kv_spec *specs, int64_t T,
+                            int64_t min_builds) {
+  int64_t V = m->cfg.vocab_size, uses[2], builds[2];
+  int32_t ids[T];
+  ids_for(ids, T, V);
+  float *out[2];
+  for (int on = 0; on < 2; on++) {
+    lm_backend *be = make_backend(1, prec);
+    lm_cuda_set_plans(be, on);
+    out[on] = run_specs(m, be, specs, ids, T, 5, 5);
+    lm_cuda_plan_stats(be, &uses[on], &builds[on]);
+    if (on && builds[on] < min_builds) printf("  last refused capture: %s\n", lm_cuda_plan_error(be));
+    lm_backend_destroy(be);
+  }
+  printf("  %s: off uses %lld; on uses %lld, builds %lld\n", what, (long long)uses[0], (long long)uses[1],
+         (long long)builds[1]);
+  assert_int_equal(uses[0], 0);
+  assert_true(builds[1] >= min_builds);
+  assert_true(uses[1] >= T - 5);
+  assert_memory_equal(out[0], out[1], (size_t)(T * V) * sizeof(float));
+  free(out[0]);
+  free(out[1]);
+}
+#endif
+
 /* Decode logits with plans on and off must be identical bit for bit; the rings wrap (window
  * 8 < 5 + 12 tokens), so the replayed graphs see new ring slots and cache lengths. */
 static void t_plan(void **state) {
@@ -298,28 +309,10 @@ static void t_plan(void **state) {
   NEED_GPU();
 #ifdef LM_HAVE_CUDA
   for (int pi = 0; pi < 2; pi++) {
-    lm_precision prec = pi ? LM_PRECISION_FAST : LM_PRECISION_F32;
     lm_model *m = synth("plan", pi ? moe_cfg : small_cfg, 4, 64);
-    int64_t T = 17, V = m->cfg.vocab_size;
-    int32_t ids[17];
-    ids_for(ids, T, V);
-    float *out[2];
-    int64_t uses[2], builds[2];
-    for (int on = 0; on < 2; on++) {
-      lm_backend *be = make_backend(1, prec);
-      lm_cuda_set_plans(be, on);
-      out[on] = run_mode(m, be, ids, T, 5, 5);
-      lm_cuda_plan_stats(be, &uses[on], &builds[on]);
-      lm_backend_destroy(be);
-    }
-    printf("  plan %s: off uses %lld; on uses %lld, builds %lld\n", pi ? "moe bf16" : "small f32", (long long)uses[0],
-           (long long)uses[1], (long long)builds[1]);
-    assert_int_equal(uses[0], 0);
-    assert_true(builds[1] >= 1);
-    assert_true(uses[1] >= T - 5);
-    assert_memory_equal(out[0], out[1], (size_t)(T * V) * sizeof(float));
-    free(out[0]);
-    free(out[1]);
+    lm_kv_spec specs[m->cfg.n_caches + 1];
+    lm_model_kv_specs(m, specs);
+    plans_identical(pi ? "plan moe bf16" : "plan small f32", m, pi ? LM_PRECISION_FAST : LM_PRECISION_F32, specs, 17, 1);
     lm_model_free(m);
   }
 #endif
@@ -337,7 +330,7 @@ static void t_kv_fixtures(void **state) {
   NEED_GPU();
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/e4b_like", FIXTURES);
-  if (!has_weights(dir)) {
+  if (!lm_fx_has_weights(dir)) {
     printf("  %s has no weights: skipped\n", dir);
     skip();
   }
@@ -356,11 +349,9 @@ static void t_kv_fixtures(void **state) {
     if (ps) fprintf(stderr, "%s\n", lm_errmsg());
     assert_int_equal(ps, LM_OK);
     int32_t *ids;
-    snprintf(p, sizeof p, "%s/ids.txt", fx);
-    int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
-    snprintf(p, sizeof p, "%s/logits.f32", fx);
-    float *ref = lm_fx_read_f32(p, T * V);
-    assert_non_null(ref);
+    float *ref;
+    int64_t T = lm_fx_load(fx, m->cfg.vocab_size, &ids, &ref), V = m->cfg.vocab_size;
+    assert_true(T > 0);
     bound b32 = meta_bound(fx, "fp32"), b16 = meta_bound(fx, "bf16");
     assert_true(b32.mean_kl_max >= 0 && b16.mean_kl_max >= 0);
     b32.mean_kl_max = fmin(b32.mean_kl_max, 1e-3);
@@ -393,7 +384,7 @@ static void t_kv_quant_start(void **state) {
   NEED_GPU();
   char dir[1024], p[1100];
   snprintf(dir, sizeof dir, "%s/e4b_like", FIXTURES);
-  if (!has_weights(dir)) {
+  if (!lm_fx_has_weights(dir)) {
     printf("  %s has no weights: skipped\n", dir);
     skip();
   }
@@ -426,32 +417,13 @@ static void t_kv_plan(void **state) {
   NEED_GPU();
 #ifdef LM_HAVE_CUDA
   for (int pi = 0; pi < 2; pi++) {
-    lm_precision prec = pi ? LM_PRECISION_FAST : LM_PRECISION_F32;
     lm_model *m = synth("kvplan", pi ? moe_cfg : small_cfg, 4, 64);
     lm_kv_spec specs[m->cfg.n_caches + 1];
     lm_kv_options o = {.mode = pi ? "4" : "8", .group = pi ? 64 : 32, .quant_start = 9};
     assert_int_equal(lm_model_kv_plan(m, &o, specs), LM_OK);
-    int64_t T = 20, V = m->cfg.vocab_size;
-    int32_t ids[20];
-    ids_for(ids, T, V);
-    float *out[2];
-    int64_t uses[2], builds[2];
-    for (int on = 0; on < 2; on++) {
-      lm_backend *be = make_backend(1, prec);
-      lm_cuda_set_plans(be, on);
-      out[on] = run_specs(m, be, specs, ids, T, 5, 5);
-      lm_cuda_plan_stats(be, &uses[on], &builds[on]);
-      if (on && builds[on] < 3) printf("  last refused capture: %s\n", lm_cuda_plan_error(be));
-      lm_backend_destroy(be);
-    }
-    printf("  kv plan %s q%s start 9: off uses %lld; on uses %lld, builds %lld\n", pi ? "moe bf16" : "small f32",
-           o.mode, (long long)uses[0], (long long)uses[1], (long long)builds[1]);
-    assert_int_equal(uses[0], 0);
-    assert_true(builds[1] >= 3);
-    assert_true(uses[1] >= T - 5);
-    assert_memory_equal(out[0], out[1], (size_t)(T * V) * sizeof(float));
-    free(out[0]);
-    free(out[1]);
+    char what[64];
+    snprintf(what, sizeof what, "kv plan %s q%s start 9", pi ? "moe bf16" : "small f32", o.mode);
+    plans_identical(what, m, pi ? LM_PRECISION_FAST : LM_PRECISION_F32, specs, 20, 3);
     lm_model_free(m);
   }
 #endif

@@ -68,16 +68,14 @@ static void check(const char *name, const lm_kv_options *opt) {
   lm_backend *be;
   assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
   int32_t *ids;
-  snprintf(p, sizeof p, FX "/%s/ids.txt", name);
-  int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
-  snprintf(p, sizeof p, FX "/%s/logits.f32", name);
-  float *ref = lm_fx_read_f32(p, T * V), *got = malloc((size_t)(T * V) * sizeof(float));
-  snprintf(p, sizeof p, FX "/%s/meta.json", name);
-  json_error_t e;
-  json_t *meta = json_load_file(p, 0, &e);
-  const json_t *tol = json_object_get(json_object_get(meta, "tolerance"), "fp32");
-  double kl_max = json_number_value(json_object_get(tol, "mean_kl_max"));
-  int64_t agree_min = json_integer_value(json_object_get(tol, "argmax_agree_min"));
+  float *ref;
+  snprintf(p, sizeof p, FX "/%s", name);
+  int64_t V = m->cfg.vocab_size, T = lm_fx_load(p, V, &ids, &ref);
+  assert_true(T > 0);
+  float *got = malloc((size_t)(T * V) * sizeof(float));
+  double kl_max, agree_d;
+  assert_int_equal(lm_fx_bound(p, "fp32", &kl_max, &agree_d), 0);
+  int64_t agree_min = (int64_t)agree_d;
   lm_kv_spec specs[16];
   lm_status ps = lm_model_kv_plan(m, opt, specs);
   if (ps) fprintf(stderr, "%s\n", lm_errmsg());
@@ -99,7 +97,6 @@ static void check(const char *name, const lm_kv_options *opt) {
     lm_forward_free(f);
     lm_kv_set_free(kv);
   }
-  json_decref(meta);
   free(ref), free(got), free(ids);
   lm_backend_destroy(be);
   lm_model_free(m);

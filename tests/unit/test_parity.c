@@ -19,21 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "base/status.h"
 #include "model/forward.h"
 #include "util/fixture.h"
 
 #define FIXTURES LM_SOURCE_DIR "/tests/fixtures"
-
-static int has_weights(const char *dir) {
-  char p[1100];
-  snprintf(p, sizeof p, "%s/model.safetensors", dir);
-  if (access(p, R_OK) == 0) return 1;
-  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-  return access(p, R_OK) == 0;
-}
 
 /* Feeds ids with the given prefill/chunk plan into a fresh cache set; returns [T][V] logits. */
 static float *run_mode(const lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill,
@@ -56,110 +46,93 @@ static float *run_mode(const lm_model *m, lm_backend *be, const int32_t *ids, in
   return out;
 }
 
-static void check_fixture(const char *name, lm_backend *be, int *failures) {
-  char dir[1024], p[1100];
-  snprintf(dir, sizeof dir, "%s/%s", FIXTURES, name);
-  lm_model *m = NULL;
-  if (lm_model_load(dir, &m)) {
-    fprintf(stderr, "%s: load failed: %s\n", name, lm_errmsg());
-    (*failures)++;
-    return;
-  }
+/* A fixture's model with its ids and reference logits (the test fails if any is missing). */
+typedef struct fixture {
+  lm_model *m;
   int32_t *ids;
-  snprintf(p, sizeof p, "%s/ids.txt", dir);
-  int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
-  snprintf(p, sizeof p, "%s/logits.f32", dir);
-  float *ref = lm_fx_read_f32(p, T * V);
-  assert_non_null(ref);
+  float *ref;
+  int64_t T, V;
+} fixture;
+
+static fixture fixture_open(const char *dir) {
+  fixture x = {0};
+  lm_status s = lm_model_load(dir, &x.m);
+  if (s) fprintf(stderr, "%s: load failed: %s\n", dir, lm_errmsg());
+  assert_int_equal(s, LM_OK);
+  x.V = x.m->cfg.vocab_size;
+  x.T = lm_fx_load(dir, x.V, &x.ids, &x.ref);
+  assert_true(x.T > 0);
+  return x;
+}
+
+static void fixture_close(fixture *x) {
+  free(x->ids);
+  free(x->ref);
+  lm_model_free(x->m);
+}
+
+static void check_fixture(const char *name, const char *dir, lm_backend *be, int *failures) {
+  fixture x = fixture_open(dir);
+  int64_t T = x.T;
   struct { const char *mode; int64_t prefill, chunk; } modes[] = {
       {"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2 > 0 ? T / 2 : 1}};
   for (size_t i = 0; i < 3; i++) {
-    float *got = run_mode(m, be, ids, T, modes[i].prefill, modes[i].chunk);
-    lm_fx_cmp c = lm_fx_compare(ref, got, T, V);
+    float *got = run_mode(x.m, be, x.ids, T, modes[i].prefill, modes[i].chunk);
+    lm_fx_cmp c = lm_fx_compare(x.ref, got, T, x.V);
     int ok = c.max_abs_diff <= 1e-3 * c.max_abs_ref && c.argmax_agree == T;
     printf("%-16s %-8s T=%-3lld max|d|=%.3g (bound %.3g) argmax %lld/%lld %s\n", name, modes[i].mode, (long long)T,
            c.max_abs_diff, 1e-3 * c.max_abs_ref, (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
     *failures += !ok;
     free(got);
   }
-  free(ref);
-  free(ids);
-  lm_model_free(m);
+  fixture_close(&x);
 }
 
-static void t_fixtures_f32(void **state) {
-  (void)state;
+/* Runs check on every fixture with weights (and the file `marker`) on a CPU backend of this
+ * precision; asserts that at least 6 were checked (e2b, e4b, 12b, moe and two MLX fixtures)
+ * and none failed. */
+static void each_fixture(const char *marker, lm_precision prec,
+                         void (*check)(const char *name, const char *dir, lm_backend *be, int *failures)) {
   char **names;
-  int n = lm_fx_list(FIXTURES, "logits.f32", &names), checked = 0, failures = 0;
+  int n = lm_fx_list(FIXTURES, marker, &names), checked = 0, failures = 0;
   lm_backend *be;
-  assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
+  assert_int_equal(lm_backend_cpu_create(prec, 0, &be), LM_OK);
   for (int i = 0; i < n; i++) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", FIXTURES, names[i]);
-    if (!has_weights(dir)) continue; /* KV-quantized references reuse another fixture's weights */
-    check_fixture(names[i], be, &failures);
-    checked++;
-  }
-  lm_backend_destroy(be);
-  lm_fx_free_list(names, n);
-  assert_true(checked >= 6); /* e2b, e4b, 12b, moe and two MLX fixtures */
-  assert_int_equal(failures, 0);
-}
-
-/* meta.json's tolerance.bf16 of a fixture: 0 when it has one. */
-static int bf16_bound(const char *dir, double *kl_max, double *argmax_min) {
-  char p[1100];
-  snprintf(p, sizeof p, "%s/meta.json", dir);
-  json_t *j = json_load_file(p, 0, NULL);
-  json_t *b = json_object_get(json_object_get(j, "tolerance"), "bf16");
-  json_t *k = json_object_get(b, "mean_kl_max"), *a = json_object_get(b, "argmax_agree_min");
-  int ok = json_is_number(k) && json_is_number(a);
-  if (ok) *kl_max = json_number_value(k), *argmax_min = json_number_value(a);
-  json_decref(j);
-  return ok ? 0 : -1;
-}
-
-static void check_bf16(const char *name, lm_backend *be, int *failures) {
-  char dir[1024], p[1100];
-  double kl_max, am_min;
-  snprintf(dir, sizeof dir, "%s/%s", FIXTURES, name);
-  if (bf16_bound(dir, &kl_max, &am_min)) return;
-  lm_model *m = NULL;
-  assert_int_equal(lm_model_load(dir, &m), LM_OK);
-  int32_t *ids;
-  snprintf(p, sizeof p, "%s/ids.txt", dir);
-  int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
-  snprintf(p, sizeof p, "%s/logits.f32", dir);
-  float *ref = lm_fx_read_f32(p, T * V);
-  assert_non_null(ref);
-  float *got = run_mode(m, be, ids, T, T, T);
-  lm_fx_cmp c = lm_fx_compare(ref, got, T, V);
-  int outlier = !strcmp(name, "e4b_like");
-  int ok = c.mean_kl > 1e-6 && (outlier ? c.mean_kl <= 2 * kl_max : c.mean_kl <= kl_max && c.argmax_agree >= am_min);
-  printf("%-16s bf16     T=%-3lld mean KL %.4g (bound %.4g%s) argmax %lld (bound %.0f) %s\n", name, (long long)T,
-         c.mean_kl, kl_max, outlier ? ", x2: see the header" : "", (long long)c.argmax_agree, am_min, ok ? "ok" : "FAIL");
-  *failures += !ok;
-  free(got), free(ref), free(ids);
-  lm_model_free(m);
-}
-
-static void t_fixtures_bf16(void **state) {
-  (void)state;
-  char **names;
-  int n = lm_fx_list(FIXTURES, "logits_bf16.f32", &names), checked = 0, failures = 0;
-  lm_backend *be;
-  assert_int_equal(lm_backend_cpu_create(LM_PRECISION_BF16, 0, &be), LM_OK);
-  for (int i = 0; i < n; i++) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/%s", FIXTURES, names[i]);
-    if (!has_weights(dir)) continue;
-    check_bf16(names[i], be, &failures);
+    if (!lm_fx_has_weights(dir)) continue;
+    check(names[i], dir, be, &failures);
     checked++;
   }
   lm_backend_destroy(be);
   lm_fx_free_list(names, n);
   assert_true(checked >= 6);
   assert_int_equal(failures, 0);
+}
+
+static void t_fixtures_f32(void **state) {
+  (void)state;
+  each_fixture("logits.f32", LM_PRECISION_F32, check_fixture);
+}
+
+static void check_bf16(const char *name, const char *dir, lm_backend *be, int *failures) {
+  double kl_max, am_min;
+  if (lm_fx_bound(dir, "bf16", &kl_max, &am_min)) return;
+  fixture x = fixture_open(dir);
+  float *got = run_mode(x.m, be, x.ids, x.T, x.T, x.T);
+  lm_fx_cmp c = lm_fx_compare(x.ref, got, x.T, x.V);
+  int outlier = !strcmp(name, "e4b_like");
+  int ok = c.mean_kl > 1e-6 && (outlier ? c.mean_kl <= 2 * kl_max : c.mean_kl <= kl_max && c.argmax_agree >= am_min);
+  printf("%-16s bf16     T=%-3lld mean KL %.4g (bound %.4g%s) argmax %lld (bound %.0f) %s\n", name, (long long)x.T,
+         c.mean_kl, kl_max, outlier ? ", x2: see the header" : "", (long long)c.argmax_agree, am_min, ok ? "ok" : "FAIL");
+  *failures += !ok;
+  free(got);
+  fixture_close(&x);
+}
+
+static void t_fixtures_bf16(void **state) {
+  (void)state;
+  each_fixture("logits_bf16.f32", LM_PRECISION_BF16, check_bf16);
 }
 
 int main(void) {

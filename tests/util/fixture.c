@@ -2,10 +2,12 @@
 #include "util/fixture.h"
 
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int64_t lm_fx_read_ids(const char *path, int32_t **ids) {
   FILE *f = fopen(path, "r");
@@ -34,6 +36,38 @@ float *lm_fx_read_f32(const char *path, int64_t n) {
     return NULL;
   }
   return v;
+}
+
+int64_t lm_fx_load(const char *dir, int64_t V, int32_t **ids, float **ref) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/ids.txt", dir);
+  int64_t T = lm_fx_read_ids(p, ids);
+  snprintf(p, sizeof p, "%s/logits.f32", dir);
+  *ref = T ? lm_fx_read_f32(p, T * V) : NULL;
+  if (*ref) return T;
+  free(*ids);
+  *ids = NULL;
+  return 0;
+}
+
+int lm_fx_has_weights(const char *dir) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  if (access(p, R_OK) == 0) return 1;
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  return access(p, R_OK) == 0;
+}
+
+int lm_fx_bound(const char *dir, const char *key, double *kl_max, double *argmax_min) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/meta.json", dir);
+  json_t *j = json_load_file(p, 0, NULL);
+  json_t *b = json_object_get(json_object_get(j, "tolerance"), key);
+  json_t *k = json_object_get(b, "mean_kl_max"), *a = json_object_get(b, "argmax_agree_min");
+  int ok = json_is_number(k) && json_is_number(a);
+  if (ok) *kl_max = json_number_value(k), *argmax_min = json_number_value(a);
+  json_decref(j);
+  return ok ? 0 : -1;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

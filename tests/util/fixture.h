@@ -10,6 +10,15 @@
 int64_t lm_fx_read_ids(const char *path, int32_t **ids);
 /* Reads a little-endian f32 file of exactly n floats; NULL on error. */
 float *lm_fx_read_f32(const char *path, int64_t n);
+/* ids.txt and logits.f32 [T][V] of fixture folder dir: returns T (0 when either is missing or
+ * malformed; *ids and *ref are then NULL). */
+int64_t lm_fx_load(const char *dir, int64_t V, int32_t **ids, float **ref);
+/* Whether dir holds weights (model.safetensors or an index); KV-quantized references reuse
+ * another fixture's weights and have none. */
+int lm_fx_has_weights(const char *dir);
+/* meta.json's tolerance.<key> ("bf16", "fp32"): mean_kl_max and argmax_agree_min. 0 when the
+ * fixture has that bound, -1 otherwise. */
+int lm_fx_bound(const char *dir, const char *key, double *kl_max, double *argmax_min);
 /* Names of the fixture folders under dir holding a file `marker`, sorted; returns the count. */
 int lm_fx_list(const char *dir, const char *marker, char ***names);
 void lm_fx_free_list(char **names, int n);
