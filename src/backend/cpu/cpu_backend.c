@@ -47,7 +47,7 @@ static void cpu_destroy(lm_backend *be) {
   free(be);
 }
 
-static const lm_backend_ops lm_cpu_ops = {
+const lm_backend_ops lm_cpu_ops = {
     .api_version = LM_BACKEND_API_VERSION,
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -91,7 +91,7 @@ lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out
     free(ctx);
     return LM_ERRF(LM_ERR_INVALID, "cpu backend: unknown precision %d", (int)prec);
   }
-  be->ops = prec == LM_PRECISION_BF16 ? lm_cpu_bf16_ops(&lm_cpu_ops, &ctx->bf16_ops) : &lm_cpu_ops;
+  be->ops = prec == LM_PRECISION_BF16 ? lm_cpu_bf16_ops(&ctx->bf16_ops) : &lm_cpu_ops;
   be->act_dtype = LM_DT_F32;
   be->precision = prec;
   be->threads = threads;

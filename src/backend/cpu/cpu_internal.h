@@ -10,9 +10,16 @@ typedef struct lm_cpu_ctx {
   lm_backend_ops bf16_ops; /* LM_PRECISION_BF16: the rounding ops around the f32 ones */
 } lm_cpu_ctx;
 
-/* Fills t with the ops of `base` wrapped to round like the CUDA bf16 path (cpu_bf16.c) and
- * returns it. */
-const lm_backend_ops *lm_cpu_bf16_ops(const lm_backend_ops *base, lm_backend_ops *t);
+/* The f32 op table (cpu_backend.c). */
+extern const lm_backend_ops lm_cpu_ops;
+/* Fills t with lm_cpu_ops wrapped to round like the CUDA bf16 path (cpu_bf16.c), returns t. */
+const lm_backend_ops *lm_cpu_bf16_ops(lm_backend_ops *t);
+/* pow(mean(x²) + eps, -0.5) of one row, the sum in double (Gemma4RMSNorm). */
+float lm_cpu_inv_rms(const float *x, int64_t n, float eps);
+/* RoPE over T tokens whose heads start at data + t*token_stride, head_stride apart (cpu_ops.c);
+ * bf16: rounded as the CUDA bf16 kernels round. */
+void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, int64_t T, int heads, int hd,
+                        const int32_t *pos, const float *inv, int bf16);
 
 static inline const lm_batch *lm_cpu_batch(lm_backend *be) { return ((lm_cpu_ctx *)be->ctx)->batch; }
 

@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "base/status.h"
+#include "tensor/dtype.h"
 
 /* F.gelu(x, approximate="tanh"). */
 float lm_gelu_tanh(float x) {
@@ -53,33 +54,45 @@ lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
   return LM_OK;
 }
 
-/* Rotates head rows [t*heads, (t+1)*heads) of x by token t's angles (see lm_cpu_rope). */
-static void rope_heads(lm_tensor x, int heads, const int32_t *pos, const float *inv) {
-  int half = (int)x.cols / 2;
-#pragma omp parallel for schedule(static) if (x.rows > 8 * heads)
-  for (int64_t t = 0; t < x.rows / heads; t++) {
+static float round_if(int bf16, float v) { return bf16 ? lm_round_bf16(v) : v; }
+
+/* apply_rotary_pos_emb with rotate_half: pairs (i, i + hd/2); angle = f32(pos) * inv_freq[i],
+ * cos/sin in f32 (Gemma4TextRotaryEmbedding.forward). Token t's heads start at data +
+ * t*token_stride, head_stride floats apart, so one loop serves [T][heads*hd] rows (the rope
+ * op) and head rows [T*heads][hd] (the norm's RoPE form); the angles are computed once per
+ * token for all its heads. bf16: cos/sin, each product and each sum rounded, as the CUDA
+ * kernels and transformers' bf16 run round (LM_PRECISION_BF16). */
+void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, int64_t T, int heads, int hd,
+                        const int32_t *pos, const float *inv, int bf16) {
+  int half = hd / 2;
+#pragma omp parallel for schedule(static) if (T > 8)
+  for (int64_t t = 0; t < T; t++) {
     float c[half], s[half];
     for (int i = 0; i < half; i++) {
       float ang = (float)pos[t] * inv[i];
-      c[i] = cosf(ang);
-      s[i] = sinf(ang);
+      c[i] = round_if(bf16, cosf(ang));
+      s[i] = round_if(bf16, sinf(ang));
     }
     for (int h = 0; h < heads; h++) {
-      float *y = lm_cpu_row(x, t * heads + h);
+      float *y = data + t * token_stride + h * head_stride;
       for (int i = 0; i < half; i++) {
         float x0 = y[i], x1 = y[i + half];
-        y[i] = x0 * c[i] - x1 * s[i];
-        y[i + half] = x1 * c[i] + x0 * s[i];
+        y[i] = round_if(bf16, round_if(bf16, x0 * c[i]) - round_if(bf16, x1 * s[i]));
+        y[i + half] = round_if(bf16, round_if(bf16, x1 * c[i]) + round_if(bf16, x0 * s[i]));
       }
     }
   }
 }
 
 /* Gemma4RMSNorm: y = x * pow(mean(x²) + eps, -0.5) * w — the weight as is, not (1 + w). */
-static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps, int accumulate) {
+float lm_cpu_inv_rms(const float *x, int64_t n, float eps) {
   double ss = 0.0;
   for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-  float inv = powf((float)(ss / (double)n) + eps, -0.5f);
+  return powf((float)(ss / (double)n) + eps, -0.5f);
+}
+
+static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps, int accumulate) {
+  float inv = lm_cpu_inv_rms(x, n, eps);
   for (int64_t i = 0; i < n; i++) {
     float v = w ? x[i] * inv * w[i] : x[i] * inv;
     y[i] = accumulate ? y[i] + v : v;
@@ -113,34 +126,15 @@ lm_status lm_cpu_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
       rmsnorm_row(lm_cpu_row(a->out, r), lm_cpu_row(a->x, r), w, n, a->eps, 0);
     }
   }
-  if (inv) rope_heads(a->out, a->rope_heads, pos, inv);
+  if (inv)
+    lm_cpu_rope_tokens(a->out.data, a->out.ld * a->rope_heads, a->out.ld, a->out.rows / a->rope_heads, a->rope_heads,
+                       (int)n, pos, inv, 0);
   return LM_OK;
 }
 
-/* apply_rotary_pos_emb with rotate_half: pairs (i, i + d/2); angle = f32(pos) * inv_freq[i],
- * cos/sin in f32 (Gemma4TextRotaryEmbedding.forward). */
 lm_status lm_cpu_rope(lm_backend *be, const lm_rope_args *a) {
-  const lm_batch *b = lm_cpu_batch(be);
-  const float *inv = a->inv_freq->data;
-  int half = a->head_dim / 2;
-#pragma omp parallel for schedule(static) if (a->x.rows > 8)
-  for (int64_t t = 0; t < a->x.rows; t++) {
-    float c[half], s[half];
-    for (int i = 0; i < half; i++) {
-      float ang = (float)b->pos[t] * inv[i];
-      c[i] = cosf(ang);
-      s[i] = sinf(ang);
-    }
-    float *row = lm_cpu_row(a->x, t);
-    for (int h = 0; h < a->n_heads; h++) {
-      float *x = row + (int64_t)h * a->head_dim;
-      for (int i = 0; i < half; i++) {
-        float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * c[i] - x1 * s[i];
-        x[i + half] = x1 * c[i] + x0 * s[i];
-      }
-    }
-  }
+  lm_cpu_rope_tokens(a->x.data, a->x.ld, a->head_dim, a->x.rows, a->n_heads, a->head_dim, lm_cpu_batch(be)->pos,
+                     a->inv_freq->data, 0);
   return LM_OK;
 }
 
