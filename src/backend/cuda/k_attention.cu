@@ -420,13 +420,12 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
   while (hpb > 8 || p->n_heads % hpb) hpb = hpb > 8 ? hpb / 2 : hpb - 1;
   const int64_t blocks = (int64_t)p->n_tiles * (p->n_heads / hpb);
   if (p->n_heads / hpb > 65535) return false;
-  const int64_t count_floats = kCountSlots;
   int splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
   splits = splits > kDecMaxSplits ? kDecMaxSplits : splits < 1 ? 1 : splits;
   if (blocks > kCountSlots) splits = 1;
-  while (splits > 1 && (int64_t)p->n_tiles * p->n_heads * splits * (p->head_dim + 4) > p->part_floats - count_floats)
+  while (splits > 1 && (int64_t)p->n_tiles * p->n_heads * splits * (p->head_dim + 4) > p->part_floats - kCountSlots)
     splits--;
-  int *count = (int *)(p->part + (p->part_floats - count_floats));
+  int *count = (int *)(p->part + (p->part_floats - kCountSlots));
   dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_heads / hpb), (unsigned)splits);
   fn<<<grid, 32 * hpb, 0, s>>>(*p, splits, count);
   *err = cudaGetLastError();

@@ -364,8 +364,6 @@ Geo geo_of(int64_t rows, int64_t nchunk, int m, int n_sms) {
   return g;
 }
 
-int64_t staged_floats(const lm_cu_w &w) { return w.cols; }
-
 template <int M>
 gemv_fn pick(const lm_cu_w &w, Family f) {
   return f == kDense ? pick_dense<M>(w.wdt) : &k_gemv_generic<M>;
@@ -395,7 +393,8 @@ extern "C" {
 cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *pp) {
   lm_cu_mm_p p = *pp;
   const Family f = family_of(p.w, p.x);
-  const int64_t per_row = f == kPacked ? 0 : staged_floats(p.w) * (int64_t)sizeof(float);
+  /* shared bytes per activation row: the dense and generic kernels stage x as f32 */
+  const int64_t per_row = f == kPacked ? 0 : p.w.cols * (int64_t)sizeof(float);
   const int64_t optin = p.smem_optin;
   cudaError_t e;
   if (per_row > optin || p.w.rows <= 0) return cudaErrorNotSupported;

@@ -196,6 +196,15 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_
   }
 }
 
+/* One RoPE pair (x0 at i, x1 at i + hd/2). bf16: cos/sin are cast to the activation dtype and
+ * each product and sum rounds, as torch does; rnd is the identity for f32. */
+__device__ __forceinline__ void rope_pair(int dt, float x0, float x1, float c, float s, float &y0, float &y1) {
+  c = rnd(dt, c);
+  s = rnd(dt, s);
+  y0 = rnd(dt, x0 * c) - rnd(dt, x1 * s);
+  y1 = rnd(dt, x1 * c) + rnd(dt, x0 * s);
+}
+
 /* Norm + RoPE of head rows (heads per token), a warp per head: lane l holds EPL consecutive
  * values, so the RoPE partner (i ± head_dim/2) sits in lane l ^ 16. The normed value is
  * rounded to the output dtype before the rotation, as the separate ops store it. */
@@ -224,22 +233,17 @@ __global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t 
   ss = warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / (float)(32 * EPL) + eps);
   const float p = (float)pos[r / heads];
-  const bool lo = lane < 16, bf = out.dt == LM_CU_BF16;
+  const bool lo = lane < 16;
 #pragma unroll
   for (int e = 0; e < EPL; e++) {
     const int c = lane * EPL + e;
     const float y = rnd(out.dt, w ? v[e] * inv * w[c] : v[e] * inv);
     const float o = __shfl_xor_sync(0xffffffffu, y, 16);
     const float ang = p * inv_freq[c % HALF];
-    float cs, sn, res;
+    float cs, sn, y0, y1;
     sincosf(ang, &sn, &cs);
-    if (bf) {
-      cs = rnd(out.dt, cs), sn = rnd(out.dt, sn);
-      res = lo ? rnd(out.dt, y * cs) - rnd(out.dt, o * sn) : rnd(out.dt, y * cs) + rnd(out.dt, o * sn);
-    } else {
-      res = lo ? y * cs - o * sn : y * cs + o * sn;
-    }
-    v[e] = res;
+    rope_pair(out.dt, lo ? y : o, lo ? o : y, cs, sn, y0, y1); /* this lane holds x0 (lo) or x1 */
+    v[e] = lo ? y0 : y1;
   }
 #pragma unroll
   for (int e = 0; e < EPL; e++) stt(out, r, lane * EPL + e, v[e]);
@@ -250,51 +254,22 @@ bool vec_ok(const lm_cu_t &t) {
          (t.ld * (t.dt == LM_CU_F32 ? 4 : 2)) % 16 == 0;
 }
 
-/* apply_rotary_pos_emb (rotate_half pairing i, i+d/2). bf16: cos/sin are cast to the
- * activation dtype and each product and sum rounds, as torch does. */
-__global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int n_heads, int hd, const float *inv,
-                                                     const int32_t *pos) {
-  int half = hd / 2;
-  int64_t i = (int64_t)blockIdx.x * kRowThreads + threadIdx.x, n = x.rows * n_heads * half;
-  if (i >= n) return;
-  int64_t t = i / ((int64_t)n_heads * half);
-  int rem = (int)(i % ((int64_t)n_heads * half)), h = rem / half, k = rem % half;
-  float ang = (float)pos[t] * inv[k], c = cosf(ang), s = sinf(ang);
-  int64_t c0 = (int64_t)h * hd + k;
-  float x0 = ldt(x, t, c0), x1 = ldt(x, t, c0 + half), y0, y1;
-  if (x.dt == LM_CU_BF16) {
-    c = rnd(x.dt, c);
-    s = rnd(x.dt, s);
-    y0 = rnd(x.dt, x0 * c) - rnd(x.dt, x1 * s);
-    y1 = rnd(x.dt, x1 * c) + rnd(x.dt, x0 * s);
-  } else {
-    y0 = x0 * c - x1 * s;
-    y1 = x1 * c + x0 * s;
-  }
-  stt(x, t, c0, y0);
-  stt(x, t, c0 + half, y1);
-}
-
-/* RoPE of head rows ([T*heads][hd], any even hd): the fallback behind k_norm_rope. */
-__global__ void __launch_bounds__(kRowThreads) k_rope_rows(lm_cu_t x, int heads, const float *inv, const int32_t *pos) {
-  const int half = (int)(x.cols / 2);
+/* apply_rotary_pos_emb (rotate_half pairing i, i+d/2) over T tokens of `heads` heads: token
+ * t's head h starts at element t*token_stride + h*head_stride of x, so one kernel serves token
+ * rows [T][heads*hd] (the rope op) and head rows [T*heads][hd] (behind k_norm_rope). */
+__global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int64_t token_stride, int64_t head_stride, int64_t T,
+                                                     int heads, int hd, const float *inv, const int32_t *pos) {
+  const int half = hd / 2;
   const int64_t i = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
-  if (i >= x.rows * half) return;
-  const int64_t r = i / half;
-  const int k = (int)(i % half);
-  float ang = (float)pos[r / heads] * inv[k], c = cosf(ang), s = sinf(ang);
-  float x0 = ldt(x, r, k), x1 = ldt(x, r, k + half), y0, y1;
-  if (x.dt == LM_CU_BF16) {
-    c = rnd(x.dt, c);
-    s = rnd(x.dt, s);
-    y0 = rnd(x.dt, x0 * c) - rnd(x.dt, x1 * s);
-    y1 = rnd(x.dt, x1 * c) + rnd(x.dt, x0 * s);
-  } else {
-    y0 = x0 * c - x1 * s;
-    y1 = x1 * c + x0 * s;
-  }
-  stt(x, r, k, y0);
-  stt(x, r, k + half, y1);
+  if (i >= T * heads * half) return;
+  const int64_t t = i / ((int64_t)heads * half);
+  const int rem = (int)(i % ((int64_t)heads * half)), h = rem / half, k = rem % half;
+  const float ang = (float)pos[t] * inv[k];
+  const int64_t e0 = t * token_stride + (int64_t)h * head_stride + k;
+  float y0, y1;
+  rope_pair(x.dt, ld(x.p, x.dt, e0), ld(x.p, x.dt, e0 + half), cosf(ang), sinf(ang), y0, y1);
+  st(x.p, x.dt, e0, y0);
+  st(x.p, x.dt, e0 + half, y1);
 }
 
 __global__ void __launch_bounds__(kRowThreads) k_geglu(lm_cu_t out, lm_cu_t g, lm_cu_t u) {
@@ -457,14 +432,16 @@ cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const flo
   cudaError_t e = lm_cu_rmsnorm(s, out, x, w, eps, NULL);
   if (e != cudaSuccess) return e;
   const int64_t n = out.rows * (hd / 2);
-  k_rope_rows<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(out, heads, inv_freq, pos);
+  k_rope<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(out, out.ld * heads, out.ld, out.rows / heads,
+                                                                      heads, (int)hd, inv_freq, pos);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq, const int32_t *pos) {
   int64_t n = x.rows * n_heads * (head_dim / 2);
   if (n <= 0) return cudaSuccess;
-  k_rope<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(x, n_heads, head_dim, inv_freq, pos);
+  k_rope<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(x, x.ld, head_dim, x.rows, n_heads, head_dim,
+                                                                      inv_freq, pos);
   return cudaGetLastError();
 }
 
