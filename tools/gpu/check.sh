@@ -35,14 +35,7 @@ for b in lumen test_cuda_ops test_cuda_parity; do
   strip --strip-debug "$PACK/bin/$b"
 done
 
-# Libraries the GPU machine's image does not have, resolved through this build's own ldd.
-for b in "$PACK"/bin/*; do
-  ldd "$b" | awk '/=> \//{print $3}'
-done | sort -u | while read -r lib; do
-  case "$(basename "$lib")" in
-    libutf8proc.so*|libcmocka.so*|libmicrohttpd.so*) cp -L "$lib" "$PACK/lib/" ;;
-  esac
-done
+bash "$ROOT/tools/gpu/pack_libs.sh" "$PACK"
 
 cp "$SHARED"/presets/*.json "$PACK/presets/"
 cp "$ROOT"/tools/gpu/profile.sh "$ROOT"/tools/gpu/ncu_table.py "$PACK/"

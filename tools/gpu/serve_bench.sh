@@ -26,9 +26,7 @@ rm -rf "$PACK"
 mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/presets" "$PACK/tok"
 cp "$BUILD/lumen" "$BUILD/test_server_load" "$PACK/bin/"
 strip --strip-debug "$PACK"/bin/*
-for b in "$PACK"/bin/*; do ldd "$b" | awk '/=> \//{print $3}'; done | sort -u | while read -r lib; do
-  case "$(basename "$lib")" in libutf8proc.so*|libcmocka.so*|libmicrohttpd.so*) cp -L "$lib" "$PACK/lib/" ;; esac
-done
+bash "$ROOT/tools/gpu/pack_libs.sh" "$PACK"
 cp "$SHARED/presets/gemma4-e4b.json" "$PACK/presets/"
 cp "$TOK" "$PACK/tok/tokenizer.json"
 cp "$SHARED/testdata/gemma4/chat_template.e2b-e4b.jinja" "$PACK/tok/chat_template.jinja"
