@@ -74,8 +74,9 @@ static uint32_t get_bits(const void *p, lm_dtype dt, int64_t i) {
 }
 
 /* [rows][cols] with ld = cols + PAD; vals (f32, [rows][cols]) or NULL for an output. */
-static dbuf dput(lm_backend *be, int64_t rows, int64_t cols, lm_dtype dt, const float *vals) {
-  dbuf b = {.t = {.rows = rows, .cols = cols, .ld = cols + PAD, .dtype = dt}};
+/* A device buffer [rows][cols] with row stride ld, guarded by sentinels. */
+static dbuf dput_ld(lm_backend *be, int64_t rows, int64_t cols, int64_t ld, lm_dtype dt, const float *vals) {
+  dbuf b = {.t = {.rows = rows, .cols = cols, .ld = ld, .dtype = dt}};
   b.n = rows * b.t.ld + GUARD;
   size_t es = lm_dtype_size(dt);
   void *h = malloc((size_t)b.n * es);
@@ -86,6 +87,10 @@ static dbuf dput(lm_backend *be, int64_t rows, int64_t cols, lm_dtype dt, const 
   assert_int_equal(be->ops->upload(be, b.t.data, h, (size_t)b.n * es), LM_OK);
   free(h);
   return b;
+}
+
+static dbuf dput(lm_backend *be, int64_t rows, int64_t cols, lm_dtype dt, const float *vals) {
+  return dput_ld(be, rows, cols, cols + PAD, dt, vals);
 }
 
 /* Values of b as f32 [rows][cols]; fails the test if a sentinel moved. */
@@ -403,28 +408,30 @@ static void t_matmul(void **state) {
       {3, 32, LM_DT_BF16, 29, 320, 0},  {5, 64, LM_DT_BF16, 13, 128, 0},   {6, 32, LM_DT_BF16, 11, 160, 0},
       {4, 64, LM_DT_F16, 17, 128, 0},   {4, 64, LM_DT_F32, 9, 192, 0},     {0, 0, LM_DT_BF16, 45, 200, 0},
       {0, 0, LM_DT_F32, 23, 36, 0},     {0, 0, LM_DT_F16, 31, 64, 0},      {0, 0, LM_DT_BF16, 5, 37, 0},
-      {4, 64, LM_DT_BF16, 24, 128, 3},  {0, 0, LM_DT_BF16, 12, 64, 4}};
+      {4, 64, LM_DT_BF16, 24, 128, 3},  {0, 0, LM_DT_BF16, 12, 64, 4},   {4, 64, LM_DT_BF16, 40, 12288, 0}};
   static const int64_t ms[] = {1, 2, 3, 5, 8, 17, 64};
   for (size_t wi = 0; wi < sizeof W / sizeof *W; wi++) {
     hweight w = make_weight(W[wi].ne, W[wi].rows, W[wi].cols, W[wi].bits, W[wi].group, W[wi].dt);
     assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
     for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
-      for (int acc = 0; acc < 2; acc++) {
+      for (int v = 0; v < 3; v++) { /* v 0: x rows padded by PAD; 1: accumulate; 2: x rows 16-byte aligned */
         int64_t M = ms[mi], N = W[wi].rows, K = W[wi].cols, ex = W[wi].ne ? W[wi].ne - 1 : 0;
-        if (acc && mi % 3) continue;
+        int acc = v == 1, aligned = v == 2;
+        if ((acc && mi % 3) || (aligned && (K % 8 || M > 17))) continue;
         lm_dtype odt = mi == 4 ? LM_DT_F32 : act; /* an f32 output, as the logits are */
         float *x = rand_vec(M * K, 1.0f), *y0 = rand_vec(M * N, 0.5f);
         lm_tensor hx = htensor(M, K, x), hy = htensor(M, N, acc ? y0 : NULL);
-        dbuf dx = dput(e->gpu, M, K, act, x), dy = dput(e->gpu, M, N, odt, acc ? y0 : NULL);
+        /* the packed and tensor-core GEMVs need x rows at 16-byte boundaries; others fall back */
+        dbuf dx = dput_ld(e->gpu, M, K, aligned ? K + 8 : K + PAD, act, x), dy = dput(e->gpu, M, N, odt, acc ? y0 : NULL);
         assert_int_equal(e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){.out = hy, .x = hx, .w = &w.w, .expert = ex, .accumulate = acc}), LM_OK);
         lm_status s = e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = ex, .accumulate = acc});
         if (s) fprintf(stderr, "%s\n", lm_errmsg());
         assert_int_equal(s, LM_OK);
         float *ref = hget(hy), *got = dget(e->gpu, &dy);
-        char what[96];
-        snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s", W[wi].bits, W[wi].group,
+        char what[112];
+        snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s%s", W[wi].bits, W[wi].group,
                  lm_dtype_name(W[wi].dt), (long long)N, (long long)K, W[wi].ne ? " expert" : "", (long long)M,
-                 acc ? " acc" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "");
+                 acc ? " acc" : "", aligned ? " aligned" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "");
         expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-9, 1e-4));
         dfree(e->gpu, &dx);
         free(hx.data), free(ref), free(got), free(x), free(y0);
@@ -656,8 +663,10 @@ static void t_moe(void **state) {
     di = dput(e->gpu, T, K, LM_DT_I32, ids_f);
     dw = dput(e->gpu, T, K, LM_DT_F32, rw);
     hw = htensor(T, K, rw);
-    dbuf dx = dput(e->gpu, T, H, act, x), dout = dput(e->gpu, T, H, act, NULL);
-    dbuf dsc = dput(e->gpu, T * K, 2 * I + 2 * H, act, NULL), dis = dput(e->gpu, 1, T * K + E + 1, LM_DT_I32, NULL);
+    /* T = 3 with rows padded by PAD (the generic kernels), else 16-byte aligned rows (packed, tensor cores) */
+    int64_t pad = ti == 1 ? PAD : 8;
+    dbuf dx = dput_ld(e->gpu, T, H, H + pad, act, x), dout = dput(e->gpu, T, H, act, NULL);
+    dbuf dsc = dput_ld(e->gpu, T * K, 2 * I + 2 * H, 2 * I + 2 * H + pad, act, NULL), dis = dput(e->gpu, 1, T * K + E + 1, LM_DT_I32, NULL);
     lm_tensor hsc = htensor(T * K, 2 * I + 2 * H, NULL), his = {.rows = 1, .cols = T * K + E + 1, .ld = T * K + E + 1,
                                                              .dtype = LM_DT_I32};
     his.data = calloc((size_t)his.cols, 4);

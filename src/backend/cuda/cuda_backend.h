@@ -56,7 +56,8 @@ double lm_cuda_copy_bandwidth_gbs(lm_backend *be);
  * synchronization per op) and prints the per-op totals to stderr when the backend is freed.
  * LUMEN_CUDA_PROFILE_STEP=k opens the profiler range (cudaProfilerStart/Stop) around the k-th
  * decode step only, so `ncu --profile-from-start off` times one real, graph-replayed step
- * (tools/gpu/profile.sh). */
+ * (tools/gpu/profile.sh). LUMEN_CUDA_GEMV=cores keeps 4-bit decode products on the CUDA-core
+ * GEMV instead of the tensor-core one, to compare the two in one run. */
 
 #ifdef __cplusplus
 }

@@ -109,6 +109,9 @@ typedef struct lm_cu_mm_p {
 /* Decode product for x.rows <= 8 (or any y.rows groups); returns cudaErrorNotSupported when
  * the shape is outside what it takes (the caller then uses a GEMM). */
 cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *p);
+/* The tensor-core kernel lm_cu_gemv tries first (k_gemv_tc.cu): 4-bit affine weights, bf16
+ * activations; cudaErrorNotSupported for anything else. */
+cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *p);
 /* Dequantizes/converts rows [r0, r0+n) of expert e to dst [n][cols] of dtype dt (F32/BF16). */
 cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n, void *dst, int dt);
 /* MoE prefill: for every expert e and sorted pair j in [start[e], start[e+1]):

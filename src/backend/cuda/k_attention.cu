@@ -37,6 +37,7 @@ struct Range {
 
 template <int NPL>
 __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int passes, int splits) {
+  pdl_wait();
   extern __shared__ float4 smem4[];
   const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
   float *qs = reinterpret_cast<float *>(smem4), *ks = qs + kRows * hd, *vs = ks + kKt * (hd + 1);
@@ -167,6 +168,7 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
 
 /* Merges the splits of row (t, h): out = Σ_s acc_s·e^{m_s−M} / Σ_s l_s·e^{m_s−M}. */
 __global__ void __launch_bounds__(kThreads) k_attn_combine(const lm_cu_attn_p p, int splits) {
+  pdl_wait();
   const int64_t row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
   const int hd = p.head_dim;
   const float *pp = p.part + row * splits * (int64_t)(hd + 2);
@@ -310,6 +312,7 @@ __device__ void dec_merge(const lm_cu_attn_p &p, int64_t t, int h, int lane, int
 
 template <int EPL>
 __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int splits, int *count) {
+  pdl_wait();
   constexpr int HD = 32 * EPL, U = EPL >= 16 ? 4 : 8; /* keys in flight per warp */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hpb = blockDim.x / 32;
   const int64_t tb = p.tiles[2 * blockIdx.x];
@@ -427,7 +430,7 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
     splits--;
   int *count = (int *)(p->part + (p->part_floats - kCountSlots));
   dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_heads / hpb), (unsigned)splits);
-  fn<<<grid, 32 * hpb, 0, s>>>(*p, splits, count);
+  launch(fn, grid, 32 * hpb, 0, s, *p, splits, count);
   *err = cudaGetLastError();
   return true;
 }
@@ -467,10 +470,10 @@ cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
   }
   size_t smem = (size_t)smem_floats(p->head_dim) * sizeof(float);
   dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_kv_heads * passes), (unsigned)splits);
-  fn<<<grid, kThreads, smem, s>>>(*p, passes, splits);
+  launch(fn, grid, kThreads, smem, s, *p, passes, splits);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || splits == 1) return e;
-  k_attn_combine<<<(unsigned)(p->out.rows * p->n_heads), kThreads, 0, s>>>(*p, splits);
+  launch(k_attn_combine, (unsigned)(p->out.rows * p->n_heads), kThreads, 0, s, *p, splits);
   return cudaGetLastError();
 }
 

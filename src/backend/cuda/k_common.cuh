@@ -18,6 +18,31 @@
 
 namespace lmcu {
 
+/* Programmatic dependent launch (Hopper): every kernel is launched with launch() below, which
+ * lets the next kernel in the stream start while this one drains, and every kernel calls
+ * pdl_wait() before it touches memory an earlier kernel writes (and before it writes any).
+ * A kernel may load read-only data first — the GEMVs issue their first weight loads before
+ * the wait, so that DRAM round trip overlaps the previous kernel's tail. pdl_wait() returns
+ * at once in a kernel launched without the attribute. */
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+
+/* Whether launch() sets the attribute (LUMEN_CUDA_PDL=0 turns it off; lm_cu_kernels_init). */
+extern bool g_pdl;
+
+template <typename... P, typename... A>
+inline cudaError_t launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+  cfg.attrs = at, cfg.numAttrs = g_pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, fn, static_cast<P>(args)...);
+}
+
 __device__ __forceinline__ float bf2f(uint32_t h) { return __uint_as_float(h << 16); }
 
 __device__ __forceinline__ uint16_t f2bf(float f) {

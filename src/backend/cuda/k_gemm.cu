@@ -13,12 +13,14 @@ constexpr int kThreads = 256;
 constexpr int kBM = 64, kBN = 64, kBK = 32;
 
 __global__ void __launch_bounds__(kThreads) k_dequant_rows(lm_cu_w w, int64_t e, int64_t r0, void *dst, int dt) {
+  pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (c >= w.cols) return;
   st(dst, dt, r * w.cols + c, w_at(w, e, r0 + r, c));
 }
 
 __global__ void __launch_bounds__(kThreads) k_gemm_gathered(const lm_cu_gather_mm_p p) {
+  pdl_wait();
   __shared__ float As[kBK][kBM + 4];
   __shared__ float Bs[kBK][kBN + 4];
   __shared__ int prow[kBM];
@@ -73,7 +75,7 @@ extern "C" {
 cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n, void *dst, int dt) {
   if (n <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
-  k_dequant_rows<<<dim3((unsigned)((w->cols + kThreads - 1) / kThreads), (unsigned)n), kThreads, 0, s>>>(*w, e, r0, dst,
+  launch(k_dequant_rows, dim3((unsigned)((w->cols + kThreads - 1) / kThreads), (unsigned)n), kThreads, 0, s, *w, e, r0, dst,
                                                                                                          dt);
   return cudaGetLastError();
 }
@@ -83,7 +85,7 @@ cudaError_t lm_cu_gemm_gathered(cudaStream_t s, const lm_cu_gather_mm_p *p) {
   if (p->max_rows <= 0) return cudaSuccess;
   if (ty > 65535 || ne > 65535) return cudaErrorInvalidValue;
   dim3 grid((unsigned)((p->w.rows + kBN - 1) / kBN), (unsigned)ty, (unsigned)ne);
-  k_gemm_gathered<<<grid, kThreads, 0, s>>>(*p);
+  launch(k_gemm_gathered, grid, kThreads, 0, s, *p);
   return cudaGetLastError();
 }
 

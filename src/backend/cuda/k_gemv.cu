@@ -12,7 +12,10 @@
  * in L1/L2); the dense and generic ones stage x in shared memory as f32.
  * Instances: packed 3 bit widths × 3 groups × 7 (rows, rows per warp) shapes = 63; dense 9;
  * generic 3. */
-#include "backend/cuda/k_common.cuh"
+#include "backend/cuda/k_gemv_common.cuh"
+
+#include <stdlib.h>
+#include <string.h>
 
 using namespace lmcu;
 
@@ -21,37 +24,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRpw = 2; /* rows per warp */
-
-/* Where group g of the launch reads and writes (grouped MoE mode or a plain matrix). */
-struct Route {
-  int64_t e, xr, yr;
-  bool ok;
-};
-
-__device__ __forceinline__ Route route(const lm_cu_mm_p &p) {
-  Route r{p.expert, 0, 0, true};
-  if (p.ids) {
-    int64_t g = blockIdx.y, t = g / p.ids_k, k = g % p.ids_k;
-    r.e = p.ids[t * p.ids_ld + k];
-    r.xr = g / p.x_div;
-    r.yr = g;
-  }
-  int64_t ne = p.w.n_experts ? p.w.n_experts : 1;
-  if (r.e < 0 || r.e >= ne) r.ok = false, r.e = 0; /* a corrupt route writes zeros */
-  return r;
-}
-
-/* Writes one output value; an epilogue sees the product rounded to y's dtype and rounds like
- * k_geglu (gelu rounded, then the product), so fused and separate ops agree bit for bit. */
-__device__ __forceinline__ void store_y(const lm_cu_mm_p &p, int64_t r, int64_t c, float v) {
-  if (p.accumulate) v += ldt(p.y, r, c);
-  if (p.epi) {
-    v = rnd(p.y.dt, v);
-    const float o = ldt(p.other, r, c);
-    v = p.epi == 1 ? rnd(p.y.dt, gelu_tanh(o)) * v : rnd(p.y.dt, gelu_tanh(v)) * o; /* as k_geglu rounds */
-  }
-  stt(p.y, r, c, v);
-}
 
 template <int M>
 __device__ __forceinline__ void store_rows(const lm_cu_mm_p &p, const Route &rt, int64_t r0, float (&acc)[kRpw][M]) {
@@ -120,6 +92,7 @@ __device__ __forceinline__ void x_word(const lm_cu_t &x, int64_t xr, int64_t c, 
  * KS partial sums of a row meet in shared memory. */
 template <int BITS, int GROUP, int M, int R>
 __global__ void __launch_bounds__(kThreads, M > 1 ? 1 : R == 1 ? 3 : 2) k_gemv_q(const lm_cu_mm_p p, int ks_n) {
+  pdl_wait();
   constexpr int CPC = 128 / BITS;                   /* codes per 16-byte chunk */
   constexpr int CPW = 32 / BITS;                    /* codes per word */
   constexpr int NG = CPC > GROUP ? CPC / GROUP : 1; /* groups a chunk touches */
@@ -225,6 +198,7 @@ __device__ __forceinline__ float wconv<__half>(__half v) { return __half2float(v
 
 template <typename WT, int M>
 __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
+  pdl_wait();
   constexpr int EPC = 16 / (int)sizeof(WT); /* elements per chunk: 4 or 8 */
   extern __shared__ float4 smem4[];
   float *xs = reinterpret_cast<float *>(smem4);
@@ -273,6 +247,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
 
 template <int M>
 __global__ void __launch_bounds__(kThreads) k_gemv_generic(const lm_cu_mm_p p) {
+  pdl_wait();
   extern __shared__ float4 smem4[];
   float *xs = reinterpret_cast<float *>(smem4);
   const Route rt = route(p);
@@ -382,15 +357,23 @@ cudaError_t launch_q(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
   const int64_t warps = (p.w.rows + g.r - 1) / g.r, per_block = kWarps / g.ks;
   const int64_t blocks = (warps + per_block - 1) / per_block;
   if (blocks > 0x7fffffff) return cudaErrorNotSupported;
-  fn<<<dim3((unsigned)blocks, gy), kThreads, 0, s>>>(p, g.ks);
+  launch(fn, dim3((unsigned)blocks, gy), kThreads, 0, s, p, g.ks);
   return cudaGetLastError();
 }
+
+/* Whether 4-bit products with bf16 activations take the tensor-core kernel (k_gemv_tc.cu);
+ * LUMEN_CUDA_GEMV=cores keeps them on this file's CUDA-core kernel, for side-by-side runs. */
+bool g_tensor_cores = true;
 
 } // namespace
 
 extern "C" {
 
 cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *pp) {
+  if (g_tensor_cores) {
+    cudaError_t e = lm_cu_gemv_tc(s, pp);
+    if (e != cudaErrorNotSupported) return e;
+  }
   lm_cu_mm_p p = *pp;
   const Family f = family_of(p.w, p.x);
   /* shared bytes per activation row: the dense and generic kernels stage x as f32 */
@@ -405,23 +388,19 @@ cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *pp) {
     if (p.y.rows > 65535) return cudaErrorNotSupported;
     if (f == kPacked) return launch_q(s, p, 1, (unsigned)p.y.rows);
     gemv_fn fn = pick_m(p.w, f, 1);
-    fn<<<dim3(gx, (unsigned)p.y.rows), kThreads, (size_t)per_row, s>>>(p);
+    launch(fn, dim3(gx, (unsigned)p.y.rows), kThreads, (size_t)per_row, s, p);
     return cudaGetLastError();
   }
-  const size_t xsz = p.x.dt == LM_CU_F32 ? 4 : 2, ysz = p.y.dt == LM_CU_F32 ? 4 : 2;
   for (int64_t done = 0; done < pp->x.rows;) {
     int64_t left = pp->x.rows - done;
     int m = left >= 4 && 4 * per_row <= optin ? 4 : left >= 2 && 2 * per_row <= optin ? 2 : 1;
-    p.x.p = (char *)pp->x.p + (size_t)(done * pp->x.ld) * xsz;
-    p.y.p = (char *)pp->y.p + (size_t)(done * pp->y.ld) * ysz;
-    if (p.epi) p.other.p = (char *)pp->other.p + (size_t)(done * pp->other.ld) * (pp->other.dt == LM_CU_F32 ? 4 : 2);
-    p.x.rows = p.y.rows = m;
+    p = rows_window(*pp, done, m);
     if (f == kPacked) {
       if ((e = launch_q(s, p, m, 1)) != cudaSuccess) return e;
     } else {
       gemv_fn fn = pick_m(p.w, f, m);
       if (!fn) return cudaErrorNotSupported;
-      fn<<<dim3(gx, 1), kThreads, (size_t)(m * per_row), s>>>(p);
+      launch(fn, dim3(gx, 1), kThreads, (size_t)(m * per_row), s, p);
       if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     done += m;
@@ -434,6 +413,8 @@ static cudaError_t set_smem(gemv_fn fn, int bytes) {
 }
 
 cudaError_t lm_cu_gemv_init(int max_smem_optin) {
+  const char *mode = getenv("LUMEN_CUDA_GEMV");
+  g_tensor_cores = !(mode && !strcmp(mode, "cores"));
   static const int dts[] = {LM_CU_F32, LM_CU_BF16, LM_CU_F16};
   cudaError_t e = cudaSuccess;
   for (int d = 0; d < 3; d++) {

@@ -102,6 +102,7 @@ __device__ void quant_group(const void *src, int dt, int64_t off, int group, int
 /* One thread per (token, K or V, group). */
 __global__ void __launch_bounds__(kThreads) k_kvq_stage(lm_cu_t kn, lm_cu_t vn, lm_cu_t stage, const lm_cu_kvdesc *kv,
                                                        int n_caches, int cache, const int32_t *seq) {
+  pdl_wait();
   const int64_t t = blockIdx.y, i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   const lm_cu_kvdesc d = kv[(int64_t)seq[t] * n_caches + cache];
   if (!d.quant) return; /* a plain cache stores the chunk as computed */
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(kThreads) k_kvq_stage(lm_cu_t kn, lm_cu_t vn, 
 __global__ void __launch_bounds__(kThreads) k_kvq_append(lm_cu_t kn, lm_cu_t vn, lm_cu_t stage,
                                                         const lm_cu_kvdesc *kv, int n_caches, int cache,
                                                         const int32_t *pos, const int32_t *seq) {
+  pdl_wait();
   const int64_t t = blockIdx.y, j = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   const lm_cu_kvdesc d = kv[(int64_t)seq[t] * n_caches + cache];
   const int64_t p = pos[t], slot = d.window > 0 ? p % d.window : p;
@@ -152,6 +154,7 @@ __global__ void __launch_bounds__(kThreads) k_kvq_append(lm_cu_t kn, lm_cu_t vn,
  * cache has more groups than one launch has blocks. */
 __global__ void __launch_bounds__(kThreads) k_kvq_convert(lm_cu_kvdesc from, int dt, lm_cu_kvdesc to, int64_t w,
                                                          int64_t held) {
+  pdl_wait();
   const int64_t ng = w / to.group, n = held * 2 * ng;
   const Layout L(w, to.bits, to.group);
   for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += (int64_t)gridDim.x * kThreads) {
@@ -212,6 +215,7 @@ __device__ __forceinline__ void load_quant_row(const lm_cu_kvdesc &d, int64_t kv
 
 template <int NPL>
 __global__ void __launch_bounds__(kThreads) k_attn_q(const lm_cu_attn_p p, int passes, int splits) {
+  pdl_wait();
   extern __shared__ float4 smem4[];
   const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
   float *qs = reinterpret_cast<float *>(smem4), *ks = qs + kRows * hd, *vs = ks + kKt * (hd + 1);
@@ -347,6 +351,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_q(const lm_cu_attn_p p, int p
 
 /* Merges the splits of row (t, h): out = Σ_s acc_s·e^{m_s−M} / Σ_s l_s·e^{m_s−M}. */
 __global__ void __launch_bounds__(kThreads) k_attn_q_combine(const lm_cu_attn_p p, int splits) {
+  pdl_wait();
   const int64_t row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
   const int hd = p.head_dim;
   const float *pp = p.part + row * splits * (int64_t)(hd + 2);
@@ -386,7 +391,7 @@ cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_
                             int n_caches, int cache, const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
   dim3 grid((unsigned)blocks_for(2 * (k_new.cols / kMinGroup), kThreads), (unsigned)k_new.rows);
-  k_kvq_stage<<<grid, kThreads, 0, s>>>(k_new, v_new, stage, kv, n_caches, cache, seq);
+  launch(k_kvq_stage, grid, kThreads, 0, s, k_new, v_new, stage, kv, n_caches, cache, seq);
   return cudaGetLastError();
 }
 
@@ -396,7 +401,7 @@ cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu
   /* the largest stage row (8 bits, groups of 32), which also covers a plain row's elements */
   const int64_t w = k_new.cols, most = 2 * w + 4 * (w / kMinGroup) * 2;
   dim3 grid((unsigned)blocks_for(most, kThreads), (unsigned)k_new.rows);
-  k_kvq_append<<<grid, kThreads, 0, s>>>(k_new, v_new, stage, kv, n_caches, cache, pos, seq);
+  launch(k_kvq_append, grid, kThreads, 0, s, k_new, v_new, stage, kv, n_caches, cache, pos, seq);
   return cudaGetLastError();
 }
 
@@ -405,7 +410,7 @@ cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt, 
   if (held <= 0) return cudaSuccess;
   int64_t blocks = blocks_for(held * 2 * (w / to->group), kThreads);
   if (blocks > 65535) blocks = 65535;
-  k_kvq_convert<<<(unsigned)blocks, kThreads, 0, s>>>(*from, dt, *to, w, held);
+  launch(k_kvq_convert, (unsigned)blocks, kThreads, 0, s, *from, dt, *to, w, held);
   return cudaGetLastError();
 }
 
@@ -427,10 +432,10 @@ cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms
   }
   size_t smem = (size_t)smem_floats(p->head_dim) * sizeof(float);
   dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_kv_heads * passes), (unsigned)splits);
-  fn<<<grid, kThreads, smem, s>>>(*p, passes, splits);
+  launch(fn, grid, kThreads, smem, s, *p, passes, splits);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || splits == 1) return e;
-  k_attn_q_combine<<<(unsigned)(p->out.rows * p->n_heads), kThreads, 0, s>>>(*p, splits);
+  launch(k_attn_q_combine, (unsigned)(p->out.rows * p->n_heads), kThreads, 0, s, *p, splits);
   return cudaGetLastError();
 }
 

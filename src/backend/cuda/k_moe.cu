@@ -16,6 +16,7 @@ constexpr int kSortChunk = 4096;
 /* One warp per token; probabilities in shared memory ([8][E] floats). Top-k by repeated
  * argmax with ties to the lowest expert id, as the CPU's selection does. */
 __global__ void __launch_bounds__(kThreads) k_route(lm_cu_t ids, lm_cu_t wts, lm_cu_t lg, int k, const float *pes) {
+  pdl_wait();
   extern __shared__ float prob_all[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = (int64_t)blockIdx.x * kWarps + warp, E = lg.cols;
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(kThreads) k_route(lm_cu_t ids, lm_cu_t wts, lm
 /* One block. Thread e counts, then places, the pairs routed to expert e in pair order, so
  * the order is stable (and deterministic). The ids are staged through shared memory. */
 __global__ void __launch_bounds__(kThreads) k_sort(lm_cu_t ids, int64_t E, int32_t *start, int32_t *order) {
+  pdl_wait();
   extern __shared__ int32_t sm[];
   int32_t *cnt = sm, *buf = sm + E;
   const int64_t K = ids.cols, P = ids.rows * K;
@@ -104,6 +106,7 @@ __global__ void __launch_bounds__(kThreads) k_sort(lm_cu_t ids, int64_t E, int32
 }
 
 __global__ void __launch_bounds__(kThreads) k_combine(lm_cu_t out, lm_cu_t w, lm_cu_t y, int k) {
+  pdl_wait();
   int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (c >= out.cols) return;
   float acc = 0.0f;
@@ -120,7 +123,7 @@ cudaError_t lm_cu_moe_route(cudaStream_t s, lm_cu_t ids, lm_cu_t weights, lm_cu_
   if (logits.rows <= 0) return cudaSuccess;
   size_t smem = (size_t)kWarps * (size_t)logits.cols * sizeof(float);
   if (smem > 48 * 1024 || top_k > logits.cols) return cudaErrorInvalidValue;
-  k_route<<<(unsigned)((logits.rows + kWarps - 1) / kWarps), kThreads, smem, s>>>(ids, weights, logits, top_k,
+  launch(k_route, (unsigned)((logits.rows + kWarps - 1) / kWarps), kThreads, smem, s, ids, weights, logits, top_k,
                                                                                    per_expert_scale);
   return cudaGetLastError();
 }
@@ -128,13 +131,13 @@ cudaError_t lm_cu_moe_route(cudaStream_t s, lm_cu_t ids, lm_cu_t weights, lm_cu_
 cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32_t *start, int32_t *order) {
   size_t smem = (size_t)(n_experts + kSortChunk) * sizeof(int32_t);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;
-  k_sort<<<1, kThreads, smem, s>>>(ids, n_experts, start, order);
+  launch(k_sort, 1, kThreads, smem, s, ids, n_experts, start, order);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_moe_combine(cudaStream_t s, lm_cu_t out, lm_cu_t weights, lm_cu_t y, int top_k) {
   if (out.rows <= 0) return cudaSuccess;
-  k_combine<<<dim3((unsigned)((out.cols + kThreads - 1) / kThreads), (unsigned)out.rows), kThreads, 0, s>>>(out, weights,
+  launch(k_combine, dim3((unsigned)((out.cols + kThreads - 1) / kThreads), (unsigned)out.rows), kThreads, 0, s, out, weights,
                                                                                                           y, top_k);
   return cudaGetLastError();
 }

@@ -4,6 +4,8 @@
  * op rounds where transformers' bf16 run rounds (at every tensor op's output), so the fast
  * path tracks the reference's own bf16 numerics. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/k_common.cuh"
 #include "tensor/dtype.h"
@@ -20,6 +22,7 @@ constexpr int kRowWarps = kRowThreads / 32;
 int64_t blocks_for(int64_t n, int64_t per) { return (n + per - 1) / per; }
 
 __global__ void __launch_bounds__(kRowThreads) k_embed(lm_cu_t out, lm_cu_w w, const int32_t *ids, float scale) {
+  pdl_wait();
   int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= out.cols) return;
   int64_t id = ids[t];
@@ -44,6 +47,7 @@ __device__ __forceinline__ void norm_store(const lm_cu_t &out, const lm_cu_t &re
  * one per element. In place is safe: a thread writes only the elements it read. */
 __global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x, const float *w, float eps,
                                                         lm_cu_t res, int has_res) {
+  pdl_wait();
   __shared__ float part[kRowWarps];
   const int64_t r = blockIdx.x, cols = x.cols;
   float v[kNormVals], ss = 0.0f;
@@ -136,6 +140,7 @@ struct NormTail {
 template <int NV>
 __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_t x, const float *w, float eps,
                                                             lm_cu_t res, int has_res, int tpr, NormTail tail) {
+  pdl_wait();
   __shared__ float part[kRowWarps];
   const int t = threadIdx.x % tpr;
   const int64_t r = (int64_t)blockIdx.x * (blockDim.x / tpr) + threadIdx.x / tpr, nv = x.cols / 8;
@@ -211,6 +216,7 @@ __device__ __forceinline__ void rope_pair(int dt, float x0, float x1, float c, f
 template <int EPL>
 __global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
                                                           const float *inv_freq, const int32_t *pos, bool vec) {
+  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * kRowWarps + threadIdx.x / 32;
   if (r >= x.rows) return;
@@ -259,6 +265,7 @@ bool vec_ok(const lm_cu_t &t) {
  * rows [T][heads*hd] (the rope op) and head rows [T*heads][hd] (behind k_norm_rope). */
 __global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int64_t token_stride, int64_t head_stride, int64_t T,
                                                      int heads, int hd, const float *inv, const int32_t *pos) {
+  pdl_wait();
   const int half = hd / 2;
   const int64_t i = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (i >= T * heads * half) return;
@@ -273,6 +280,7 @@ __global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int64_t token_s
 }
 
 __global__ void __launch_bounds__(kRowThreads) k_geglu(lm_cu_t out, lm_cu_t g, lm_cu_t u) {
+  pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= out.cols) return;
   float a = rnd(out.dt, gelu_tanh(ldt(g, r, c)));
@@ -280,6 +288,7 @@ __global__ void __launch_bounds__(kRowThreads) k_geglu(lm_cu_t out, lm_cu_t g, l
 }
 
 __global__ void __launch_bounds__(kRowThreads) k_add(lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
+  pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= out.cols) return;
   float v = ldt(a, r, c);
@@ -288,12 +297,14 @@ __global__ void __launch_bounds__(kRowThreads) k_add(lm_cu_t out, lm_cu_t a, lm_
 }
 
 __global__ void __launch_bounds__(kRowThreads) k_softcap(lm_cu_t x, float cap) {
+  pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= x.cols) return;
   stt(x, r, c, tanhf(ldt(x, r, c) / cap) * cap);
 }
 
 __global__ void __launch_bounds__(kRowThreads) k_gather(lm_cu_t out, lm_cu_t x, const int32_t *rows) {
+  pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= out.cols) return;
   stt(out, r, c, ldt(x, rows[r], c));
@@ -306,6 +317,7 @@ __global__ void __launch_bounds__(kRowThreads) k_gather(lm_cu_t out, lm_cu_t x, 
 constexpr int kArgThreads = 1024;
 
 __global__ void __launch_bounds__(kArgThreads) k_argmax(lm_cu_t ids, lm_cu_t x) {
+  pdl_wait();
   __shared__ float sv[kArgThreads / 32];
   __shared__ int64_t si[kArgThreads / 32];
   int64_t r = blockIdx.x, best = -1;
@@ -342,6 +354,7 @@ __global__ void __launch_bounds__(kArgThreads) k_argmax(lm_cu_t ids, lm_cu_t x) 
 __global__ void __launch_bounds__(kRowThreads) k_kv_append(lm_cu_t kn, lm_cu_t vn, const lm_cu_kvdesc *kv,
                                                           int n_caches, int cache, const int32_t *pos,
                                                           const int32_t *seq) {
+  pdl_wait();
   int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= kn.cols) return;
   lm_cu_kvdesc d = kv[(int64_t)seq[t] * n_caches + cache];
@@ -355,6 +368,7 @@ __global__ void __launch_bounds__(kRowThreads) k_kv_append(lm_cu_t kn, lm_cu_t v
 }
 
 __global__ void __launch_bounds__(kRowThreads) k_read(const uint4 *buf, size_t n, unsigned *sink) {
+  pdl_wait();
   unsigned acc = 0;
   for (size_t i = (size_t)blockIdx.x * kRowThreads + threadIdx.x; i < n; i += (size_t)gridDim.x * kRowThreads) {
     uint4 v = __ldcs(buf + i);
@@ -380,17 +394,21 @@ cudaError_t launch_norm_vec(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float 
   const unsigned blocks = (unsigned)((x.rows + rpb - 1) / rpb);
   void (*fn)(lm_cu_t, lm_cu_t, const float *, float, lm_cu_t, int, int, NormTail) =
       per == 1 ? &k_rmsnorm_vec<1> : per == 2 ? &k_rmsnorm_vec<2> : per == 3 ? &k_rmsnorm_vec<3> : &k_rmsnorm_vec<4>;
-  fn<<<blocks, rpb * tpr, 0, s>>>(out, x, w, eps, res, has_res, tpr, tail);
+  launch(fn, blocks, rpb * tpr, 0, s, out, x, w, eps, res, has_res, tpr, tail);
   return cudaGetLastError();
 }
 
 } // namespace
 
+namespace lmcu {
+bool g_pdl = true;
+}
+
 extern "C" {
 
 cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids, float scale) {
   if (out.rows <= 0) return cudaSuccess;
-  k_embed<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, *w, ids, scale);
+  launch(k_embed, grid2(out.cols, out.rows), kRowThreads, 0, s, out, *w, ids, scale);
   return cudaGetLastError();
 }
 
@@ -401,7 +419,7 @@ cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w
   if (norm_vec_ok(x, w) && (residual ? vec_ok(res) : vec_ok(out))) {
     return launch_norm_vec(s, out, x, w, eps, res, residual != NULL, NormTail{0, 1.0f, lm_cu_t{}, NULL});
   }
-  k_rmsnorm<<<(unsigned)x.rows, kRowThreads, 0, s>>>(out, x, w, eps, res, residual != NULL);
+  launch(k_rmsnorm, (unsigned)x.rows, kRowThreads, 0, s, out, x, w, eps, res, residual != NULL);
   return cudaGetLastError();
 }
 
@@ -425,14 +443,14 @@ cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const flo
       hd == 32 ? &k_norm_rope<1> : hd == 64 ? &k_norm_rope<2> : hd == 128 ? &k_norm_rope<4>
       : hd == 256 ? &k_norm_rope<8> : hd == 512 ? &k_norm_rope<16> : nullptr;
   if (fn && x.rows <= 0x7fffffffLL * kRowWarps) {
-    fn<<<(unsigned)((x.rows + kRowWarps - 1) / kRowWarps), kRowThreads, 0, s>>>(out, x, w, eps, heads, inv_freq, pos,
+    launch(fn, (unsigned)((x.rows + kRowWarps - 1) / kRowWarps), kRowThreads, 0, s, out, x, w, eps, heads, inv_freq, pos,
                                                                                vec_ok(x));
     return cudaGetLastError();
   }
   cudaError_t e = lm_cu_rmsnorm(s, out, x, w, eps, NULL);
   if (e != cudaSuccess) return e;
   const int64_t n = out.rows * (hd / 2);
-  k_rope<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(out, out.ld * heads, out.ld, out.rows / heads,
+  launch(k_rope, (unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s, out, out.ld * heads, out.ld, out.rows / heads,
                                                                       heads, (int)hd, inv_freq, pos);
   return cudaGetLastError();
 }
@@ -440,50 +458,50 @@ cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const flo
 cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq, const int32_t *pos) {
   int64_t n = x.rows * n_heads * (head_dim / 2);
   if (n <= 0) return cudaSuccess;
-  k_rope<<<(unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s>>>(x, x.ld, head_dim, x.rows, n_heads, head_dim,
+  launch(k_rope, (unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s, x, x.ld, head_dim, x.rows, n_heads, head_dim,
                                                                       inv_freq, pos);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_geglu(cudaStream_t s, lm_cu_t out, lm_cu_t gate, lm_cu_t up) {
   if (out.rows <= 0) return cudaSuccess;
-  k_geglu<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, gate, up);
+  launch(k_geglu, grid2(out.cols, out.rows), kRowThreads, 0, s, out, gate, up);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_add(cudaStream_t s, lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
   if (out.rows <= 0) return cudaSuccess;
-  k_add<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, a, b, scale);
+  launch(k_add, grid2(out.cols, out.rows), kRowThreads, 0, s, out, a, b, scale);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_softcap(cudaStream_t s, lm_cu_t x, float cap) {
   if (x.rows <= 0) return cudaSuccess;
-  k_softcap<<<grid2(x.cols, x.rows), kRowThreads, 0, s>>>(x, cap);
+  launch(k_softcap, grid2(x.cols, x.rows), kRowThreads, 0, s, x, cap);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_gather_rows(cudaStream_t s, lm_cu_t out, lm_cu_t x, const int32_t *rows) {
   if (out.rows <= 0) return cudaSuccess;
-  k_gather<<<grid2(out.cols, out.rows), kRowThreads, 0, s>>>(out, x, rows);
+  launch(k_gather, grid2(out.cols, out.rows), kRowThreads, 0, s, out, x, rows);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_argmax(cudaStream_t s, lm_cu_t ids, lm_cu_t x) {
   if (x.rows <= 0) return cudaSuccess;
-  k_argmax<<<(unsigned)x.rows, kArgThreads, 0, s>>>(ids, x);
+  launch(k_argmax, (unsigned)x.rows, kArgThreads, 0, s, ids, x);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv, int n_caches,
                             int cache, const int32_t *pos, const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
-  k_kv_append<<<grid2(k_new.cols, k_new.rows), kRowThreads, 0, s>>>(k_new, v_new, kv, n_caches, cache, pos, seq);
+  launch(k_kv_append, grid2(k_new.cols, k_new.rows), kRowThreads, 0, s, k_new, v_new, kv, n_caches, cache, pos, seq);
   return cudaGetLastError();
 }
 
 cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int blocks) {
-  k_read<<<(unsigned)blocks, kRowThreads, 0, s>>>((const uint4 *)buf, bytes / 16, sink);
+  launch(k_read, (unsigned)blocks, kRowThreads, 0, s, (const uint4 *)buf, bytes / 16, sink);
   return cudaGetLastError();
 }
 
@@ -491,6 +509,8 @@ cudaError_t lm_cu_gemv_init(int max_smem_optin);
 cudaError_t lm_cu_attn_init(int max_smem_optin);
 
 cudaError_t lm_cu_kernels_init(int max_smem_optin) {
+  const char *pdl = getenv("LUMEN_CUDA_PDL");
+  lmcu::g_pdl = !(pdl && !strcmp(pdl, "0"));
   cudaError_t e = lm_cu_gemv_init(max_smem_optin);
   return e != cudaSuccess ? e : lm_cu_attn_init(max_smem_optin);
 }

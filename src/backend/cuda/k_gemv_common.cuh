@@ -1,0 +1,55 @@
+/* k_gemv_common.cuh — what the decode GEMV kernels (k_gemv.cu, k_gemv_tc.cu) share: where a
+ * launch's group reads and writes (grouped MoE mode or a plain matrix), the output store with
+ * its fused epilogue, and the row window of one launch over a many-row product. */
+#ifndef LM_BACKEND_CUDA_K_GEMV_COMMON_CUH
+#define LM_BACKEND_CUDA_K_GEMV_COMMON_CUH
+
+#include "backend/cuda/k_common.cuh"
+
+namespace lmcu {
+
+/* Where group g of the launch reads and writes (grouped MoE mode or a plain matrix). */
+struct Route {
+  int64_t e, xr, yr;
+  bool ok;
+};
+
+__device__ __forceinline__ Route route(const lm_cu_mm_p &p) {
+  Route r{p.expert, 0, 0, true};
+  if (p.ids) {
+    int64_t g = blockIdx.y, t = g / p.ids_k, k = g % p.ids_k;
+    r.e = p.ids[t * p.ids_ld + k];
+    r.xr = g / p.x_div;
+    r.yr = g;
+  }
+  int64_t ne = p.w.n_experts ? p.w.n_experts : 1;
+  if (r.e < 0 || r.e >= ne) r.ok = false, r.e = 0; /* a corrupt route writes zeros */
+  return r;
+}
+
+/* Writes one output value; an epilogue sees the product rounded to y's dtype and rounds like
+ * k_geglu (gelu rounded, then the product), so fused and separate ops agree bit for bit. */
+__device__ __forceinline__ void store_y(const lm_cu_mm_p &p, int64_t r, int64_t c, float v) {
+  if (p.accumulate) v += ldt(p.y, r, c);
+  if (p.epi) {
+    v = rnd(p.y.dt, v);
+    const float o = ldt(p.other, r, c);
+    v = p.epi == 1 ? rnd(p.y.dt, gelu_tanh(o)) * v : rnd(p.y.dt, gelu_tanh(v)) * o; /* as k_geglu rounds */
+  }
+  stt(p.y, r, c, v);
+}
+
+/* The launch parameters for activation rows [r0, r0 + m) of a plain (ungrouped) product. */
+inline lm_cu_mm_p rows_window(const lm_cu_mm_p &p, int64_t r0, int64_t m) {
+  lm_cu_mm_p q = p;
+  const size_t xsz = p.x.dt == LM_CU_F32 ? 4 : 2, ysz = p.y.dt == LM_CU_F32 ? 4 : 2;
+  q.x.p = (char *)p.x.p + (size_t)(r0 * p.x.ld) * xsz;
+  q.y.p = (char *)p.y.p + (size_t)(r0 * p.y.ld) * ysz;
+  if (p.epi) q.other.p = (char *)p.other.p + (size_t)(r0 * p.other.ld) * (p.other.dt == LM_CU_F32 ? 4 : 2);
+  q.x.rows = q.y.rows = m;
+  return q;
+}
+
+} // namespace lmcu
+
+#endif
