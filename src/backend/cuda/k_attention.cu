@@ -196,10 +196,10 @@ __global__ void __launch_bounds__(kThreads) k_attn_combine(const lm_cu_attn_p p,
  * block are heads of the same token (those sharing a KV head hit the same rows in L1). The
  * key range is split across gridDim.z blocks; the last block of a (token, head block) to
  * finish — counted with an atomic that it resets — merges the partials, so there is no
- * second launch. The split count depends only on the batch's shape. */
+ * second launch. The split count depends only on the batch's shape and the layer's window. */
 
 constexpr int kDecMinChunk = 16;   /* fewest keys a split takes */
-constexpr int kDecMaxSplits = 64;
+constexpr int kDecMaxSplits = 128; /* a multiple of 32 (dec_merge: splits per lane) */
 constexpr int kCountSlots = 65536; /* split counters, at the tail of the partials buffer */
 
 template <int EPL>
@@ -272,11 +272,11 @@ __device__ __forceinline__ void ld_part(const float *pp, float (&o)[EPL]) {
 template <int EPL>
 __device__ void dec_merge(const lm_cu_attn_p &p, int64_t t, int h, int lane, int splits) {
   constexpr int HD = 32 * EPL, MU = EPL >= 16 ? 4 : 8;
-  static_assert(kDecMaxSplits <= 64, "two splits per lane");
-  float wz[2], L = 0.0f, M = -INFINITY, acc[EPL] = {};
-  float mz[2], lz[2];
+  constexpr int NZ = kDecMaxSplits / 32; /* splits per lane */
+  float wz[NZ], L = 0.0f, M = -INFINITY, acc[EPL] = {};
+  float mz[NZ], lz[NZ];
 #pragma unroll
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < NZ; k++) {
     const int z = lane + 32 * k;
     const float *pp = dec_part(p, t, h, splits, z < splits ? z : 0, HD);
     mz[k] = z < splits ? __ldcg(pp) : -INFINITY;
@@ -285,7 +285,7 @@ __device__ void dec_merge(const lm_cu_attn_p &p, int64_t t, int h, int lane, int
   }
   M = warp_max(M);
 #pragma unroll
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < NZ; k++) {
     wz[k] = lz[k] > 0.0f ? expf(mz[k] - M) : 0.0f;
     L += lz[k] * wz[k];
   }
@@ -295,7 +295,11 @@ __device__ void dec_merge(const lm_cu_attn_p &p, int64_t t, int h, int lane, int
 #pragma unroll
     for (int u = 0; u < MU; u++) {
       const int z = z0 + u;
-      w[u] = __shfl_sync(0xffffffffu, (z & 32) ? wz[1] : wz[0], z & 31);
+      float wk = wz[0];
+#pragma unroll
+      for (int k = 1; k < NZ; k++)
+        if (z / 32 == k) wk = wz[k];
+      w[u] = __shfl_sync(0xffffffffu, wk, z & 31);
       if (z < splits && w[u] > 0.0f)
         ld_part<EPL>(dec_part(p, t, h, splits, z, HD) + 4 + lane * EPL, v[u]);
       else
@@ -423,7 +427,12 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
   while (hpb > 8 || p->n_heads % hpb) hpb = hpb > 8 ? hpb / 2 : hpb - 1;
   const int64_t blocks = (int64_t)p->n_tiles * (p->n_heads / hpb);
   if (p->n_heads / hpb > 65535) return false;
+  /* ~2 blocks per SM over a long context (4 measured slower: the merge reads twice the
+   * partials); a sliding layer never sees more than its window, so splits beyond
+   * window / kDecMinChunk would only be empty blocks for the merge to count */
   int splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
+  const int64_t most = p->window > 0 ? (p->window + kDecMinChunk - 1) / kDecMinChunk : kDecMaxSplits;
+  splits = splits > most ? (int)most : splits;
   splits = splits > kDecMaxSplits ? kDecMaxSplits : splits < 1 ? 1 : splits;
   if (blocks > kCountSlots) splits = 1;
   while (splits > 1 && (int64_t)p->n_tiles * p->n_heads * splits * (p->head_dim + 4) > p->part_floats - kCountSlots)
