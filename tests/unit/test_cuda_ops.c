@@ -408,7 +408,8 @@ static void t_matmul(void **state) {
       {3, 32, LM_DT_BF16, 29, 320, 0},  {5, 64, LM_DT_BF16, 13, 128, 0},   {6, 32, LM_DT_BF16, 11, 160, 0},
       {4, 64, LM_DT_F16, 17, 128, 0},   {4, 64, LM_DT_F32, 9, 192, 0},     {0, 0, LM_DT_BF16, 45, 200, 0},
       {0, 0, LM_DT_F32, 23, 36, 0},     {0, 0, LM_DT_F16, 31, 64, 0},      {0, 0, LM_DT_BF16, 5, 37, 0},
-      {4, 64, LM_DT_BF16, 24, 128, 3},  {0, 0, LM_DT_BF16, 12, 64, 4},   {4, 64, LM_DT_BF16, 40, 12288, 0}};
+      {4, 64, LM_DT_BF16, 24, 128, 3},  {0, 0, LM_DT_BF16, 12, 64, 4},   {4, 64, LM_DT_BF16, 40, 12288, 0},
+      {4, 32, LM_DT_BF16, 50, 256, 0},  {4, 128, LM_DT_BF16, 19, 1024, 0}, {4, 64, LM_DT_BF16, 24, 512, 3}};
   static const int64_t ms[] = {1, 2, 3, 5, 8, 17, 64};
   for (size_t wi = 0; wi < sizeof W / sizeof *W; wi++) {
     hweight w = make_weight(W[wi].ne, W[wi].rows, W[wi].cols, W[wi].bits, W[wi].group, W[wi].dt);

@@ -58,6 +58,52 @@ __device__ __forceinline__ void load_words(const char *p, uint32_t (&w)[WPR]) {
   }
 }
 
+/* Adds one group to tot: s·Σ(128+q)·x + (b − 128·s)·Σx for rows g (c0, sb0) and g + 8
+ * (c1, sb1); xg: the lane's x values of the group (read only when xon). */
+template <int G>
+__device__ __forceinline__ void group_mma(const uint32_t *c0, const uint32_t *c1, uint32_t sb0, uint32_t sb1,
+                                          const uint16_t *xg, bool xon, float (&tot)[4]) {
+  constexpr int WPR = G / 32, NMMA = G / 16;
+  uint32_t xb[NMMA][2];
+  float sx[4] = {}, d[4] = {};
+#pragma unroll
+  for (int w = 0; w < WPR; w++) {
+    const uint4 xv = xon ? *reinterpret_cast<const uint4 *>(xg + 8 * w) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int j = 0; j < 4; j++) xb[2 * w + j / 2][j % 2] = x_pair(xv, j);
+  }
+#pragma unroll
+  for (int mi = 0; mi < NMMA; mi++) {
+    const int w = mi / 2, j = 2 * (mi % 2);
+    mma16816(sx, kOnes, kOnes, kOnes, kOnes, xb[mi][0], xb[mi][1]);
+    mma16816(d, code_pair(c0[w], j), code_pair(c1[w], j), code_pair(c0[w], j + 1), code_pair(c1[w], j + 1), xb[mi][0],
+             xb[mi][1]);
+  }
+#pragma unroll
+  for (int c = 0; c < 4; c++) {
+    const uint32_t v = c < 2 ? sb0 : sb1;
+    const float s = bf2f(v & 0xffffu), b = bf2f(v >> 16);
+    tot[c] = fmaf(s, d[c], fmaf(fmaf(-128.0f, s, b), sx[c], tot[c]));
+  }
+}
+
+/* The W warps' partial sums of a 16-row tile meet in shared memory in a fixed order; entry e
+ * of a warp: lane l = e/4, value c = e%4 (row l/4, +8 for c ≥ 2; column 2·(l%4) + c%2). */
+template <int W>
+__device__ __forceinline__ void reduce_store(const lm_cu_mm_p &p, const Route &rt, int64_t row0, int m,
+                                             const float (&tot)[4], float4 (&red)[W][32]) {
+  red[threadIdx.x / 32][threadIdx.x % 32] = make_float4(tot[0], tot[1], tot[2], tot[3]);
+  __syncthreads();
+  if (threadIdx.x >= 128) return;
+  const int e = threadIdx.x, l = e / 4, c = e % 4, n = 2 * (l % 4) + (c & 1);
+  const int64_t row = row0 + l / 4 + (c >= 2 ? 8 : 0);
+  if (n >= m || row >= p.w.rows) return;
+  float v = 0.0f;
+#pragma unroll
+  for (int w = 0; w < W; w++) v += reinterpret_cast<const float *>(&red[w][l])[c];
+  store_y(p, rt.yr + n, row, rt.ok ? v : 0.0f);
+}
+
 /* A lane's loads of U groups from group k0 on (clamped to the warp's last group ke - 1): rows
  * g (at w, s) and g + 8 (dw bytes and ds words further). */
 template <int G, int U>
@@ -81,7 +127,6 @@ __device__ __forceinline__ void load_groups(const char *w, const uint32_t *s, in
 template <int G, int U, int W>
 __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, int m, int kc) {
   constexpr int WPR = G / 32; /* words of a row's group a lane holds */
-  constexpr int NMMA = G / 16;
   extern __shared__ uint4 xs4[];
   __shared__ float4 red[W][32];
   const uint16_t *xs = reinterpret_cast<const uint16_t *>(xs4);
@@ -114,44 +159,13 @@ __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, 
       for (int u = 0; u < U; u++) {
         if (k0 + u >= ge) break;
         const uint16_t *xg = xs + (xon ? g : 0) * xld + (k0 + u - gc) * G + t * (G / 4);
-        uint32_t xb[NMMA][2];
-        float sx[4] = {}, d[4] = {};
-#pragma unroll
-        for (int w = 0; w < WPR; w++) {
-          const uint4 xv = xon ? *reinterpret_cast<const uint4 *>(xg + 8 * w) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-          for (int j = 0; j < 4; j++) xb[2 * w + j / 2][j % 2] = x_pair(xv, j);
-        }
-#pragma unroll
-        for (int mi = 0; mi < NMMA; mi++) {
-          const int w = mi / 2, j = 2 * (mi % 2);
-          mma16816(sx, kOnes, kOnes, kOnes, kOnes, xb[mi][0], xb[mi][1]);
-          mma16816(d, code_pair(cw[u][0][w], j), code_pair(cw[u][1][w], j), code_pair(cw[u][0][w], j + 1),
-                   code_pair(cw[u][1][w], j + 1), xb[mi][0], xb[mi][1]);
-        }
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-          const uint32_t v = sb[u][c / 2];
-          const float s = bf2f(v & 0xffffu), b = bf2f(v >> 16);
-          tot[c] = fmaf(s, d[c], fmaf(fmaf(-128.0f, s, b), sx[c], tot[c]));
-        }
+        group_mma<G>(cw[u][0], cw[u][1], sb[u][0], sb[u][1], xg, xon, tot);
       }
       k0 += U;
       if (k0 < ge) load_groups<G, U>(wp, sp, dw, ds, k0, ge, cw, sb);
     }
   }
-  red[warp][lane] = make_float4(tot[0], tot[1], tot[2], tot[3]);
-  __syncthreads();
-  /* entry e: lane l = e/4, value c = e%4 (row l/4, +8 for c ≥ 2; column 2·(l%4) + c%2) */
-  if (threadIdx.x < 128) {
-    const int e = threadIdx.x, l = e / 4, c = e % 4, n = 2 * (l % 4) + (c & 1);
-    const int64_t row = row0 + l / 4 + (c >= 2 ? 8 : 0);
-    if (n >= m || row >= rows) return;
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < W; w++) v += reinterpret_cast<const float *>(&red[w][l])[c];
-    store_y(p, rt.yr + n, row, rt.ok ? v : 0.0f);
-  }
+  reduce_store<W>(p, rt, row0, m, tot, red);
 }
 
 typedef void (*tc_fn)(const lm_cu_mm_p, int, int);
@@ -171,11 +185,12 @@ bool tc_takes(const lm_cu_mm_p &p) {
          ((uintptr_t)p.x.p & 15u) == 0 && (p.x.ld * 2) % 16 == 0;
 }
 
-/* One launch for m activation rows (or gy groups of one row). A block is one 16-row tile; its
- * warp count W is the largest of 16, 8, 4 with which every tile's block is resident at once
- * (32 warps per SM at 64 registers), so a launch is one wave with the most loads in flight;
- * matrices too large for that take W = 4. x's staging (at most 24 KB for W = 4, so that 8
- * blocks fit an SM, else 40 KB) sets the chunk kc: whole groups for every warp. */
+/* One launch of the register kernel for m activation rows (or gy groups of one row). A block
+ * is one 16-row tile; its warp count W is the largest of 16, 8, 4 with which every tile's
+ * block is resident at once (32 warps per SM at 64 registers), so a launch is one wave with
+ * the most loads in flight; matrices too large for that take W = 4. x's staging (at most 24 KB
+ * for W = 4, so that 8 blocks fit an SM, else 40 KB) sets the chunk kc: whole groups for
+ * every warp. */
 cudaError_t launch_tc(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
   const int64_t tiles = (p.w.rows + 15) / 16, n_sms = p.grid_cap / 4 > 0 ? p.grid_cap / 4 : 1;
   const int64_t blocks = tiles * gy, slots = 32 * n_sms;
@@ -201,3 +216,4 @@ extern "C" cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *pp) {
   }
   return cudaSuccess;
 }
+
