@@ -19,11 +19,13 @@
 namespace lmcu {
 
 /* Programmatic dependent launch (Hopper): every kernel is launched with launch() below, which
- * lets the next kernel in the stream start while this one drains, and every kernel calls
+ * lets it start before the previous kernel in the stream has finished, and every kernel calls
  * pdl_wait() before it touches memory an earlier kernel writes (and before it writes any).
- * A kernel may load read-only data first — the GEMVs issue their first weight loads before
- * the wait, so that DRAM round trip overlaps the previous kernel's tail. pdl_wait() returns
- * at once in a kernel launched without the attribute. */
+ * pdl_wait() blocks until the previous kernel has completed and its writes are visible, then
+ * lets the next kernel launch; so at most two kernels overlap, and a kernel may load read-only
+ * data before its wait — the tensor-core GEMV issues its first weight loads there, so that DRAM
+ * round trip overlaps the previous kernel's tail. In a kernel launched without the attribute
+ * pdl_wait() returns at once. */
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");

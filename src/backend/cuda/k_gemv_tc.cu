@@ -3,9 +3,11 @@
  * accumulation).
  *
  * Why: the CUDA-core kernel (k_gemv.cu) spends ~3.5 instructions per code (extract, convert,
- * FMA, and x's conversion and group sum) and is bound by issue at ~1 TB/s, even from L2.
- * Here two codes become a pair of bf16 operands in two instructions and the products run on
- * the tensor cores:
+ * FMA, and x's conversion and group sum); here it is ~1, with 64 registers, and the first
+ * weight loads are issued before the wait on the previous kernel (pdl_wait), so they overlap
+ * it. Measured on the H200 (docs/perf/NOTES.md, v4): in isolation both kernels run a 15 MB
+ * product at ~1.2 TB/s (the loads, not the instructions, set that time), but in a replayed
+ * decode step this one is 6–22% faster. How:
  *  - A 4-bit code OR-ed under the exponent of 128 is the bf16 value 128 + q exactly, so
  *    (word >> 4j) & 0x000F000F | 0x43004300 (a shift and one LOP3) holds codes j and j+4 of a
  *    word as a bf16x2.
@@ -17,7 +19,7 @@
  *    map: the x pairs (c, c+4) come from one 16-byte load and two byte permutes.
  *  - Per group, Σ(128+q)·x and Σx (an mma with an all-ones A) give
  *    Σ(s·q + b)·x = s·Σ(128+q)·x + (b − 128·s)·Σx. The products are exact, the sums f32.
- *  - The 8 warps of a block split the groups; their partial sums meet in shared memory in a
+ *  - The W warps of a block split the groups; their partial sums meet in shared memory in a
  *    fixed order, so a result does not depend on timing. */
 #include "backend/cuda/k_gemv_common.cuh"
 
