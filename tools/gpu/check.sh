@@ -9,10 +9,10 @@
 #
 #     OUT=/some/dir bash .carry/gpu/run.sh
 #
-# (with the device tool: carry [".carry/gpu"], command `bash .carry/gpu/run.sh`). run.sh runs
-# the CUDA op tests, the CUDA parity tests (fixtures under tests/fixtures travel with the
-# repository) and `lumen bench --backend cuda` on the presets, with logs under $OUT; it is
-# sized to finish in about 8 minutes on an H200.
+# (copy the repository with .carry/gpu to the GPU machine first). run.sh runs the CUDA op
+# tests, the CUDA parity tests (fixtures under tests/fixtures travel with the repository) and
+# `lumen bench --backend cuda` on the presets (decode at 512 and, for E4B and 12B, at 32k
+# context; prefill), with logs under $OUT; it is sized to finish in about 6 minutes on an H200.
 #
 # Options: BUILD_DIR (default build-gpu), JOBS (default 2), SKIP_BUILD=1 to pack an existing build.
 set -euo pipefail
@@ -65,16 +65,13 @@ step() { # name timeout command...
 step ops 90 "$P/bin/test_cuda_ops"
 step parity 150 "$P/bin/test_cuda_parity"
 B="--backend cuda --bits 4 --group 64"
-step bench_e4b 100 "$L" bench $B --preset "$P/presets/gemma4-e4b.json" --prompt 512,4096 --context 512 \
-  --decode-tokens 64 --reps 3
+D="--decode-tokens 64 --reps 3"
+step bench_e4b 160 "$L" bench $B --preset "$P/presets/gemma4-e4b.json" --prompt 512,4096 --context 512,32768 $D
 step profile_e4b 60 env LUMEN_CUDA_PROFILE=1 "$L" bench $B --preset "$P/presets/gemma4-e4b.json" --prompt 4096 \
   --context 512 --decode-tokens 16 --reps 1 --warmup 0
-step bench_26b 80 "$L" bench $B --preset "$P/presets/gemma4-26b-a4b.json" --prompt 128 --context 512 \
-  --decode-tokens 32 --reps 2
-step bench_12b 60 "$L" bench $B --preset "$P/presets/gemma4-12b.json" --prompt 512 --context 512 \
-  --decode-tokens 32 --reps 2
-step bench_31b 80 "$L" bench $B --preset "$P/presets/gemma4-31b.json" --prompt 512 --context 512 \
-  --decode-tokens 32 --reps 2
+step bench_26b 80 "$L" bench $B --preset "$P/presets/gemma4-26b-a4b.json" --prompt 128 --context 512 $D
+step bench_12b 200 "$L" bench $B --preset "$P/presets/gemma4-12b.json" --prompt 512 --context 512,32768 $D
+step bench_31b 90 "$L" bench $B --preset "$P/presets/gemma4-31b.json" --prompt 512 --context 512 $D
 echo "== failures and results =="
 grep -A100 "cuda profile" "$OUT/profile_e4b.log" | grep -v "m<=4096" | head -60 || true
 for f in "$OUT"/*.log; do

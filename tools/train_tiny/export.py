@@ -12,8 +12,8 @@ Writes into --export DIR:
                            passage.logits_bf16.f32 (same model run in bf16), greedy.json (32-token greedy
                            continuations of 4 prompts with per-step top-2 logits), config.transformers.json
                            (the config as save_pretrained writes it: per_layer_config form), meta.json
-and with --pack DIR the folder as .tgz parts of <= 15 MiB plus SHA256SUMS (the device returns files of
-at most 16 MiB)."""
+and with --pack DIR the folder as .tgz parts of <= 15 MiB plus SHA256SUMS (small parts are easier to bring
+back from the GPU machine)."""
 
 import copy
 import csv
