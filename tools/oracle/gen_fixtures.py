@@ -879,10 +879,14 @@ def moe_cfg_of(spec):
 
 def base_artifacts(name, n=None):
     """Config, bf16 weights and ids (n of them; default: the spec's T) of a base model; the
-    embedding std is scaled down until max|logit| <= MAX_ABS_LOGIT. The weights do not depend
-    on n (each tensor is seeded by its name)."""
+    embedding std is scaled down until max|logit| <= MAX_ABS_LOGIT. Each tensor is seeded by
+    its name, so n changes the weights only if it changes that scale (meta.init records it;
+    1.0 for every fixture here)."""
     spec = SPECS[name]
     n = n or spec.get("T", T)
+    # a spec's candidate count belongs to its own T; other lengths keep the default, so their
+    # selection is the one made before the spec's T grew
+    cands = spec.get("id_candidates", ID_CANDIDATES) if n == spec.get("T", T) else ID_CANDIDATES
     if (name, n) in _BASE:
         return _BASE[(name, n)]
     notes = []
@@ -891,8 +895,7 @@ def base_artifacts(name, n=None):
         model = new_model(cfg, notes)
         geometry = check_geometry(spec, model, name)
         weights = randomize(model, spec["seed"], factor)
-        ids, sel = select_ids(model, spec["seed"], moe_cfg_of(spec), n,
-                              spec.get("id_candidates", ID_CANDIDATES) if n > T else ID_CANDIDATES)
+        ids, sel = select_ids(model, spec["seed"], moe_cfg_of(spec), n, cands)
         del model
         if sel["max_abs"] <= MAX_ABS_LOGIT:
             break
