@@ -68,13 +68,17 @@ typedef enum lm_mm_epilogue {
   LM_EPI_NONE = 0,
   LM_EPI_GLU_OTHER, /* out = gelu_tanh(other) * (x · Wᵀ): the MLP's up projection, gate in other */
   LM_EPI_GLU_SELF,  /* out = gelu_tanh(x · Wᵀ) * other: the per-layer-input gate */
+  LM_EPI_GLU_PAIR,  /* out = gelu_tanh(x · Wᵀ) * (x · W2ᵀ): gate and up projections of the MLP in one
+                     * op; other is scratch the backend may overwrite with x · Wᵀ. The result equals
+                     * other = x · Wᵀ followed by out = x · W2ᵀ with LM_EPI_GLU_OTHER, bit for bit. */
 } lm_mm_epilogue;
 
 /* out = x · Wᵀ (+ out if accumulate). `expert` selects a matrix of a stacked weight. With an
- * epilogue (never with accumulate), `other` is [rows][out.cols] and must not alias out. */
+ * epilogue (never with accumulate), `other` is [rows][out.cols] and must not alias out; w2
+ * (LM_EPI_GLU_PAIR only) has W's shape and format. */
 typedef struct lm_matmul_args {
   lm_tensor out, x;
-  const lm_weight *w;
+  const lm_weight *w, *w2;
   int64_t expert;
   int accumulate;
   lm_mm_epilogue epilogue;
@@ -258,5 +262,22 @@ struct lm_backend {
 
 lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out);
 void lm_backend_destroy(lm_backend *be);
+
+/* LM_EPI_GLU_PAIR as the two products it is defined by (other = x · Wᵀ, then out = x · W2ᵀ
+ * with LM_EPI_GLU_OTHER), through `mm`: what a backend runs where it has no fused kernel. */
+static inline lm_status lm_matmul_glu_pair(lm_backend *be, const lm_matmul_args *a,
+                                           lm_status (*mm)(lm_backend *, const lm_matmul_args *)) {
+  lm_matmul_args g = *a, u = *a;
+  g.out = lm_tensor_rows(a->other, 0, a->out.rows);
+  g.w2 = NULL;
+  g.epilogue = LM_EPI_NONE;
+  g.other = (lm_tensor){0};
+  lm_status s = mm(be, &g);
+  if (s != LM_OK) return s;
+  u.w = a->w2;
+  u.w2 = NULL;
+  u.epilogue = LM_EPI_GLU_OTHER;
+  return mm(be, &u);
+}
 
 #endif

@@ -332,9 +332,9 @@ static lm_status ffn_block(lm_forward *f, int l, int64_t T) {
   int64_t I = m->cfg.layers[l].ffn_dim;
   lm_tensor x = rows_of(w->x, T), h = rows_of(w->h, T), d = rows_of(w->d, T);
   lm_tensor g = lm_tensor_cols(rows_of(w->g, T), 0, I), u = lm_tensor_cols(rows_of(w->u, T), 0, I);
-  /* down(gelu_tanh(gate(h)) * up(h)); the GeGLU is the up projection's epilogue */
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = g, .x = h, .w = &L->gate}));
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u, .x = h, .w = &L->up, .epilogue = LM_EPI_GLU_OTHER, .other = g}));
+  /* down(gelu_tanh(gate(h)) * up(h)): gate, up and the GeGLU are one op (g: its scratch) */
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u, .x = h, .w = &L->gate, .w2 = &L->up,
+                                          .epilogue = LM_EPI_GLU_PAIR, .other = g}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = d, .x = u, .w = &L->down}));
   if (m->cfg.moe) LM_TRY(moe_block(f, l, T, d));
   if (!m->cfg.ple_dim) return end_of_layer(f, l, T, d, &L->ln_post_ff);

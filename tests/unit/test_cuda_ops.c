@@ -585,6 +585,48 @@ static void t_fused(void **state) {
   step_env_free(&s);
 }
 
+/* The gate/up pair (LM_EPI_GLU_PAIR) against its definition on the same device, bit for bit
+ * (gate product into other, then up with the GeGLU epilogue), and against the CPU: shapes for
+ * each warp count of the tensor-core launch, each group size, and x staged in chunks. */
+static void t_glu_pair(void **state) {
+  NEED_GPU(state);
+  lm_dtype act = e->gpu->act_dtype;
+  static const struct { int group; int64_t rows, cols; } W[] = {
+      {64, 37, 256}, {64, 6000, 256}, {64, 9000, 128}, {32, 100, 96}, {128, 19, 384}, {64, 37, 12288}};
+  static const int64_t ms[] = {1, 3, 8};
+  for (size_t wi = 0; wi < sizeof W / sizeof *W; wi++) {
+    hweight wg = make_weight(0, W[wi].rows, W[wi].cols, 4, W[wi].group, LM_DT_BF16);
+    hweight wu = make_weight(0, W[wi].rows, W[wi].cols, 4, W[wi].group, LM_DT_BF16);
+    assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wg.w), LM_OK);
+    assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wu.w), LM_OK);
+    for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+      int64_t M = ms[mi], N = W[wi].rows, K = W[wi].cols;
+      float *x = rand_vec(M * K, 1.0f);
+      lm_tensor hx = htensor(M, K, x), hg = htensor(M, N, NULL), hy = htensor(M, N, NULL);
+      dbuf dx = dput_ld(e->gpu, M, K, K + 8, act, x), dg = dput(e->gpu, M, N, act, NULL);
+      dbuf dy = dput(e->gpu, M, N, act, NULL), dy2 = dput(e->gpu, M, N, act, NULL);
+      lm_matmul_args ac = {.out = hy, .x = hx, .w = &wg.w, .w2 = &wu.w, .epilogue = LM_EPI_GLU_PAIR, .other = hg};
+      lm_matmul_args ag = {.out = dy.t, .x = dx.t, .w = &wg.w, .w2 = &wu.w, .epilogue = LM_EPI_GLU_PAIR, .other = dg.t};
+      assert_int_equal(e->cpu->ops->matmul(e->cpu, &ac), LM_OK);
+      assert_int_equal(e->gpu->ops->matmul(e->gpu, &ag), LM_OK);
+      ag.out = dy2.t;
+      assert_int_equal(lm_matmul_glu_pair(e->gpu, &ag, e->gpu->ops->matmul), LM_OK);
+      float *ref = hget(hy), *got = dget(e->gpu, &dy), *two = dget(e->gpu, &dy2);
+      char what[96];
+      snprintf(what, sizeof what, "gate/up pair g%d %lldx%lld m=%lld", W[wi].group, (long long)N, (long long)K,
+               (long long)M);
+      expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-8, 2e-4));
+      int64_t differ = 0;
+      for (int64_t i = 0; i < M * N; i++) differ += memcmp(&got[i], &two[i], sizeof(float)) != 0;
+      if (differ) fprintf(stderr, "%s: %lld values differ from the two products\n", what, (long long)differ);
+      assert_int_equal(differ, 0);
+      free(hx.data), free(hg.data), free(ref), free(got), free(two), free(x);
+      dfree(e->gpu, &dx), dfree(e->gpu, &dg);
+    }
+    hweight_free(&wg), hweight_free(&wu);
+  }
+}
+
 /* Attention + append over several steps of two sequences: prefill chunks, decode, a ring
  * that wraps, GQA ratios 1..16, head dims 32..512. */
 static void t_attention(void **state) {
@@ -939,6 +981,14 @@ static void t_bad_calls(void **state) {
   bad.cols = 63;
   assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = bad, .w = &w.w}), LM_ERR_INVALID);
   assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = 1}), LM_ERR_INVALID);
+  /* a half-formed gate/up pair: the second weight without the epilogue, the epilogue without it */
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .w2 = &w.w}), LM_ERR_INVALID);
+  {
+    lm_tensor hx = htensor(2, 64, NULL), hy = htensor(2, 16, NULL);
+    assert_int_equal(e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){.out = hy, .x = hx, .w = &w.w, .w2 = &w.w}),
+                     LM_ERR_INVALID);
+    free(hx.data), free(hy.data);
+  }
   /* ops that need a step, outside one */
   assert_int_equal(e->gpu->ops->embed(e->gpu, &(lm_embed_args){dx.t, &w.w, 1.0f}), LM_ERR_STATE);
   /* an allocation larger than the device says how much was asked and what is free */
@@ -976,7 +1026,7 @@ int main(void) {
 #define BF16(fn) cmocka_unit_test_setup_teardown(fn, setup_bf16, teardown)
   const struct CMUnitTest tests[] = {BOTH(t_rmsnorm),   BF16(t_rmsnorm),   BOTH(t_elementwise), BF16(t_elementwise),
                                      BOTH(t_argmax),    BOTH(t_matmul),    BF16(t_matmul),      BOTH(t_step_ops),
-                                     BF16(t_step_ops),  BOTH(t_fused), BF16(t_fused),  BOTH(t_attention), BF16(t_attention),   BOTH(t_moe),
+                                     BF16(t_step_ops),  BOTH(t_fused), BF16(t_fused), BOTH(t_glu_pair), BF16(t_glu_pair),  BOTH(t_attention), BF16(t_attention),   BOTH(t_moe),
                                      BF16(t_moe),       BOTH(t_kv_stage),  BF16(t_kv_stage),    BOTH(t_kv_convert),
                                      BF16(t_kv_convert), BOTH(t_kv_quant_attention), BF16(t_kv_quant_attention),
                                      BOTH(t_bad_calls)};

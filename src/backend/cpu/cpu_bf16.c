@@ -28,6 +28,8 @@ static lm_status b_embed(lm_backend *be, const lm_embed_args *a) {
 }
 
 static lm_status b_matmul(lm_backend *be, const lm_matmul_args *a) {
+  if (a->epilogue == LM_EPI_GLU_PAIR || a->w2) /* the base op rejects a half-formed pair */
+    return a->w2 && a->epilogue == LM_EPI_GLU_PAIR ? lm_matmul_glu_pair(be, a, b_matmul) : lm_cpu_ops.matmul(be, a);
   lm_matmul_args p = *a;
   p.epilogue = LM_EPI_NONE;
   LM_TRY(lm_cpu_ops.matmul(be, &p));

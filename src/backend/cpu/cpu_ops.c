@@ -46,6 +46,9 @@ static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
 lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
   if (a->epilogue && (a->accumulate || a->other.rows < a->out.rows || a->other.cols != a->out.cols))
     return LM_ERRF(LM_ERR_INVALID, "matmul: an epilogue needs `other` of the output's shape and no accumulate");
+  if ((a->epilogue == LM_EPI_GLU_PAIR) != (a->w2 != NULL))
+    return LM_ERRF(LM_ERR_INVALID, "matmul: a second weight goes with the GLU-pair epilogue, and only with it");
+  if (a->epilogue == LM_EPI_GLU_PAIR) return lm_matmul_glu_pair(be, a, lm_cpu_matmul_op);
   LM_TRY(matmul_plain(be, a));
   if (a->epilogue == LM_EPI_GLU_OTHER)
     return lm_cpu_geglu(be, &(lm_geglu_args){.out = a->out, .gate = a->other, .up = a->out});

@@ -56,8 +56,10 @@ double lm_cuda_copy_bandwidth_gbs(lm_backend *be);
  * synchronization per op) and prints the per-op totals to stderr when the backend is freed.
  * LUMEN_CUDA_PROFILE_STEP=k opens the profiler range (cudaProfilerStart/Stop) around the k-th
  * decode step only, so `ncu --profile-from-start off` times one real, graph-replayed step
- * (tools/gpu/profile.sh). LUMEN_CUDA_GEMV=cores keeps 4-bit decode products on the CUDA-core
- * GEMV instead of the tensor-core one, to compare the two in one run. */
+ * (tools/gpu/profile.sh). For side-by-side runs: LUMEN_CUDA_GEMV=cores keeps 4-bit decode
+ * products on the CUDA-core GEMV instead of the tensor-core one; LUMEN_CUDA_PDL=0 launches
+ * kernels without programmatic dependent launch; LUMEN_CUDA_GLU_PAIR=0 runs an MLP's gate and
+ * up projections as two launches and a GeGLU instead of one launch. */
 
 #ifdef __cplusplus
 }

@@ -101,10 +101,12 @@ typedef struct lm_cu_mm_p {
   int ids_k, x_div;
   int grid_cap;   /* most blocks one launch starts (a multiple of the SM count) */
   int smem_optin; /* the device's opt-in shared memory per block */
-  /* epilogue (lm_mm_epilogue; plain launches only): 1: y = gelu(other) * y, 2: y = gelu(y) *
-   * other, after y is rounded to its dtype */
+  /* epilogue (lm_mm_epilogue): 1: y = gelu(other) * y, 2: y = gelu(y) * other, after y is
+   * rounded to its dtype (plain launches only); 3: y = gelu(x · Wᵀ) * (x · W2ᵀ), each product
+   * rounded to y's dtype first (w2: W's geometry and format; the tensor-core kernel only) */
   int epi;
   lm_cu_t other;
+  lm_cu_w w2;
 } lm_cu_mm_p;
 /* Decode product for x.rows <= 8 (or any y.rows groups); returns cudaErrorNotSupported when
  * the shape is outside what it takes (the caller then uses a GEMM). */
@@ -112,6 +114,8 @@ cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *p);
 /* The tensor-core kernel lm_cu_gemv tries first (k_gemv_tc.cu): 4-bit affine weights, bf16
  * activations; cudaErrorNotSupported for anything else. */
 cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *p);
+/* Raises the shared-memory limit of the tensor-core instances that need it (lm_cu_gemv_init). */
+cudaError_t lm_cu_gemv_tc_init(int max_smem_optin);
 /* Dequantizes/converts rows [r0, r0+n) of expert e to dst [n][cols] of dtype dt (F32/BF16). */
 cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n, void *dst, int dt);
 /* MoE prefill: for every expert e and sorted pair j in [start[e], start[e+1]):

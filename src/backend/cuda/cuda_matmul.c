@@ -9,6 +9,8 @@
 
 #define GEMV_MAX_ROWS 8
 
+_Static_assert(LM_EPI_GLU_OTHER == 1 && LM_EPI_GLU_SELF == 2 && LM_EPI_GLU_PAIR == 3, "lm_cu_mm_p.epi codes");
+
 static size_t dt_size(int dt) { return dt == LM_DT_F32 ? 4 : 2; }
 
 static lm_cu_mm_p gemv_params(const lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t expert, lm_tensor x,
@@ -45,6 +47,28 @@ static lm_status gemm_blas(lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t e, l
   return LM_OK;
 }
 
+static int same_geometry(const lm_cu_w *a, const lm_cu_w *b) {
+  return a->n_experts == b->n_experts && a->rows == b->rows && a->cols == b->cols && a->row_bytes == b->row_bytes &&
+         a->bits == b->bits && a->group == b->group && a->wdt == b->wdt && a->sb_kind == b->sb_kind;
+}
+
+/* Gate and up of the MLP: one tensor-core launch where the kernel takes the shape (decode),
+ * else the two products the epilogue is defined by. */
+static lm_status glu_pair(lm_backend *be, const lm_matmul_args *a, const lm_cuda_weight *h) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  const lm_cuda_weight *h2;
+  LM_TRY(lm_cuda_weight_of(a->w2, "matmul", &h2));
+  if (a->x.rows <= GEMV_MAX_ROWS && same_geometry(&h->w, &h2->w)) {
+    lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, 0);
+    p.epi = (int)LM_EPI_GLU_PAIR;
+    p.w2 = h2->w;
+    cudaError_t e = lm_cu_gemv(c->stream, &p);
+    if (e == cudaSuccess) return LM_OK;
+    if (e != cudaErrorNotSupported) return lm_cuda_fail(e, "gemv (gate/up pair)", __FILE__, __LINE__);
+  }
+  return lm_matmul_glu_pair(be, a, lm_cuda_matmul);
+}
+
 lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   const lm_cuda_weight *h;
@@ -62,7 +86,10 @@ lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
                       a->other.dtype != a->out.dtype || a->other.data == a->out.data))
     return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: an epilogue needs `other` of the output's shape and dtype, apart "
                    "from it, and no accumulate");
+  if ((a->epilogue == LM_EPI_GLU_PAIR) != (a->w2 != NULL))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: a second weight goes with the GLU-pair epilogue, and only with it");
   if (a->x.rows <= 0) return LM_OK;
+  if (a->epilogue == LM_EPI_GLU_PAIR) return glu_pair(be, a, h);
   if (a->x.rows <= GEMV_MAX_ROWS) {
     lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, a->accumulate);
     p.epi = (int)a->epilogue;
@@ -113,13 +140,20 @@ static lm_status moe_decode(lm_cuda_ctx *c, const lm_moe_experts_args *a, const 
   p.ids_ld = a->ids.ld;
   p.ids_k = K;
   p.x_div = K;
-  cudaError_t e = lm_cu_gemv(c->stream, &p);
-  if (e == cudaSuccess) {
-    p.w = hu->w;
-    p.y = lm_cuda_view(b->u);
+  /* gate, up and the GeGLU in one launch where the kernel takes it, else three */
+  lm_cu_mm_p pair = p;
+  pair.epi = (int)LM_EPI_GLU_PAIR;
+  pair.w2 = hu->w;
+  cudaError_t e = same_geometry(&hg->w, &hu->w) ? lm_cu_gemv(c->stream, &pair) : cudaErrorNotSupported;
+  if (e == cudaErrorNotSupported) {
     e = lm_cu_gemv(c->stream, &p);
+    if (e == cudaSuccess) {
+      p.w = hu->w;
+      p.y = lm_cuda_view(b->u);
+      e = lm_cu_gemv(c->stream, &p);
+    }
+    if (e == cudaSuccess) e = lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u));
   }
-  if (e == cudaSuccess) e = lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u));
   if (e == cudaSuccess) {
     p.w = hd->w;
     p.x = lm_cuda_view(b->g);

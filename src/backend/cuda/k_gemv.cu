@@ -374,6 +374,7 @@ cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *pp) {
     cudaError_t e = lm_cu_gemv_tc(s, pp);
     if (e != cudaErrorNotSupported) return e;
   }
+  if (pp->epi == 3) return cudaErrorNotSupported; /* a gate/up pair: only the tensor-core kernel */
   lm_cu_mm_p p = *pp;
   const Family f = family_of(p.w, p.x);
   /* shared bytes per activation row: the dense and generic kernels stage x as f32 */
@@ -425,6 +426,7 @@ cudaError_t lm_cu_gemv_init(int max_smem_optin) {
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<1>, max_smem_optin);
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<2>, max_smem_optin);
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<4>, max_smem_optin);
+  if (e == cudaSuccess) e = lm_cu_gemv_tc_init(max_smem_optin);
   return e;
 }
 

@@ -21,11 +21,16 @@
  *    Σ(s·q + b)·x = s·Σ(128+q)·x + (b − 128·s)·Σx. The products are exact, the sums f32.
  *  - The W warps of a block split the groups; their partial sums meet in shared memory in a
  *    fixed order, so a result does not depend on timing. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/k_gemv_common.cuh"
 
 using namespace lmcu;
 
 namespace {
+
+bool g_glu_pair = true; /* LUMEN_CUDA_GLU_PAIR=0: gate/up pairs fall back to two products */
 
 constexpr uint32_t kOnes = 0x3F803F80u; /* bf16x2 (1, 1) */
 
@@ -90,20 +95,31 @@ __device__ __forceinline__ void group_mma(const uint32_t *c0, const uint32_t *c1
 }
 
 /* The W warps' partial sums of a 16-row tile meet in shared memory in a fixed order; entry e
- * of a warp: lane l = e/4, value c = e%4 (row l/4, +8 for c ≥ 2; column 2·(l%4) + c%2). */
-template <int W>
+ * of a warp: lane l = e/4, value c = e%4 (row l/4, +8 for c ≥ 2; column 2·(l%4) + c%2). With
+ * P = 2 (a gate/up pair) the second product's sums meet too and the GeGLU is applied: both
+ * products rounded to y's dtype, the gelu rounded, then the product (as epilogue 1 rounds). */
+template <int W, int P>
 __device__ __forceinline__ void reduce_store(const lm_cu_mm_p &p, const Route &rt, int64_t row0, int m,
-                                             const float (&tot)[4], float4 (&red)[W][32]) {
-  red[threadIdx.x / 32][threadIdx.x % 32] = make_float4(tot[0], tot[1], tot[2], tot[3]);
+                                             const float (&tot)[P][4], float4 (&red)[P][W][32]) {
+#pragma unroll
+  for (int j = 0; j < P; j++)
+    red[j][threadIdx.x / 32][threadIdx.x % 32] = make_float4(tot[j][0], tot[j][1], tot[j][2], tot[j][3]);
   __syncthreads();
   if (threadIdx.x >= 128) return;
   const int e = threadIdx.x, l = e / 4, c = e % 4, n = 2 * (l % 4) + (c & 1);
   const int64_t row = row0 + l / 4 + (c >= 2 ? 8 : 0);
   if (n >= m || row >= p.w.rows) return;
-  float v = 0.0f;
+  float v[P] = {};
 #pragma unroll
-  for (int w = 0; w < W; w++) v += reinterpret_cast<const float *>(&red[w][l])[c];
-  store_y(p, rt.yr + n, row, rt.ok ? v : 0.0f);
+  for (int j = 0; j < P; j++)
+#pragma unroll
+    for (int w = 0; w < W; w++) v[j] += reinterpret_cast<const float *>(&red[j][w][l])[c];
+  if constexpr (P == 2) {
+    const float g = rnd(p.y.dt, v[0]), u = rnd(p.y.dt, v[1]);
+    stt(p.y, rt.yr + n, row, rt.ok ? rnd(p.y.dt, gelu_tanh(g)) * u : 0.0f);
+  } else {
+    store_y(p, rt.yr + n, row, rt.ok ? v[0] : 0.0f);
+  }
 }
 
 /* A lane's loads of U groups from group k0 on (clamped to the warp's last group ke - 1): rows
@@ -125,12 +141,14 @@ __device__ __forceinline__ void load_groups(const char *w, const uint32_t *s, in
  * kc columns (rows padded by 8 values so that the activation rows fall on different banks);
  * the first weight loads are issued before the staging, so they overlap it. U: groups whose
  * loads a lane issues before it uses any (48 bytes in flight per lane); 1024 threads per SM.
- * m: activation rows (1..8; 1 in grouped mode). */
-template <int G, int U, int W>
+ * m: activation rows (1..8; 1 in grouped mode). P = 2: each warp also takes the same groups of
+ * a second matrix (w2: the up projection of a gate/up pair), with the same x fragments; each
+ * product still sums its groups in the order it would alone. */
+template <int G, int U, int W, int P>
 __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, int m, int kc) {
   constexpr int WPR = G / 32; /* words of a row's group a lane holds */
   extern __shared__ uint4 xs4[];
-  __shared__ float4 red[W][32];
+  __shared__ float4 red[P][W][32];
   const uint16_t *xs = reinterpret_cast<const uint16_t *>(xs4);
   if (p.ids) pdl_wait(); /* the expert ids come from the previous kernel */
   const Route rt = route(p);
@@ -138,16 +156,24 @@ __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, 
   const int64_t rows = p.w.rows, row0 = (int64_t)blockIdx.x * 16;
   const int cols = (int)p.w.cols, ng = cols / G, xld = kc + 8;
   const int64_t r0 = row0 + g < rows ? row0 + g : rows - 1, r1 = row0 + g + 8 < rows ? row0 + g + 8 : rows - 1;
-  const char *wp = (const char *)p.w.data + (rt.e * rows + r0) * p.w.row_bytes + t * (G / 8);
-  const uint32_t *sp = (const uint32_t *)p.w.sb + (rt.e * rows + r0) * ng;
+  const int64_t woff = (rt.e * rows + r0) * p.w.row_bytes + t * (G / 8), soff = (rt.e * rows + r0) * ng;
+  const char *wp[P];
+  const uint32_t *sp[P];
+#pragma unroll
+  for (int j = 0; j < P; j++) {
+    wp[j] = (const char *)(j ? p.w2.data : p.w.data) + woff;
+    sp[j] = (const uint32_t *)(j ? p.w2.sb : p.w.sb) + soff;
+  }
   const int dw = (int)((r1 - r0) * p.w.row_bytes), ds = (int)(r1 - r0) * ng;
   const bool xon = g < m;
-  float tot[4] = {};
+  float tot[P][4] = {};
   for (int c0 = 0; c0 < cols; c0 += kc) {
     const int gc = c0 / G, n = min(kc, cols - c0) / G, per = (n + W - 1) / W;
     const int gb = gc + warp * per, ge = min(gb + per, gc + n);
-    uint32_t cw[U][2][WPR], sb[U][2];
-    if (gb < ge) load_groups<G, U>(wp, sp, dw, ds, gb, ge, cw, sb);
+    uint32_t cw[P][U][2][WPR], sb[P][U][2];
+#pragma unroll
+    for (int j = 0; j < P; j++)
+      if (gb < ge) load_groups<G, U>(wp[j], sp[j], dw, ds, gb, ge, cw[j], sb[j]);
     pdl_wait(); /* the weight loads above overlap the previous kernel; x is its output */
     __syncthreads(); /* the previous chunk's readers are done */
     const int v8 = (n * G) / 8; /* 16-byte pieces of an activation row in this chunk */
@@ -161,26 +187,43 @@ __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, 
       for (int u = 0; u < U; u++) {
         if (k0 + u >= ge) break;
         const uint16_t *xg = xs + (xon ? g : 0) * xld + (k0 + u - gc) * G + t * (G / 4);
-        group_mma<G>(cw[u][0], cw[u][1], sb[u][0], sb[u][1], xg, xon, tot);
+#pragma unroll
+        for (int j = 0; j < P; j++) group_mma<G>(cw[j][u][0], cw[j][u][1], sb[j][u][0], sb[j][u][1], xg, xon, tot[j]);
       }
       k0 += U;
-      if (k0 < ge) load_groups<G, U>(wp, sp, dw, ds, k0, ge, cw, sb);
+#pragma unroll
+      for (int j = 0; j < P; j++)
+        if (k0 < ge) load_groups<G, U>(wp[j], sp[j], dw, ds, k0, ge, cw[j], sb[j]);
     }
   }
-  reduce_store<W>(p, rt, row0, m, tot, red);
+  reduce_store<W, P>(p, rt, row0, m, tot, red);
 }
 
 typedef void (*tc_fn)(const lm_cu_mm_p, int, int);
 
-/* U: 48 bytes in flight per lane (U · 2 rows · G/8 bytes; 64 for G = 128) within 64 registers. */
-template <int W>
+/* U: 48 bytes in flight per lane (U · 2 rows · G/8 bytes; 64 for G = 128) within 64 registers;
+ * a pair holds two matrices' loads, so it takes about half the groups of each. */
+template <int W, int P>
 tc_fn pick_g(int group) {
-  return group == 32 ? &k_gemv_tc<32, 6, W> : group == 64 ? &k_gemv_tc<64, 3, W> : &k_gemv_tc<128, 2, W>;
+  if constexpr (P == 2)
+    return group == 32 ? &k_gemv_tc<32, 3, W, 2> : group == 64 ? &k_gemv_tc<64, 2, W, 2> : &k_gemv_tc<128, 1, W, 2>;
+  else
+    return group == 32 ? &k_gemv_tc<32, 6, W, 1> : group == 64 ? &k_gemv_tc<64, 3, W, 1> : &k_gemv_tc<128, 2, W, 1>;
+}
+
+template <int P>
+tc_fn pick_wg(int W, int group) {
+  return W == 16 ? pick_g<16, P>(group) : W == 8 ? pick_g<8, P>(group) : pick_g<4, P>(group);
 }
 
 bool tc_takes(const lm_cu_mm_p &p) {
   const int G = p.w.group;
   if (p.w.bits != 4 || (G != 32 && G != 64 && G != 128) || p.w.sb_kind != LM_CU_SB_BF16 || p.x.dt != LM_CU_BF16)
+    return false;
+  /* a pair: one launch instead of two (and a GeGLU), which E4B, 12B and 26B-A4B decode gain
+   * 2-6% from; on 31B's 21504x5376 products the halved loads in flight cost more than the
+   * launch saves (docs/perf/NOTES.md, v5), so products that large run as two */
+  if (p.epi == 3 && (!g_glu_pair || p.accumulate || ((uintptr_t)p.w2.data & 15u) != 0 || p.w.rows * p.w.cols > (1ll << 26)))
     return false;
   /* a lane loads G/8 bytes of a row per group; x is staged in 16-byte pieces */
   return p.w.cols % G == 0 && p.w.row_bytes % 16 == 0 && ((uintptr_t)p.w.data & 15u) == 0 &&
@@ -201,12 +244,29 @@ cudaError_t launch_tc(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
   const int64_t fit = (xs / (2 * m) - 8) / (G * W) * (G * W), kc = p.w.cols < fit ? p.w.cols : fit;
   if (kc < G || tiles > 0x7fffffff) return cudaErrorNotSupported;
   const size_t smem = (size_t)m * (size_t)(kc + 8) * 2;
-  const tc_fn fn = W == 16 ? pick_g<16>((int)G) : W == 8 ? pick_g<8>((int)G) : pick_g<4>((int)G);
+  const tc_fn fn = p.epi == 3 ? pick_wg<2>(W, (int)G) : pick_wg<1>(W, (int)G);
   launch(fn, dim3((unsigned)tiles, gy), 32 * W, smem, s, p, m, (int)kc);
   return cudaGetLastError();
 }
 
 } // namespace
+
+/* A pair with W = 16 holds 16 KB of partial sums next to up to 40 KB of x: above the 48 KB a
+ * launch gets without asking. (The pair stages x in the same chunks as a single product, so
+ * the two agree bit for bit.) */
+extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin) {
+  const char *pair = getenv("LUMEN_CUDA_GLU_PAIR");
+  g_glu_pair = !(pair && !strcmp(pair, "0"));
+  cudaError_t e = cudaSuccess;
+  for (int G : {32, 64, 128}) {
+    const tc_fn fn = pick_wg<2>(16, G);
+    cudaFuncAttributes fa;
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, fn);
+    const int want = 40 * 1024 < max_smem_optin - (int)fa.sharedSizeBytes ? 40 * 1024 : max_smem_optin - (int)fa.sharedSizeBytes;
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, want);
+  }
+  return e;
+}
 
 extern "C" cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *pp) {
   if (!tc_takes(*pp) || pp->w.rows <= 0) return cudaErrorNotSupported;
