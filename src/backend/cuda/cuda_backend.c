@@ -398,7 +398,6 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   LM_CUBLAS(cublasCreate(&c->blas));
   LM_CUBLAS(cublasSetStream(c->blas, c->stream));
   LM_CU(lm_cu_kernels_init(c->smem_optin));
-  LM_CU(lm_cu_kvq_init(c->smem_optin));
   c->mm_scratch_bytes = (size_t)128 << 20;
   LM_TRY(lm_cuda_malloc(c, c->mm_scratch_bytes, LM_CUDA_WORKSPACE, "matmul scratch", &c->mm_scratch));
   c->attn_part_floats = (int64_t)8 << 20;

@@ -160,11 +160,8 @@ cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu
 cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt, const lm_cu_kvdesc *to, int64_t w,
                               int64_t held);
 /* lm_cu_attention's semantics, reading quantized caches in place (their head dim is a
- * multiple of the group, as kv.c requires; k/v 16-byte aligned). Split partials use the first
- * half of p->part only. */
+ * multiple of the group, as kv.c requires; k/v 16-byte aligned): k_attention.cu. */
 cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms);
-/* Raises the dynamic shared-memory limit of the attention instances (backend creation). */
-cudaError_t lm_cu_kvq_init(int max_smem_optin);
 
 #ifdef __cplusplus
 }

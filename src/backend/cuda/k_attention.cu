@@ -11,8 +11,11 @@
  * For decode (few blocks) the key range is split across blocks (flash-decoding); a second
  * kernel merges the splits' (max, sum, acc) partials. Grid and split count depend only on the
  * batch's shape, never on the context length, so a captured graph stays valid as caches grow.
- * Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4, 8, 16} (5 kernels + 1 combine), and the
- * decode kernel (below) for head dims 32..512 that are powers of two. */
+ * The same kernel serves the quantized cache kinds (kv:quant, kv:rotating-quant; Q = true):
+ * their key/value rows are dequantized while they are staged (load_quant_row), and the rest of
+ * the kernel does not know the difference. Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4,
+ * 8, 16}, each plain and quantized (10 kernels + 1 combine), and the decode kernel (below) for
+ * plain caches and head dims 32..512 that are powers of two. */
 #include <math.h>
 
 #include "backend/cuda/k_common.cuh"
@@ -35,7 +38,46 @@ struct Range {
   int64_t lo, hi; /* this split's key positions [lo, hi) */
 };
 
-template <int NPL>
+/* A lane's share of the cached key and value rows of KV head g at `slot`, dequantized into
+ * the shared tiles kd/vd: 8 consecutive values per pass, which lie in one group (one scale and
+ * bias) and in one aligned 8-byte (8-bit) or 4-byte (4-bit) word of codes. */
+__device__ __forceinline__ void load_quant_row(const lm_cu_kvdesc &d, int64_t kvw, int64_t slot, int g, int hd,
+                                               int lane, float *kd, float *vd) {
+  const int64_t cb = kvw * d.bits / 8, ng = kvw / d.group, hoff = (int64_t)g * hd;
+  const uint8_t *kc = (const uint8_t *)d.k + slot * cb + hoff * d.bits / 8;
+  const uint8_t *vc = (const uint8_t *)d.v + slot * cb + hoff * d.bits / 8;
+  const uint16_t *ksc = (const uint16_t *)d.ks + slot * ng, *kbi = (const uint16_t *)d.kb + slot * ng;
+  const uint16_t *vsc = (const uint16_t *)d.vs + slot * ng, *vbi = (const uint16_t *)d.vb + slot * ng;
+  for (int c0 = 8 * lane; c0 < hd; c0 += 8 * 32) {
+    const int64_t gi = (hoff + c0) / d.group;
+    const float sk = bf2f(ksc[gi]), bk = bf2f(kbi[gi]), sv = bf2f(vsc[gi]), bv = bf2f(vbi[gi]);
+    uint2 kw, vw;
+    if (d.bits == 8) {
+      kw = *reinterpret_cast<const uint2 *>(kc + c0);
+      vw = *reinterpret_cast<const uint2 *>(vc + c0);
+    } else {
+      kw = make_uint2(*reinterpret_cast<const uint32_t *>(kc + c0 / 2), 0u);
+      vw = make_uint2(*reinterpret_cast<const uint32_t *>(vc + c0 / 2), 0u);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      uint32_t qk, qv;
+      if (d.bits == 8) {
+        qk = ((e < 4 ? kw.x : kw.y) >> (8 * (e & 3))) & 0xffu;
+        qv = ((e < 4 ? vw.x : vw.y) >> (8 * (e & 3))) & 0xffu;
+      } else {
+        qk = (kw.x >> (4 * e)) & 0xfu;
+        qv = (vw.x >> (4 * e)) & 0xfu;
+      }
+      kd[c0 + e] = __fadd_rn(__fmul_rn(sk, (float)qk), bk);
+      vd[c0 + e] = __fadd_rn(__fmul_rn(sv, (float)qv), bv);
+    }
+  }
+}
+
+/* Q: descriptors may be quantized (kv_stage has already replaced the chunk's rows by what the
+ * cache will store); any descriptor may also be plain (another sequence of the batch). */
+template <int NPL, bool Q>
 __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int passes, int splits) {
   pdl_wait();
   extern __shared__ float4 smem4[];
@@ -64,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
     for (int dd = lane; dd < hd; dd += 32)
       qs[rl * hd + dd] = r < rend ? ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale : 0.0f;
   }
-  __shared__ int64_t ksrc[kKt]; /* per key of a tile: cache element offset, or -(1 + chunk row) */
+  __shared__ int64_t ksrc[kKt]; /* per key of a tile: cache slot, or -(1 + chunk row) */
   int64_t prow[kRw];
   bool rv[kRw];
   float m[kRw], l[kRw], acc[kRw][NPL];
@@ -84,25 +126,30 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
     __syncthreads(); /* the previous tile is consumed (and q is staged) */
     if (threadIdx.x < kKt && (int)threadIdx.x < nk) {
       int64_t kp = kb + threadIdx.x;
-      ksrc[threadIdx.x] = kp < n_past ? (d.window > 0 ? kp % d.window : kp) * kvw + goff : -(1 + t0 + (kp - n_past));
+      ksrc[threadIdx.x] = kp < n_past ? (d.window > 0 ? kp % d.window : kp) : -(1 + t0 + (kp - n_past));
     }
     __syncthreads();
     for (int j = warp; j < kKt; j += kWarps) { /* a warp per key row, coalesced along the head dim */
-      const int64_t src = j < nk ? ksrc[j] : 0;
+      float *kd = ks + j * (hd + 1), *vd = vs + j * hd;
+      const int64_t src = j < nk ? ksrc[j] : 0, off = src * kvw + goff;
+      if (Q && j < nk && src >= 0 && d.quant) {
+        load_quant_row(d, kvw, src, g, hd, lane, kd, vd);
+        continue;
+      }
 #pragma unroll 4
       for (int dd = lane; dd < hd; dd += 32) {
         float kk = 0.0f, vv = 0.0f;
         if (j < nk) {
           if (src >= 0) {
-            kk = ld(d.k, p.k_new.dt, src + dd);
-            vv = ld(d.v, p.v_new.dt, src + dd);
+            kk = ld(d.k, p.k_new.dt, off + dd);
+            vv = ld(d.v, p.v_new.dt, off + dd);
           } else {
             kk = ldt(p.k_new, -src - 1, goff + dd);
             vv = ldt(p.v_new, -src - 1, goff + dd);
           }
         }
-        ks[j * (hd + 1) + dd] = kk;
-        vs[j * hd + dd] = vv;
+        kd[dd] = kk;
+        vd[dd] = vv;
       }
     }
     __syncthreads();
@@ -446,25 +493,21 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
 
 typedef void (*attn_fn)(const lm_cu_attn_p, int, int);
 
+template <bool Q>
 attn_fn pick(int hd) {
-  if (hd <= 32) return &k_attn<1>;
-  if (hd <= 64) return &k_attn<2>;
-  if (hd <= 128) return &k_attn<4>;
-  if (hd <= 256) return &k_attn<8>;
-  if (hd <= 512) return &k_attn<16>;
+  if (hd <= 32) return &k_attn<1, Q>;
+  if (hd <= 64) return &k_attn<2, Q>;
+  if (hd <= 128) return &k_attn<4, Q>;
+  if (hd <= 256) return &k_attn<8, Q>;
+  if (hd <= 512) return &k_attn<16, Q>;
   return nullptr;
 }
 
-} // namespace
-
-extern "C" {
-
-cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
-  cudaError_t de;
-  if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 && p->part_floats > 2 * kCountSlots &&
-      attention_decode(s, p, n_sms, &de))
-    return de;
-  attn_fn fn = pick(p->head_dim);
+/* The general kernel (any tile shape; split-K with a combine launch when the batch has fewer
+ * blocks than SMs). Its partials stay clear of the decode kernel's split counters at the tail
+ * of the scratch, which must outlive every launch. */
+cudaError_t attention_tiled(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, bool quant) {
+  attn_fn fn = quant ? pick<true>(p->head_dim) : pick<false>(p->head_dim);
   if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0) return cudaErrorInvalidValue;
   const int G = p->n_heads / p->n_kv_heads;
   const int passes = (p->max_tile * G + kRows - 1) / kRows;
@@ -486,13 +529,31 @@ cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
   return cudaGetLastError();
 }
 
+} // namespace
+
+extern "C" {
+
+cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
+  cudaError_t de;
+  if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 && p->part_floats > 2 * kCountSlots &&
+      attention_decode(s, p, n_sms, &de))
+    return de;
+  return attention_tiled(s, p, n_sms, false);
+}
+
+cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
+  return attention_tiled(s, p, n_sms, true);
+}
+
 cudaError_t lm_cu_attn_init(int max_smem_optin) {
   static const int hds[] = {32, 64, 128, 256, 512};
   for (int i = 0; i < 5; i++) {
     size_t need = (size_t)smem_floats(hds[i]) * sizeof(float);
     if ((int64_t)need > max_smem_optin) return cudaErrorInvalidConfiguration;
-    cudaError_t e = cudaFuncSetAttribute((const void *)pick(hds[i]), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
-    if (e != cudaSuccess) return e;
+    for (attn_fn fn : {pick<false>(hds[i]), pick<true>(hds[i])}) {
+      cudaError_t e = cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
+      if (e != cudaSuccess) return e;
+    }
   }
   return cudaSuccess;
 }

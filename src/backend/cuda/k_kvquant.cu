@@ -1,7 +1,7 @@
 /* k_kvquant.cu — the quantized KV cache kinds (kv:quant, kv:rotating-quant) on the device:
- * the quantizer (kv_stage, kv_convert), the append of staged codes, and attention that reads
- * codes and bf16 scales/biases in place, dequantizing each key/value row while it is staged
- * in shared memory (the cache is never dequantized as a whole).
+ * the quantizer (kv_stage, kv_convert) and the append of staged codes. (Attention reads the
+ * codes and bf16 scales/biases in place: k_attention.cu dequantizes each key/value row while
+ * it is staged in shared memory, so the cache is never dequantized as a whole.)
  *
  * Bit-exact with the host (tensor/quant.c): the quantizer runs the same f32 operations in the
  * same order, each an IEEE-rounded intrinsic (__fsub_rn, __fdiv_rn, ...), so no compiler flag
@@ -18,11 +18,7 @@
  * from the workspace and carries no alignment guarantee. Cache rows are aligned: a head's code
  * row starts at a multiple of 16 bytes (head_dim is a multiple of the group, itself ≥ 32).
  *
- * Attention follows k_attention.cu's plan (its kernel is not shared: the loaders differ):
- * blocks of up to 32 query rows (heads of one KV group × tokens of one tile), key tiles of 32
- * staged in shared memory as f32, online softmax in f32, split-K for decode merged by a
- * combine kernel; grid and split count depend only on the batch's shape, so captured graphs
- * stay valid as caches grow. Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4, 8, 16}. */
+ * Attention over these kinds is k_attention.cu's general kernel with the quantized row loader. */
 #include <math.h>
 
 #include "backend/cuda/k_common.cuh"
@@ -32,11 +28,6 @@ using namespace lmcu;
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kRw = 4;              /* query rows per warp */
-constexpr int kRows = kWarps * kRw; /* query rows per block */
-constexpr int kKt = 32;             /* keys per tile (one per lane) */
-constexpr int64_t kMinChunk = 64;   /* fewest keys a split takes */
 constexpr int kMinGroup = 32;       /* smallest group: bounds the groups of a row */
 
 int64_t blocks_for(int64_t n, int64_t per) { return (n + per - 1) / per; }
@@ -167,222 +158,6 @@ __global__ void __launch_bounds__(kThreads) k_kvq_convert(lm_cu_kvdesc from, int
   }
 }
 
-/* ---- attention ----------------------------------------------------------------------------- */
-
-/* Shared floats for head dim hd: q rows, K tile (rows padded by one float), V tile. */
-constexpr int64_t smem_floats(int64_t hd) { return kRows * hd + kKt * (hd + 1) + kKt * hd; }
-
-struct Range {
-  int64_t lo, hi; /* this split's key positions [lo, hi) */
-};
-
-/* A lane's share of the cached key and value rows of KV head g at `slot`, dequantized into
- * the shared tiles kd/vd: 8 consecutive values per pass, which lie in one group (one scale and
- * bias) and in one aligned 8-byte (8-bit) or 4-byte (4-bit) word of codes. */
-__device__ __forceinline__ void load_quant_row(const lm_cu_kvdesc &d, int64_t kvw, int64_t slot, int g, int hd,
-                                               int lane, float *kd, float *vd) {
-  const int64_t cb = kvw * d.bits / 8, ng = kvw / d.group, hoff = (int64_t)g * hd;
-  const uint8_t *kc = (const uint8_t *)d.k + slot * cb + hoff * d.bits / 8;
-  const uint8_t *vc = (const uint8_t *)d.v + slot * cb + hoff * d.bits / 8;
-  const uint16_t *ksc = (const uint16_t *)d.ks + slot * ng, *kbi = (const uint16_t *)d.kb + slot * ng;
-  const uint16_t *vsc = (const uint16_t *)d.vs + slot * ng, *vbi = (const uint16_t *)d.vb + slot * ng;
-  for (int c0 = 8 * lane; c0 < hd; c0 += 8 * 32) {
-    const int64_t gi = (hoff + c0) / d.group;
-    const float sk = bf2f(ksc[gi]), bk = bf2f(kbi[gi]), sv = bf2f(vsc[gi]), bv = bf2f(vbi[gi]);
-    uint2 kw, vw;
-    if (d.bits == 8) {
-      kw = *reinterpret_cast<const uint2 *>(kc + c0);
-      vw = *reinterpret_cast<const uint2 *>(vc + c0);
-    } else {
-      kw = make_uint2(*reinterpret_cast<const uint32_t *>(kc + c0 / 2), 0u);
-      vw = make_uint2(*reinterpret_cast<const uint32_t *>(vc + c0 / 2), 0u);
-    }
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      uint32_t qk, qv;
-      if (d.bits == 8) {
-        qk = ((e < 4 ? kw.x : kw.y) >> (8 * (e & 3))) & 0xffu;
-        qv = ((e < 4 ? vw.x : vw.y) >> (8 * (e & 3))) & 0xffu;
-      } else {
-        qk = (kw.x >> (4 * e)) & 0xfu;
-        qv = (vw.x >> (4 * e)) & 0xfu;
-      }
-      kd[c0 + e] = __fadd_rn(__fmul_rn(sk, (float)qk), bk);
-      vd[c0 + e] = __fadd_rn(__fmul_rn(sv, (float)qv), bv);
-    }
-  }
-}
-
-template <int NPL>
-__global__ void __launch_bounds__(kThreads) k_attn_q(const lm_cu_attn_p p, int passes, int splits) {
-  pdl_wait();
-  extern __shared__ float4 smem4[];
-  const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
-  float *qs = reinterpret_cast<float *>(smem4), *ks = qs + kRows * hd, *vs = ks + kKt * (hd + 1);
-  const int tb = p.tiles[2 * blockIdx.x], tn = p.tiles[2 * blockIdx.x + 1];
-  const int g = blockIdx.y / passes, pass = blockIdx.y % passes, split = blockIdx.z;
-  const int rbeg = pass * kRows, nrows = tn * G;
-  if (rbeg >= nrows) return; /* a pass past a short tile: it owns no rows, not even partials */
-  const int rend = min(rbeg + kRows, nrows);
-  const lm_cu_kvdesc d = p.kv[(int64_t)p.seq[tb] * p.n_caches + p.cache];
-  const int64_t n_past = d.n, first = d.window > 0 && d.n > d.window ? d.n - d.window : 0;
-  const int64_t t0 = tb - (p.pos[tb] - n_past); /* batch row of this sequence's position n_past */
-  const int64_t p_lo = p.pos[tb + rbeg / G], p_hi = p.pos[tb + (rend - 1) / G];
-  int64_t klo = p.window > 0 ? max(p_lo - p.window + 1, (int64_t)0) : 0;
-  klo = max(klo, first);
-  const int64_t L = p_hi - klo + 1;
-  int64_t chunk = L;
-  if (splits > 1) chunk = max((L + splits - 1) / splits, kMinChunk);
-  const Range rg{klo + split * chunk, min(klo + (split + 1) * chunk, p_hi + 1)};
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int rl = warp; rl < kRows; rl += kWarps) { /* a warp per row, lanes along the head dim */
-    int r = rbeg + rl;
-#pragma unroll 4
-    for (int dd = lane; dd < hd; dd += 32)
-      qs[rl * hd + dd] = r < rend ? ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale : 0.0f;
-  }
-  __shared__ int64_t ksrc[kKt]; /* per key of a tile: cache slot, or -(1 + chunk row) */
-  int64_t prow[kRw];
-  bool rv[kRw];
-  float m[kRw], l[kRw], acc[kRw][NPL];
-#pragma unroll
-  for (int j = 0; j < kRw; j++) {
-    int r = rbeg + warp * kRw + j;
-    rv[j] = r < rend;
-    prow[j] = rv[j] ? p.pos[tb + r / G] : -1;
-    m[j] = -INFINITY;
-    l[j] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < NPL; c++) acc[j][c] = 0.0f;
-  }
-  const int64_t kvw = (int64_t)p.n_kv_heads * hd, goff = (int64_t)g * hd;
-  for (int64_t kb = rg.lo; kb < rg.hi; kb += kKt) {
-    const int nk = (int)min((int64_t)kKt, rg.hi - kb);
-    __syncthreads(); /* the previous tile is consumed (and q is staged) */
-    if (threadIdx.x < kKt && (int)threadIdx.x < nk) {
-      int64_t kp = kb + threadIdx.x;
-      ksrc[threadIdx.x] = kp < n_past ? (d.window > 0 ? kp % d.window : kp) : -(1 + t0 + (kp - n_past));
-    }
-    __syncthreads();
-    for (int j = warp; j < kKt; j += kWarps) { /* a warp per key row, coalesced along the head dim */
-      float *kd = ks + j * (hd + 1), *vd = vs + j * hd;
-      const int64_t src = j < nk ? ksrc[j] : 0;
-      if (j < nk && src >= 0 && d.quant) {
-        load_quant_row(d, kvw, src, g, hd, lane, kd, vd);
-        continue;
-      }
-#pragma unroll 4
-      for (int dd = lane; dd < hd; dd += 32) {
-        float kk = 0.0f, vv = 0.0f;
-        if (j < nk) {
-          if (src >= 0) { /* a plain cache: this sequence's, while another's is quantized */
-            kk = ld(d.k, p.k_new.dt, src * kvw + goff + dd);
-            vv = ld(d.v, p.v_new.dt, src * kvw + goff + dd);
-          } else { /* the chunk: already what the cache will store (kv_stage) */
-            kk = ldt(p.k_new, -src - 1, goff + dd);
-            vv = ldt(p.v_new, -src - 1, goff + dd);
-          }
-        }
-        kd[dd] = kk;
-        vd[dd] = vv;
-      }
-    }
-    __syncthreads();
-    float s[kRw] = {};
-    const float *kr = ks + lane * (hd + 1), *qw = qs + warp * kRw * hd;
-    for (int dd = 0; dd < hd; dd++) {
-      float kv = kr[dd];
-#pragma unroll
-      for (int j = 0; j < kRw; j++) s[j] = fmaf(qw[j * hd + dd], kv, s[j]);
-    }
-    const int64_t kp = kb + lane;
-#pragma unroll
-    for (int j = 0; j < kRw; j++) {
-      bool ok = rv[j] && lane < nk && kp <= prow[j] && (p.window <= 0 || kp > prow[j] - p.window);
-      float sj = ok ? s[j] : -INFINITY, mx = warp_max(sj);
-      if (mx == -INFINITY) { /* no key of this tile is visible to the row */
-        s[j] = 0.0f;
-        continue;
-      }
-      float mn = fmaxf(m[j], mx), r = expf(m[j] - mn), pj = ok ? expf(sj - mn) : 0.0f;
-      l[j] = l[j] * r + warp_sum(pj);
-#pragma unroll
-      for (int c = 0; c < NPL; c++) acc[j][c] *= r;
-      m[j] = mn;
-      s[j] = pj;
-    }
-    for (int jj = 0; jj < nk; jj++) {
-      float pv[kRw];
-#pragma unroll
-      for (int j = 0; j < kRw; j++) pv[j] = __shfl_sync(0xffffffffu, s[j], jj);
-#pragma unroll
-      for (int c = 0; c < NPL; c++) {
-        int dd = lane + 32 * c;
-        float v = dd < hd ? vs[jj * hd + dd] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < kRw; j++) acc[j][c] = fmaf(pv[j], v, acc[j][c]);
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kRw; j++) {
-    if (!rv[j]) continue;
-    int r = rbeg + warp * kRw + j;
-    int64_t t = tb + r / G, h = g * G + r % G;
-    if (splits == 1) {
-      float inv = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
-#pragma unroll
-      for (int c = 0; c < NPL; c++) {
-        int dd = lane + 32 * c;
-        if (dd < hd) stt(p.out, t, h * hd + dd, acc[j][c] * inv);
-      }
-    } else {
-      float *pp = p.part + ((t * p.n_heads + h) * splits + split) * (int64_t)(hd + 2);
-      if (lane == 0) pp[0] = m[j], pp[1] = l[j];
-#pragma unroll
-      for (int c = 0; c < NPL; c++) {
-        int dd = lane + 32 * c;
-        if (dd < hd) pp[2 + dd] = acc[j][c];
-      }
-    }
-  }
-}
-
-/* Merges the splits of row (t, h): out = Σ_s acc_s·e^{m_s−M} / Σ_s l_s·e^{m_s−M}. */
-__global__ void __launch_bounds__(kThreads) k_attn_q_combine(const lm_cu_attn_p p, int splits) {
-  pdl_wait();
-  const int64_t row = blockIdx.x, t = row / p.n_heads, h = row % p.n_heads;
-  const int hd = p.head_dim;
-  const float *pp = p.part + row * splits * (int64_t)(hd + 2);
-  float M = -INFINITY, L = 0.0f;
-  for (int s = 0; s < splits; s++) M = fmaxf(M, pp[s * (hd + 2)]);
-  for (int s = 0; s < splits; s++) {
-    float ls = pp[s * (hd + 2) + 1];
-    if (ls > 0.0f) L += ls * expf(pp[s * (hd + 2)] - M);
-  }
-  float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int dd = threadIdx.x; dd < hd; dd += kThreads) {
-    float a = 0.0f;
-    for (int s = 0; s < splits; s++) {
-      const float *q = pp + s * (hd + 2);
-      if (q[1] > 0.0f) a += q[2 + dd] * expf(q[0] - M);
-    }
-    stt(p.out, t, h * hd + dd, a * inv);
-  }
-}
-
-typedef void (*attn_fn)(const lm_cu_attn_p, int, int);
-
-attn_fn pick(int hd) {
-  if (hd <= 32) return &k_attn_q<1>;
-  if (hd <= 64) return &k_attn_q<2>;
-  if (hd <= 128) return &k_attn_q<4>;
-  if (hd <= 256) return &k_attn_q<8>;
-  if (hd <= 512) return &k_attn_q<16>;
-  return nullptr;
-}
-
 } // namespace
 
 extern "C" {
@@ -412,43 +187,6 @@ cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt, 
   if (blocks > 65535) blocks = 65535;
   launch(k_kvq_convert, (unsigned)blocks, kThreads, 0, s, *from, dt, *to, w, held);
   return cudaGetLastError();
-}
-
-cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
-  attn_fn fn = pick(p->head_dim);
-  if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0) return cudaErrorInvalidValue;
-  const int G = p->n_heads / p->n_kv_heads;
-  const int passes = (p->max_tile * G + kRows - 1) / kRows;
-  const int64_t blocks = (int64_t)p->n_tiles * p->n_kv_heads * passes;
-  if ((int64_t)p->n_kv_heads * passes > 65535) return cudaErrorInvalidValue;
-  /* Partials stay in the first half of the shared scratch: k_attention.cu's kernels may keep
-   * state (split counters) at its tail that must outlive this kernel. */
-  const int64_t part_floats = p->part_floats / 2;
-  int splits = 1;
-  if (blocks < n_sms) { /* decode: spread each row's keys over more blocks */
-    splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
-    if (splits > 32) splits = 32;
-    while (splits > 1 && p->out.rows * p->n_heads * splits * (int64_t)(p->head_dim + 2) > part_floats) splits--;
-  }
-  size_t smem = (size_t)smem_floats(p->head_dim) * sizeof(float);
-  dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_kv_heads * passes), (unsigned)splits);
-  launch(fn, grid, kThreads, smem, s, *p, passes, splits);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || splits == 1) return e;
-  launch(k_attn_q_combine, (unsigned)(p->out.rows * p->n_heads), kThreads, 0, s, *p, splits);
-  return cudaGetLastError();
-}
-
-cudaError_t lm_cu_kvq_init(int max_smem_optin) {
-  static const int hds[] = {32, 64, 128, 256, 512};
-  for (int i = 0; i < 5; i++) {
-    size_t need = (size_t)smem_floats(hds[i]) * sizeof(float);
-    if ((int64_t)need > max_smem_optin) return cudaErrorInvalidConfiguration;
-    cudaError_t e =
-        cudaFuncSetAttribute((const void *)pick(hds[i]), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
 }
 
 } // extern "C"
