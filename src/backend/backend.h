@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
 #include "lumen.h"
 #include "tensor/dtype.h"
 #include "tensor/weight.h"
@@ -146,6 +147,11 @@ typedef struct lm_attn_args {
   int n_heads, n_kv_heads, head_dim;
   int64_t window;
   float scale;
+  /* q_rope set: q is the raw projection, and the op first applies the q norm, RMSNorm(q) *
+   * q_norm (q_norm NULL: no scale) with q_eps, and RoPE (q_rope: inverse frequencies) to each
+   * head, as lm_rmsnorm_args with .rope rounds them; q may be left overwritten with that. */
+  const lm_weight *q_norm, *q_rope;
+  float q_eps;
 } lm_attn_args;
 
 /* Prepares the chunk's K/V for a quantized cache before anyone attends over it: quantizes
@@ -262,6 +268,21 @@ struct lm_backend {
 
 lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out);
 void lm_backend_destroy(lm_backend *be);
+
+/* The q norm of lm_attn_args as the op it is defined by (the backend's rmsnorm with RoPE, in
+ * place on q), then `attn` without it: what a backend runs where it has no fused kernel. */
+static inline lm_status lm_attention_q_norm(lm_backend *be, const lm_attn_args *a,
+                                            lm_status (*attn)(lm_backend *, const lm_attn_args *)) {
+  if (a->q.ld != a->q.cols || a->head_dim <= 0 || a->q.cols != (int64_t)a->n_heads * a->head_dim)
+    return LM_ERRF(LM_ERR_INVALID, "attention: the q norm needs contiguous q rows of %d heads x %d", a->n_heads,
+                   a->head_dim);
+  lm_tensor qh = lm_tensor_reshape(a->q, a->head_dim);
+  LM_TRY(be->ops->rmsnorm(be, &(lm_rmsnorm_args){.out = qh, .x = qh, .w = a->q_norm, .eps = a->q_eps,
+                                                 .rope = a->q_rope, .rope_heads = a->n_heads}));
+  lm_attn_args b = *a;
+  b.q_norm = b.q_rope = NULL;
+  return attn(be, &b);
+}
 
 /* LM_EPI_GLU_PAIR as the two products it is defined by (other = x · Wᵀ, then out = x · W2ᵀ
  * with LM_EPI_GLU_OTHER), through `mm`: what a backend runs where it has no fused kernel. */

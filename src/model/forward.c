@@ -246,11 +246,9 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
   lm_tensor o = lm_tensor_cols(rows_of(w->o, T), 0, (int64_t)nh * hd);
   q.ld = o.ld = (int64_t)nh * hd; /* contiguous, so per-head views reshape */
   const lm_weight *rope = &m->rope_inv[c->type];
-  /* input_layernorm, then q_proj → q_norm (per head) → RoPE (fused into the norm) */
+  /* input_layernorm, then q_proj; q_norm (per head) and RoPE are the attention op's first step */
   if (!h_ready) LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_in, .eps = eps}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = q, .x = h, .w = &L->q}));
-  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(q, hd), .x = lm_tensor_reshape(q, hd),
-                                            .w = &L->q_norm, .eps = eps, .rope = rope, .rope_heads = nh}));
   int64_t kvd = (int64_t)nkv * hd;
   lm_tensor k = f->has_sharers[c->cache] ? w->dk[c->cache] : w->k;
   lm_tensor v = f->has_sharers[c->cache] ? w->dv[c->cache] : w->v;
@@ -277,7 +275,8 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
   int64_t window = c->type == LM_LAYER_SLIDING ? m->cfg.sliding_window : 0;
   LM_TRY(op->attention(be, &(lm_attn_args){.out = o, .q = q, .k_new = k, .v_new = v, .cache = c->cache,
                                            .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .window = window,
-                                           .scale = 1.0f})); /* Gemma 4: scaling = 1.0 */
+                                           .scale = 1.0f, /* Gemma 4: scaling = 1.0 */
+                                           .q_norm = &L->q_norm, .q_rope = rope, .q_eps = eps}));
   lm_tensor a = rows_of(w->a, T);
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = o, .w = &L->o}));
   /* x = x + post_attention_layernorm(o_proj(...)); h = pre_feedforward_layernorm(x), fused */

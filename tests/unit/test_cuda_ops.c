@@ -636,6 +636,12 @@ static void t_attention(void **state) {
       {4, 1, 64, 0}, {8, 2, 256, 0}, {16, 1, 512, 0}, {2, 2, 48, 0}, {4, 2, 32, 5}, {8, 8, 256, 40}};
   static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
   for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
+    /* the q norm + RoPE as attention's first step: fused in the decode kernel (power-of-two
+     * head dims), else the separate norm; both must equal the norm op followed by attention */
+    int hd = C[ci].hd, qn_on = hd >= 32 && (hd & (hd - 1)) == 0;
+    hweight qw = make_vector(hd, 1.0f), qi = make_vector(hd / 2, 0.3f);
+    assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &qw.w), LM_OK);
+    assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &qi.w), LM_OK);
     lm_kv_spec spec = {.kind = C[ci].window ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN, .n_kv_heads = C[ci].nkv,
                        .head_dim = C[ci].hd, .window = C[ci].window};
     step_env s;
@@ -652,14 +658,37 @@ static void t_attention(void **state) {
                          .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .window = C[ci].window, .scale = 0.125f};
       lm_attn_args ag = ac;
       ag.out = dout.t, ag.q = dq.t, ag.k_new = dk.t, ag.v_new = dv.t;
+      /* the q norm works on head rows: q's tokens must be contiguous (a padded q is refused) */
+      lm_tensor hqn = {.rows = T, .cols = qd, .ld = qd, .dtype = LM_DT_F32, .data = malloc((size_t)(T * qd) * 4)};
+      lm_tensor hon = htensor(T, qd, NULL);
+      memcpy(hqn.data, q, (size_t)(T * qd) * 4);
+      lm_attn_args acn = ac;
+      acn.q = hqn, acn.out = hon, acn.q_norm = &qw.w, acn.q_rope = &qi.w, acn.q_eps = 1e-6f;
       assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
       assert_int_equal(e->cpu->ops->attention(e->cpu, &ac), LM_OK);
+      if (qn_on) {
+        assert_int_equal(e->cpu->ops->attention(e->cpu, &acn), LM_OK);
+        lm_attn_args bad = acn;
+        bad.q = hq;
+        assert_int_equal(e->cpu->ops->attention(e->cpu, &bad), LM_ERR_INVALID);
+      }
       assert_int_equal(e->cpu->ops->kv_append(e->cpu, &(lm_kv_append_args){.k_new = hk, .v_new = hv, .cache = 0}), LM_OK);
       assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
       assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
       lm_status rs = e->gpu->ops->attention(e->gpu, &ag);
       if (rs) fprintf(stderr, "%s\n", lm_errmsg());
       assert_int_equal(rs, LM_OK);
+      dbuf dqn = dput_ld(e->gpu, T, qd, qd, act, q), dqs = dput_ld(e->gpu, T, qd, qd, act, q);
+      dbuf don = dput(e->gpu, T, qd, act, NULL), dos = dput(e->gpu, T, qd, act, NULL);
+      if (qn_on) {
+        lm_attn_args agn = acn;
+        agn.out = don.t, agn.q = dqn.t, agn.k_new = dk.t, agn.v_new = dv.t;
+        assert_int_equal(e->gpu->ops->attention(e->gpu, &agn), LM_OK);
+        agn.out = dos.t, agn.q = dqs.t;
+        assert_int_equal(lm_attention_q_norm(e->gpu, &agn, e->gpu->ops->attention), LM_OK);
+        agn.q = dq.t; /* padded */
+        assert_int_equal(e->gpu->ops->attention(e->gpu, &agn), LM_ERR_INVALID);
+      }
       assert_int_equal(e->gpu->ops->kv_append(e->gpu, &(lm_kv_append_args){.k_new = dk.t, .v_new = dv.t, .cache = 0}), LM_OK);
       assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
       for (int i = 0; i < 2; i++) assert_int_equal(lm_kv_set_len(s.kc[i]), lm_kv_set_len(s.kg[i]));
@@ -668,10 +697,21 @@ static void t_attention(void **state) {
       snprintf(what, sizeof what, "attention %d/%d x%d win %lld step %zu (T=%d)", C[ci].nh, C[ci].nkv, C[ci].hd,
                (long long)C[ci].window, st, T);
       expect_close(what, got, ref, T * qd, bound_for(e->gpu, 1e-9, 1e-4));
+      float *rn = hget(hon), *gn = dget(e->gpu, &don), *gs = dget(e->gpu, &dos);
+      if (qn_on) {
+        strncat(what, " q norm", sizeof what - strlen(what) - 1);
+        expect_close(what, gn, rn, T * qd, bound_for(e->gpu, 1e-9, 1e-4));
+        int64_t differ = 0;
+        for (int64_t i = 0; i < T * qd; i++) differ += memcmp(&gn[i], &gs[i], sizeof(float)) != 0;
+        if (differ) fprintf(stderr, "%s: %lld values differ from norm-then-attention\n", what, (long long)differ);
+        assert_int_equal(differ, 0);
+      }
       free(hq.data), free(hk.data), free(hv.data), free(ref), free(got), free(q), free(k), free(v);
-      dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv);
+      free(hqn.data), free(rn), free(gn), free(gs);
+      dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv), dfree(e->gpu, &dqn), dfree(e->gpu, &dqs);
     }
     step_env_free(&s);
+    hweight_free(&qw), hweight_free(&qi);
   }
 }
 

@@ -88,6 +88,7 @@ static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, i
  * the group is cut into as many slices as it takes to give every thread work when there are few
  * tokens (decode on a model with one KV head), and kept whole when tokens are plenty. */
 lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
+  if (a->q_rope) return lm_attention_q_norm(be, a, lm_cpu_attention);
   const lm_batch *b = lm_cpu_batch(be);
   if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
     return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads, a->n_kv_heads);

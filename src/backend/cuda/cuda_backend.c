@@ -390,6 +390,8 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   c->device = device;
   c->n_sms = pr.multiProcessorCount;
   c->smem_optin = (int)pr.sharedMemPerBlockOptin;
+  const char *unfuse = getenv("LUMEN_CUDA_UNFUSE");
+  c->fuse_q_norm = !(unfuse && strstr(unfuse, "q_norm"));
   snprintf(c->name, sizeof c->name, "%.200s (cuda:%d, sm_%d%d)", pr.name, device, pr.major, pr.minor);
   if (pr.major < 8)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: %s: compute capability %d.%d; this build needs 9.0", c->name, pr.major,

@@ -58,8 +58,10 @@ double lm_cuda_copy_bandwidth_gbs(lm_backend *be);
  * decode step only, so `ncu --profile-from-start off` times one real, graph-replayed step
  * (tools/gpu/profile.sh). For side-by-side runs: LUMEN_CUDA_GEMV=cores keeps 4-bit decode
  * products on the CUDA-core GEMV instead of the tensor-core one; LUMEN_CUDA_PDL=0 launches
- * kernels without programmatic dependent launch; LUMEN_CUDA_GLU_PAIR=0 runs an MLP's gate and
- * up projections as two launches and a GeGLU instead of one launch. */
+ * kernels without programmatic dependent launch; LUMEN_CUDA_UNFUSE, a list of names, takes
+ * fused forms apart: glu_pair runs an MLP's gate and up projections as two launches and a
+ * GeGLU instead of one launch, q_norm runs the q norm as its own kernel before the decode
+ * attention instead of inside it. */
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,7 @@ typedef struct lm_cuda_plan lm_cuda_plan;
 
 typedef struct lm_cuda_ctx {
   int device, n_sms, smem_optin;
+  int fuse_q_norm; /* the decode attention applies the q norm (LUMEN_CUDA_UNFUSE=q_norm: 0) */
   char name[256];
   cudaStream_t stream;
   cublasHandle_t blas;

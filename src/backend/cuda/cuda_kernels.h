@@ -83,6 +83,12 @@ typedef struct lm_cu_attn_p {
   float scale;
   float *part;          /* split partials scratch */
   int64_t part_floats;  /* its capacity */
+  /* q_inv set: q is the raw projection; the q norm (weight q_w or none, q_eps) and RoPE
+   * (inverse frequencies q_inv) are applied to it first. Only the decode kernel does that:
+   * lm_cu_attention returns cudaErrorNotSupported, launching nothing, for a step it does not
+   * take. */
+  const float *q_w, *q_inv;
+  float q_eps;
 } lm_cu_attn_p;
 /* Largest head dim the kernels take. */
 #define LM_CU_ATTN_MAX_HD 512

@@ -221,6 +221,16 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
       .window = a->window, .scale = a->scale, .part = c->attn_part, .part_floats = c->attn_part_floats,
   };
   p.out.rows = c->st.n_tokens;
+  if (a->q_rope) { /* the decode kernel norms q itself; any other step norms it first */
+    if (a->q.ld != a->q.cols) /* the contract of the separate norm, whichever runs */
+      return LM_ERRF(LM_ERR_INVALID, "CUDA attention: the q norm needs contiguous q rows");
+    LM_TRY(vector_of(a->q_norm, a->head_dim, "attention (q norm)", &p.q_w));
+    LM_TRY(vector_of(a->q_rope, a->head_dim / 2, "attention (q rope)", &p.q_inv));
+    p.q_eps = a->q_eps;
+    cudaError_t e = quant || !c->fuse_q_norm ? cudaErrorNotSupported : lm_cu_attention(c->stream, &p, c->n_sms);
+    if (e != cudaErrorNotSupported) return LAUNCH(e, "attention");
+    return lm_attention_q_norm(be, a, lm_cuda_attention);
+  }
   return LAUNCH(quant ? lm_cu_kvq_attention(c->stream, &p, c->n_sms) : lm_cu_attention(c->stream, &p, c->n_sms),
                 "attention");
 }

@@ -376,8 +376,14 @@ __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int spli
   const int64_t lo = klo + blockIdx.z * chunk, hi = min(lo + chunk, pos + 1);
   const int64_t kvw = (int64_t)p.n_kv_heads * HD, hoff = (int64_t)kvh * HD + lane * EPL;
   const int dt = p.k_new.dt;
-  float q[EPL], acc[EPL] = {}, m = -INFINITY, l = 0.0f;
-  ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * HD + lane * EPL, q);
+  float q[EPL] = {}, acc[EPL] = {}, m = -INFINITY, l = 0.0f;
+  if (lo < hi) ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * HD + lane * EPL, q);
+  if (p.q_inv && lo < hi) { /* the q norm and RoPE, rounded as the separate op would store q (a split
+                             * with no keys, as most are at a short context, skips it) */
+    norm_rope_lane<EPL>(q, p.q_w, p.q_eps, (float)pos, p.q_inv, p.q.dt, lane);
+#pragma unroll
+    for (int e = 0; e < EPL; e++) q[e] = rnd(p.q.dt, q[e]);
+  }
 #pragma unroll
   for (int e = 0; e < EPL; e++) q[e] *= p.scale;
   for (int64_t kb = lo; kb < hi; kb += U) {
@@ -538,10 +544,12 @@ cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
   if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 && p->part_floats > 2 * kCountSlots &&
       attention_decode(s, p, n_sms, &de))
     return de;
+  if (p->q_inv) return cudaErrorNotSupported; /* the caller norms q first */
   return attention_tiled(s, p, n_sms, false);
 }
 
 cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
+  if (p->q_inv) return cudaErrorNotSupported;
   return attention_tiled(s, p, n_sms, true);
 }
 

@@ -115,6 +115,44 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+/* One RoPE pair (x0 at i, x1 at i + hd/2). bf16: cos/sin are cast to the activation dtype and
+ * each product and sum rounds, as torch does; rnd is the identity for f32. */
+__device__ __forceinline__ void rope_pair(int dt, float x0, float x1, float c, float s, float &y0, float &y1) {
+  c = rnd(dt, c);
+  s = rnd(dt, s);
+  y0 = rnd(dt, x0 * c) - rnd(dt, x1 * s);
+  y1 = rnd(dt, x1 * c) + rnd(dt, x0 * s);
+}
+
+/* RMSNorm(v) * w (w NULL: no scale), then RoPE at position pos, of one head held by a warp:
+ * lane l holds the EPL consecutive values from l·EPL, so its RoPE partners sit in lane l ^ 16.
+ * The normed value is rounded to dt (the stored tensor's dtype) before the rotation, as the
+ * separate ops store it; the result is left for the caller to store (or round). The q/k norm
+ * kernel (k_rows.cu) and the decode attention's fused q norm (k_attention.cu) both use this,
+ * so they agree bit for bit. */
+template <int EPL>
+__device__ __forceinline__ void norm_rope_lane(float (&v)[EPL], const float *w, float eps, float pos,
+                                               const float *inv_freq, int dt, int lane) {
+  constexpr int HALF = 16 * EPL;
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) ss += v[e] * v[e];
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / (float)(32 * EPL) + eps);
+  const bool lo = lane < 16;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) {
+    const int c = lane * EPL + e;
+    const float y = rnd(dt, w ? v[e] * inv * w[c] : v[e] * inv);
+    const float o = __shfl_xor_sync(0xffffffffu, y, 16);
+    const float ang = pos * inv_freq[c % HALF];
+    float cs, sn, y0, y1;
+    sincosf(ang, &sn, &cs);
+    rope_pair(dt, lo ? y : o, lo ? o : y, cs, sn, y0, y1); /* this lane holds x0 (lo) or x1 */
+    v[e] = lo ? y0 : y1;
+  }
+}
+
 } // namespace lmcu
 
 #endif

@@ -30,7 +30,7 @@ using namespace lmcu;
 
 namespace {
 
-bool g_glu_pair = true; /* LUMEN_CUDA_GLU_PAIR=0: gate/up pairs fall back to two products */
+bool g_glu_pair = true; /* LUMEN_CUDA_UNFUSE=glu_pair: gate/up pairs fall back to two products */
 
 constexpr uint32_t kOnes = 0x3F803F80u; /* bf16x2 (1, 1) */
 
@@ -255,8 +255,8 @@ cudaError_t launch_tc(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
  * launch gets without asking. (The pair stages x in the same chunks as a single product, so
  * the two agree bit for bit.) */
 extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin) {
-  const char *pair = getenv("LUMEN_CUDA_GLU_PAIR");
-  g_glu_pair = !(pair && !strcmp(pair, "0"));
+  const char *unfuse = getenv("LUMEN_CUDA_UNFUSE");
+  g_glu_pair = !(unfuse && strstr(unfuse, "glu_pair"));
   cudaError_t e = cudaSuccess;
   for (int G : {32, 64, 128}) {
     const tc_fn fn = pick_wg<2>(16, G);

@@ -201,18 +201,8 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_
   }
 }
 
-/* One RoPE pair (x0 at i, x1 at i + hd/2). bf16: cos/sin are cast to the activation dtype and
- * each product and sum rounds, as torch does; rnd is the identity for f32. */
-__device__ __forceinline__ void rope_pair(int dt, float x0, float x1, float c, float s, float &y0, float &y1) {
-  c = rnd(dt, c);
-  s = rnd(dt, s);
-  y0 = rnd(dt, x0 * c) - rnd(dt, x1 * s);
-  y1 = rnd(dt, x1 * c) + rnd(dt, x0 * s);
-}
-
 /* Norm + RoPE of head rows (heads per token), a warp per head: lane l holds EPL consecutive
- * values, so the RoPE partner (i ± head_dim/2) sits in lane l ^ 16. The normed value is
- * rounded to the output dtype before the rotation, as the separate ops store it. */
+ * values, so the RoPE partner (i ± head_dim/2) sits in lane l ^ 16 (norm_rope_lane). */
 template <int EPL>
 __global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
                                                           const float *inv_freq, const int32_t *pos, bool vec) {
@@ -220,8 +210,7 @@ __global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t 
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * kRowWarps + threadIdx.x / 32;
   if (r >= x.rows) return;
-  constexpr int HALF = 16 * EPL;
-  float v[EPL], ss = 0.0f;
+  float v[EPL];
   if (EPL >= 8 && vec) {
 #pragma unroll
     for (int i = 0; i < EPL / 8; i++) {
@@ -234,23 +223,7 @@ __global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t 
 #pragma unroll
     for (int e = 0; e < EPL; e++) v[e] = ldt(x, r, lane * EPL + e);
   }
-#pragma unroll
-  for (int e = 0; e < EPL; e++) ss += v[e] * v[e];
-  ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / (float)(32 * EPL) + eps);
-  const float p = (float)pos[r / heads];
-  const bool lo = lane < 16;
-#pragma unroll
-  for (int e = 0; e < EPL; e++) {
-    const int c = lane * EPL + e;
-    const float y = rnd(out.dt, w ? v[e] * inv * w[c] : v[e] * inv);
-    const float o = __shfl_xor_sync(0xffffffffu, y, 16);
-    const float ang = p * inv_freq[c % HALF];
-    float cs, sn, y0, y1;
-    sincosf(ang, &sn, &cs);
-    rope_pair(out.dt, lo ? y : o, lo ? o : y, cs, sn, y0, y1); /* this lane holds x0 (lo) or x1 */
-    v[e] = lo ? y0 : y1;
-  }
+  norm_rope_lane<EPL>(v, w, eps, (float)pos[r / heads], inv_freq, out.dt, lane);
 #pragma unroll
   for (int e = 0; e < EPL; e++) stt(out, r, lane * EPL + e, v[e]);
 }
