@@ -633,7 +633,9 @@ static void t_attention(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
   static const struct { int nh, nkv, hd; int64_t window; } C[] = {
-      {4, 1, 64, 0}, {8, 2, 256, 0}, {16, 1, 512, 0}, {2, 2, 48, 0}, {4, 2, 32, 5}, {8, 8, 256, 40}};
+      {4, 1, 64, 0}, {8, 2, 256, 0}, {16, 1, 512, 0}, {2, 2, 48, 0}, {4, 2, 32, 5}, {8, 8, 256, 40},
+      /* 8 and 16 query heads per KV head: the shared-memory decode kernel */
+      {8, 1, 256, 0}, {16, 2, 512, 40}, {32, 2, 256, 0}};
   static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
   for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
     /* the q norm + RoPE as attention's first step: fused in the decode kernel (power-of-two

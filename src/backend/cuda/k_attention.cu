@@ -14,8 +14,9 @@
  * The same kernel serves the quantized cache kinds (kv:quant, kv:rotating-quant; Q = true):
  * their key/value rows are dequantized while they are staged (load_quant_row), and the rest of
  * the kernel does not know the difference. Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4,
- * 8, 16}, each plain and quantized (10 kernels + 1 combine), and the decode kernel (below) for
- * plain caches and head dims 32..512 that are powers of two. */
+ * 8, 16}, each plain and quantized (10 kernels + 1 combine), and the decode kernels (below)
+ * for plain caches and head dims 32..512 that are powers of two: one warp per head, or, where
+ * 8 or 16 query heads share a KV head, a block per KV head staging K/V in shared memory. */
 #include <math.h>
 
 #include "backend/cuda/k_common.cuh"
@@ -452,6 +453,165 @@ __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int spli
 
 typedef void (*dec_fn)(const lm_cu_attn_p, int, int *);
 
+/* ---- decode for many query heads per KV head ----------------------------------------------
+ * G = 8 or 16 query heads share a KV head (the full layers of 12B, 26B-A4B and 31B: head dim
+ * 512, one to four KV heads). k_attn_dec would give each head a warp that reads every K/V row
+ * itself, so a block's warps all wait on the same rows, and the two blocks of a 16-head group
+ * read them twice. Here a block is (token, KV head, split) with one warp per head of the
+ * group: the split's keys pass through shared memory in tiles of G rows of K and V, each row
+ * copied by one warp with cp.async (two tiles in flight), and every warp scores all keys of
+ * the tile for its head. A row is read from memory once per split, and a tile's G rows are in
+ * flight together. Partials and the last-block merge are k_attn_dec's (dec_part, dec_merge). */
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src));
+}
+
+/* EPL consecutive bf16 or f32 values of a shared-memory row, as f32. */
+template <int EPL>
+__device__ __forceinline__ void lds_vec(const char *row, int dt, int lane, float (&o)[EPL]) {
+  if (dt == LM_CU_BF16) {
+    const uint4 *b = reinterpret_cast<const uint4 *>(row) + lane * (EPL / 8);
+#pragma unroll
+    for (int i = 0; i < EPL / 8; i++) {
+      const uint4 u = b[i];
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; j++) o[8 * i + 2 * j] = bf2f(w[j] & 0xffffu), o[8 * i + 2 * j + 1] = bf2f(w[j] >> 16);
+    }
+  } else {
+    const float4 *f = reinterpret_cast<const float4 *>(row) + lane * (EPL / 4);
+#pragma unroll
+    for (int i = 0; i < EPL / 4; i++) {
+      const float4 v = f[i];
+      o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
+    }
+  }
+}
+
+/* Shared bytes of k_attn_dec_gqa with W warps: 2 tiles × (K, V) × W rows. */
+constexpr size_t gqa_smem(int w, int hd, int esz) { return (size_t)2 * 2 * w * hd * esz; }
+
+template <int EPL, int W>
+__global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, int splits, int *count) {
+  pdl_wait();
+  constexpr int HD = 32 * EPL;
+  extern __shared__ float4 gsm4[];
+  char *gsm = reinterpret_cast<char *>(gsm4);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t tb = p.tiles[2 * blockIdx.x];
+  const int kvh = blockIdx.y, h = kvh * W + warp;
+  const lm_cu_kvdesc d = p.kv[(int64_t)p.seq[tb] * p.n_caches + p.cache];
+  const int64_t n_past = d.n, pos = p.pos[tb];
+  int64_t klo = p.window > 0 ? max(pos - p.window + 1, (int64_t)0) : 0;
+  klo = max(klo, d.window > 0 && n_past > d.window ? n_past - d.window : (int64_t)0);
+  const int64_t chunk = max((pos - klo + 1 + splits - 1) / splits, (int64_t)kDecMinChunk);
+  const int64_t lo = klo + blockIdx.z * chunk, hi = min(lo + chunk, pos + 1);
+  const int dt = p.k_new.dt, esz = dt == LM_CU_BF16 ? 2 : 4, rowb = HD * esz;
+  const int64_t kvw = (int64_t)p.n_kv_heads * HD, hoff = (int64_t)kvh * HD;
+  float q[EPL] = {}, acc[EPL] = {}, m = -INFINITY, l = 0.0f;
+  if (lo < hi) {
+    ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * HD + lane * EPL, q);
+    if (p.q_inv) { /* as in k_attn_dec */
+      norm_rope_lane<EPL>(q, p.q_w, p.q_eps, (float)pos, p.q_inv, p.q.dt, lane);
+#pragma unroll
+      for (int e = 0; e < EPL; e++) q[e] = rnd(p.q.dt, q[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < EPL; e++) q[e] *= p.scale;
+  }
+  /* this warp's row of the tile that starts at key kb: K and V into stage st */
+  auto issue = [&](int64_t kb, int st) {
+    const int64_t kp = kb + warp;
+    if (kp < hi) {
+      const char *ks, *vs;
+      if (kp < n_past) {
+        const int64_t off = ((d.window > 0 ? kp % d.window : kp) * kvw + hoff) * esz;
+        ks = (const char *)d.k + off, vs = (const char *)d.v + off;
+      } else { /* this step's own key: its chunk row */
+        const int64_t r = tb + (kp - n_past);
+        ks = (const char *)p.k_new.p + (r * p.k_new.ld + hoff) * esz;
+        vs = (const char *)p.v_new.p + (r * p.v_new.ld + hoff) * esz;
+      }
+      char *kd = gsm + ((size_t)(2 * st) * W + warp) * rowb, *vd = kd + (size_t)W * rowb;
+      for (int b = 16 * lane; b < rowb; b += 16 * 32) cp16(kd + b, ks + b), cp16(vd + b, vs + b);
+    }
+    asm volatile("cp.async.commit_group;");
+  };
+  const int64_t n = hi > lo ? hi - lo : 0, tiles = (n + W - 1) / W;
+  if (tiles > 0) issue(lo, 0);
+  for (int64_t t = 0; t < tiles; t++) {
+    const int st = (int)(t & 1), nk = (int)min((int64_t)W, n - t * W);
+    if (t + 1 < tiles)
+      issue(lo + (t + 1) * W, st ^ 1);
+    else
+      asm volatile("cp.async.commit_group;"); /* an empty group keeps the wait below true */
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncthreads(); /* every warp's rows of tile t have landed */
+    const char *kt = gsm + (size_t)(2 * st) * W * rowb, *vt = kt + (size_t)W * rowb;
+    float sc[W];
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+      float kk[EPL], a = 0.0f;
+      lds_vec<EPL>(kt + (size_t)i * rowb, dt, lane, kk);
+#pragma unroll
+      for (int e = 0; e < EPL; e++) a = fmaf(q[e], kk[e], a);
+      sc[i] = a;
+    }
+    float mx = m;
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+      sc[i] = warp_sum(sc[i]);
+      if (i < nk) mx = fmaxf(mx, sc[i]);
+    }
+    const float r = expf(m - mx);
+    l *= r;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) acc[e] *= r;
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+      sc[i] = i < nk ? expf(sc[i] - mx) : 0.0f;
+      l += sc[i];
+    }
+    m = mx;
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+      if (i >= nk) break;
+      float vv[EPL];
+      lds_vec<EPL>(vt + (size_t)i * rowb, dt, lane, vv);
+#pragma unroll
+      for (int e = 0; e < EPL; e++) acc[e] = fmaf(sc[i], vv[e], acc[e]);
+    }
+    __syncthreads(); /* tile t is consumed before tile t + 2 is copied over it */
+  }
+  if (splits == 1) {
+    dec_store<EPL>(p, tb, h, lane, acc, l > 0.0f ? 1.0f / l : 0.0f);
+    return;
+  }
+  float *pp = dec_part(p, tb, h, splits, blockIdx.z, HD);
+  if (lane == 0) pp[0] = m, pp[1] = l;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) pp[4 + lane * EPL + e] = acc[e];
+  __threadfence(); /* the partials are visible before the count says so */
+  __syncthreads();
+  __shared__ int last;
+  const int64_t ci = (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(count + ci, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  dec_merge<EPL>(p, tb, h, lane, splits);
+  if (threadIdx.x == 0) count[ci] = 0; /* ready for the next launch (graph replays included) */
+}
+
+/* The instance for head dim hd and G query heads per KV head, or null where k_attn_dec serves. */
+dec_fn pick_gqa(int hd, int G) {
+  if (G == 8) return hd == 256 ? &k_attn_dec_gqa<8, 8> : hd == 512 ? &k_attn_dec_gqa<16, 8> : nullptr;
+  if (G == 16) return hd == 256 ? &k_attn_dec_gqa<8, 16> : hd == 512 ? &k_attn_dec_gqa<16, 16> : nullptr;
+  return nullptr;
+}
+
+
+
 dec_fn pick_dec(int hd) {
   switch (hd) {
   case 32: return &k_attn_dec<1>;
@@ -475,9 +635,12 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
   if (!fn || p->max_tile != 1 || (dt != LM_CU_BF16 && dt != LM_CU_F32) || p->q.dt != dt || p->v_new.dt != dt ||
       !aligned16(p->q.p, p->q.ld, dt) || !aligned16(p->k_new.p, p->k_new.ld, dt) || !aligned16(p->v_new.p, p->v_new.ld, dt))
     return false;
-  /* heads of one KV group per block (their K/V rows are shared in L1), at most 8 */
+  /* heads of one KV group per block (their K/V rows are shared in L1), at most 8; or, with 8
+   * or 16 heads per KV head, a block per KV head whose warps share the rows in shared memory */
+  const dec_fn gqa = pick_gqa(p->head_dim, p->n_heads / p->n_kv_heads);
   int hpb = p->n_heads / p->n_kv_heads;
   while (hpb > 8 || p->n_heads % hpb) hpb = hpb > 8 ? hpb / 2 : hpb - 1;
+  if (gqa) hpb = p->n_heads / p->n_kv_heads;
   const int64_t blocks = (int64_t)p->n_tiles * (p->n_heads / hpb);
   if (p->n_heads / hpb > 65535) return false;
   /* ~2 blocks per SM over a long context (4 measured slower: the merge reads twice the
@@ -492,7 +655,10 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
     splits--;
   int *count = (int *)(p->part + (p->part_floats - kCountSlots));
   dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_heads / hpb), (unsigned)splits);
-  launch(fn, grid, 32 * hpb, 0, s, *p, splits, count);
+  if (gqa)
+    launch(gqa, grid, 32 * hpb, gqa_smem(hpb, p->head_dim, dt == LM_CU_BF16 ? 2 : 4), s, *p, splits, count);
+  else
+    launch(fn, grid, 32 * hpb, 0, s, *p, splits, count);
   *err = cudaGetLastError();
   return true;
 }
@@ -554,6 +720,13 @@ cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms
 }
 
 cudaError_t lm_cu_attn_init(int max_smem_optin) {
+  for (int hd : {256, 512})
+    for (int G : {8, 16}) { /* f32 rows of 512 with 16 warps need 128 KB */
+      const size_t need = gqa_smem(G, hd, 4);
+      if ((int64_t)need > max_smem_optin) return cudaErrorInvalidConfiguration;
+      cudaError_t e = cudaFuncSetAttribute((const void *)pick_gqa(hd, G), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
+      if (e != cudaSuccess) return e;
+    }
   static const int hds[] = {32, 64, 128, 256, 512};
   for (int i = 0; i < 5; i++) {
     size_t need = (size_t)smem_floats(hds[i]) * sizeof(float);
