@@ -221,8 +221,8 @@ bool tc_takes(const lm_cu_mm_p &p) {
   if (p.w.bits != 4 || (G != 32 && G != 64 && G != 128) || p.w.sb_kind != LM_CU_SB_BF16 || p.x.dt != LM_CU_BF16)
     return false;
   /* a pair: one launch instead of two (and a GeGLU), which E4B, 12B and 26B-A4B decode gain
-   * 2-6% from; on 31B's 21504x5376 products the halved loads in flight cost more than the
-   * launch saves (docs/perf/NOTES.md, v5), so products that large run as two */
+   * 4-5% from; on 31B's 21504x5376 products the halved loads in flight per matrix cost more
+   * than the launch saves (docs/perf/NOTES.md, v5), so products that large run as two */
   if (p.epi == 3 && (!g_glu_pair || p.accumulate || ((uintptr_t)p.w2.data & 15u) != 0 || p.w.rows * p.w.cols > (1ll << 26)))
     return false;
   /* a lane loads G/8 bytes of a row per group; x is staged in 16-byte pieces */
