@@ -362,6 +362,85 @@ __device__ void dec_merge(const lm_cu_attn_p &p, int64_t t, int h, int lane, int
   dec_store<EPL>(p, t, h, lane, acc, L > 0.0f ? 1.0f / L : 0.0f);
 }
 
+/* Keys [lo, hi) of split z of a decode query at pos: the layer's window and the cache's ring
+ * bound the range, which is cut into `splits` chunks of at least kDecMinChunk keys. */
+__device__ __forceinline__ Range dec_range(const lm_cu_attn_p &p, const lm_cu_kvdesc &d, int64_t pos, int splits,
+                                           int z) {
+  int64_t klo = p.window > 0 ? max(pos - p.window + 1, (int64_t)0) : 0;
+  klo = max(klo, d.window > 0 && d.n > d.window ? d.n - d.window : (int64_t)0);
+  const int64_t chunk = max((pos - klo + 1 + splits - 1) / splits, (int64_t)kDecMinChunk);
+  const int64_t lo = klo + z * chunk;
+  return Range{lo, min(lo + chunk, pos + 1)};
+}
+
+/* Head h's query of token row tb in a lane's EPL values, with the q norm and RoPE when the
+ * step asks (rounded as the separate op would store q), times the scale. A split with no
+ * keys (most of them, at a short context) skips the work: its q stays zero. */
+template <int EPL>
+__device__ __forceinline__ void dec_load_q(const lm_cu_attn_p &p, int64_t tb, int h, int lane, int64_t pos, bool keys,
+                                           float (&q)[EPL]) {
+#pragma unroll
+  for (int e = 0; e < EPL; e++) q[e] = 0.0f;
+  if (!keys) return;
+  ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * 32 * EPL + lane * EPL, q);
+  if (p.q_inv) {
+    norm_rope_lane<EPL>(q, p.q_w, p.q_eps, (float)pos, p.q_inv, p.q.dt, lane);
+#pragma unroll
+    for (int e = 0; e < EPL; e++) q[e] = rnd(p.q.dt, q[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < EPL; e++) q[e] *= p.scale;
+}
+
+/* Online softmax over a batch of N scores (each lane's partial dot product; the first nk are
+ * keys): the warp sums, one rescale of (m, l, acc) per batch, and s left holding the keys'
+ * probabilities (0 past nk) for the caller's P·V. */
+template <int N, int EPL>
+__device__ __forceinline__ void dec_softmax(float (&s)[N], int nk, float &m, float &l, float (&acc)[EPL]) {
+  float mx = m;
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    s[i] = warp_sum(s[i]);
+    if (i < nk) mx = fmaxf(mx, s[i]);
+  }
+  const float r = expf(m - mx);
+  l *= r;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) acc[e] *= r;
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    s[i] = i < nk ? expf(s[i] - mx) : 0.0f;
+    l += s[i];
+  }
+  m = mx;
+}
+
+/* The end of a split (every thread of the block calls it): the result when there is one
+ * split, else this head's partial; the last block of a (token, head block) to finish, counted
+ * with an atomic that it resets, then merges every split of its warps' heads. */
+template <int EPL>
+__device__ __forceinline__ void dec_finish(const lm_cu_attn_p &p, int64_t tb, int h, int lane, int splits, float m,
+                                           float l, const float (&acc)[EPL], int *count) {
+  if (splits == 1) {
+    dec_store<EPL>(p, tb, h, lane, acc, l > 0.0f ? 1.0f / l : 0.0f);
+    return;
+  }
+  float *pp = dec_part(p, tb, h, splits, blockIdx.z, 32 * EPL);
+  if (lane == 0) pp[0] = m, pp[1] = l;
+#pragma unroll
+  for (int e = 0; e < EPL; e++) pp[4 + lane * EPL + e] = acc[e];
+  __threadfence(); /* the partial is visible before the count says so */
+  __syncthreads();
+  __shared__ int last;
+  const int64_t ci = (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(count + ci, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  dec_merge<EPL>(p, tb, h, lane, splits);
+  if (threadIdx.x == 0) count[ci] = 0; /* ready for the next launch (graph replays included) */
+}
+
 template <int EPL>
 __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int splits, int *count) {
   pdl_wait();
@@ -371,28 +450,17 @@ __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int spli
   const int h = blockIdx.y * hpb + warp, kvh = h / (p.n_heads / p.n_kv_heads);
   const lm_cu_kvdesc d = p.kv[(int64_t)p.seq[tb] * p.n_caches + p.cache];
   const int64_t n_past = d.n, pos = p.pos[tb];
-  int64_t klo = p.window > 0 ? max(pos - p.window + 1, (int64_t)0) : 0;
-  klo = max(klo, d.window > 0 && n_past > d.window ? n_past - d.window : (int64_t)0);
-  const int64_t chunk = max((pos - klo + 1 + splits - 1) / splits, (int64_t)kDecMinChunk);
-  const int64_t lo = klo + blockIdx.z * chunk, hi = min(lo + chunk, pos + 1);
+  const Range rg = dec_range(p, d, pos, splits, blockIdx.z);
   const int64_t kvw = (int64_t)p.n_kv_heads * HD, hoff = (int64_t)kvh * HD + lane * EPL;
   const int dt = p.k_new.dt;
-  float q[EPL] = {}, acc[EPL] = {}, m = -INFINITY, l = 0.0f;
-  if (lo < hi) ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * HD + lane * EPL, q);
-  if (p.q_inv && lo < hi) { /* the q norm and RoPE, rounded as the separate op would store q (a split
-                             * with no keys, as most are at a short context, skips it) */
-    norm_rope_lane<EPL>(q, p.q_w, p.q_eps, (float)pos, p.q_inv, p.q.dt, lane);
-#pragma unroll
-    for (int e = 0; e < EPL; e++) q[e] = rnd(p.q.dt, q[e]);
-  }
-#pragma unroll
-  for (int e = 0; e < EPL; e++) q[e] *= p.scale;
-  for (int64_t kb = lo; kb < hi; kb += U) {
+  float q[EPL], acc[EPL] = {}, m = -INFINITY, l = 0.0f;
+  dec_load_q<EPL>(p, tb, h, lane, pos, rg.lo < rg.hi, q);
+  for (int64_t kb = rg.lo; kb < rg.hi; kb += U) {
     float kk[U][EPL], vv[U][EPL], s[U];
     const int64_t slot0 = d.window > 0 ? kb % d.window : kb; /* one division per batch, not per key */
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int64_t kp = min(kb + u, hi - 1); /* past the end: a repeat of the last key, masked below */
+      const int64_t kp = min(kb + u, rg.hi - 1); /* past the end: a repeat of the last key, masked below */
       if (kp < n_past) {
         int64_t slot = slot0 + (kp - kb);
         if (d.window > 0 && slot >= d.window) slot -= d.window;
@@ -412,43 +480,13 @@ __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int spli
       for (int e = 0; e < EPL; e++) a = fmaf(q[e], kk[u][e], a);
       s[u] = a;
     }
-#pragma unroll
-    for (int u = 0; u < U; u++) s[u] = warp_sum(s[u]);
-    float mx = m;
+    dec_softmax<U, EPL>(s, (int)min((int64_t)U, rg.hi - kb), m, l, acc);
 #pragma unroll
     for (int u = 0; u < U; u++)
-      if (kb + u < hi) mx = fmaxf(mx, s[u]);
-    const float r = expf(m - mx);
-    l *= r;
 #pragma unroll
-    for (int e = 0; e < EPL; e++) acc[e] *= r;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const float pu = kb + u < hi ? expf(s[u] - mx) : 0.0f;
-      l += pu;
-#pragma unroll
-      for (int e = 0; e < EPL; e++) acc[e] = fmaf(pu, vv[u][e], acc[e]);
-    }
-    m = mx;
+      for (int e = 0; e < EPL; e++) acc[e] = fmaf(s[u], vv[u][e], acc[e]);
   }
-  if (splits == 1) {
-    dec_store<EPL>(p, tb, h, lane, acc, l > 0.0f ? 1.0f / l : 0.0f);
-    return;
-  }
-  float *pp = dec_part(p, tb, h, splits, blockIdx.z, HD);
-  if (lane == 0) pp[0] = m, pp[1] = l;
-#pragma unroll
-  for (int e = 0; e < EPL; e++) pp[4 + lane * EPL + e] = acc[e];
-  __threadfence(); /* the partial is visible before the count says so */
-  __syncthreads();
-  __shared__ int last;
-  const int64_t ci = (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(count + ci, 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  dec_merge<EPL>(p, tb, h, lane, splits);
-  if (threadIdx.x == 0) count[ci] = 0; /* ready for the next launch (graph replays included) */
+  dec_finish<EPL>(p, tb, h, lane, splits, m, l, acc, count);
 }
 
 typedef void (*dec_fn)(const lm_cu_attn_p, int, int *);
@@ -502,23 +540,12 @@ __global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, i
   const int kvh = blockIdx.y, h = kvh * W + warp;
   const lm_cu_kvdesc d = p.kv[(int64_t)p.seq[tb] * p.n_caches + p.cache];
   const int64_t n_past = d.n, pos = p.pos[tb];
-  int64_t klo = p.window > 0 ? max(pos - p.window + 1, (int64_t)0) : 0;
-  klo = max(klo, d.window > 0 && n_past > d.window ? n_past - d.window : (int64_t)0);
-  const int64_t chunk = max((pos - klo + 1 + splits - 1) / splits, (int64_t)kDecMinChunk);
-  const int64_t lo = klo + blockIdx.z * chunk, hi = min(lo + chunk, pos + 1);
+  const Range rg = dec_range(p, d, pos, splits, blockIdx.z);
+  const int64_t lo = rg.lo, hi = rg.hi;
   const int dt = p.k_new.dt, esz = dt == LM_CU_BF16 ? 2 : 4, rowb = HD * esz;
   const int64_t kvw = (int64_t)p.n_kv_heads * HD, hoff = (int64_t)kvh * HD;
-  float q[EPL] = {}, acc[EPL] = {}, m = -INFINITY, l = 0.0f;
-  if (lo < hi) {
-    ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * HD + lane * EPL, q);
-    if (p.q_inv) { /* as in k_attn_dec */
-      norm_rope_lane<EPL>(q, p.q_w, p.q_eps, (float)pos, p.q_inv, p.q.dt, lane);
-#pragma unroll
-      for (int e = 0; e < EPL; e++) q[e] = rnd(p.q.dt, q[e]);
-    }
-#pragma unroll
-    for (int e = 0; e < EPL; e++) q[e] *= p.scale;
-  }
+  float q[EPL], acc[EPL] = {}, m = -INFINITY, l = 0.0f;
+  dec_load_q<EPL>(p, tb, h, lane, pos, lo < hi, q);
   /* this warp's row of the tile that starts at key kb: K and V into stage st */
   auto issue = [&](int64_t kb, int st) {
     const int64_t kp = kb + warp;
@@ -557,22 +584,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, i
       for (int e = 0; e < EPL; e++) a = fmaf(q[e], kk[e], a);
       sc[i] = a;
     }
-    float mx = m;
-#pragma unroll
-    for (int i = 0; i < W; i++) {
-      sc[i] = warp_sum(sc[i]);
-      if (i < nk) mx = fmaxf(mx, sc[i]);
-    }
-    const float r = expf(m - mx);
-    l *= r;
-#pragma unroll
-    for (int e = 0; e < EPL; e++) acc[e] *= r;
-#pragma unroll
-    for (int i = 0; i < W; i++) {
-      sc[i] = i < nk ? expf(sc[i] - mx) : 0.0f;
-      l += sc[i];
-    }
-    m = mx;
+    dec_softmax<W, EPL>(sc, nk, m, l, acc);
 #pragma unroll
     for (int i = 0; i < W; i++) {
       if (i >= nk) break;
@@ -583,24 +595,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, i
     }
     __syncthreads(); /* tile t is consumed before tile t + 2 is copied over it */
   }
-  if (splits == 1) {
-    dec_store<EPL>(p, tb, h, lane, acc, l > 0.0f ? 1.0f / l : 0.0f);
-    return;
-  }
-  float *pp = dec_part(p, tb, h, splits, blockIdx.z, HD);
-  if (lane == 0) pp[0] = m, pp[1] = l;
-#pragma unroll
-  for (int e = 0; e < EPL; e++) pp[4 + lane * EPL + e] = acc[e];
-  __threadfence(); /* the partials are visible before the count says so */
-  __syncthreads();
-  __shared__ int last;
-  const int64_t ci = (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(count + ci, 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  dec_merge<EPL>(p, tb, h, lane, splits);
-  if (threadIdx.x == 0) count[ci] = 0; /* ready for the next launch (graph replays included) */
+  dec_finish<EPL>(p, tb, h, lane, splits, m, l, acc, count);
 }
 
 /* The instance for head dim hd and G query heads per KV head, or null where k_attn_dec serves. */
