@@ -269,13 +269,20 @@ struct lm_backend {
 lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out);
 void lm_backend_destroy(lm_backend *be);
 
+/* What the q norm of lm_attn_args needs, whichever kernel applies it: q rows of n_heads
+ * heads, contiguous (it works on per-head rows). */
+static inline lm_status lm_attention_q_norm_check(const lm_attn_args *a) {
+  if (a->q.ld != a->q.cols || a->head_dim <= 0 || a->q.cols != (int64_t)a->n_heads * a->head_dim)
+    return LM_ERRF(LM_ERR_INVALID, "attention: the q norm needs contiguous q rows of %d heads x %d", a->n_heads,
+                   a->head_dim);
+  return LM_OK;
+}
+
 /* The q norm of lm_attn_args as the op it is defined by (the backend's rmsnorm with RoPE, in
  * place on q), then `attn` without it: what a backend runs where it has no fused kernel. */
 static inline lm_status lm_attention_q_norm(lm_backend *be, const lm_attn_args *a,
                                             lm_status (*attn)(lm_backend *, const lm_attn_args *)) {
-  if (a->q.ld != a->q.cols || a->head_dim <= 0 || a->q.cols != (int64_t)a->n_heads * a->head_dim)
-    return LM_ERRF(LM_ERR_INVALID, "attention: the q norm needs contiguous q rows of %d heads x %d", a->n_heads,
-                   a->head_dim);
+  LM_TRY(lm_attention_q_norm_check(a));
   lm_tensor qh = lm_tensor_reshape(a->q, a->head_dim);
   LM_TRY(be->ops->rmsnorm(be, &(lm_rmsnorm_args){.out = qh, .x = qh, .w = a->q_norm, .eps = a->q_eps,
                                                  .rope = a->q_rope, .rope_heads = a->n_heads}));

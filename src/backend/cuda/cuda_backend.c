@@ -383,6 +383,15 @@ int lm_cuda_device_count(void) {
   return n;
 }
 
+/* The side-by-side switches of cuda_backend.h, read once per backend. */
+static lm_cu_switches switches_from_env(void) {
+  const char *pdl = getenv("LUMEN_CUDA_PDL"), *gemv = getenv("LUMEN_CUDA_GEMV"), *unfuse = getenv("LUMEN_CUDA_UNFUSE");
+  return (lm_cu_switches){.pdl = !(pdl && !strcmp(pdl, "0")),
+                          .tensor_cores = !(gemv && !strcmp(gemv, "cores")),
+                          .glu_pair = !(unfuse && strstr(unfuse, "glu_pair")),
+                          .q_norm = !(unfuse && strstr(unfuse, "q_norm"))};
+}
+
 static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   struct cudaDeviceProp pr;
   LM_CU(cudaSetDevice(device));
@@ -390,8 +399,6 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   c->device = device;
   c->n_sms = pr.multiProcessorCount;
   c->smem_optin = (int)pr.sharedMemPerBlockOptin;
-  const char *unfuse = getenv("LUMEN_CUDA_UNFUSE");
-  c->fuse_q_norm = !(unfuse && strstr(unfuse, "q_norm"));
   snprintf(c->name, sizeof c->name, "%.200s (cuda:%d, sm_%d%d)", pr.name, device, pr.major, pr.minor);
   if (pr.major < 8)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: %s: compute capability %d.%d; this build needs 9.0", c->name, pr.major,
@@ -399,7 +406,9 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   LM_CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   LM_CUBLAS(cublasCreate(&c->blas));
   LM_CUBLAS(cublasSetStream(c->blas, c->stream));
-  LM_CU(lm_cu_kernels_init(c->smem_optin));
+  const lm_cu_switches sw = switches_from_env();
+  c->fuse_q_norm = sw.q_norm;
+  LM_CU(lm_cu_kernels_init(c->smem_optin, &sw));
   c->mm_scratch_bytes = (size_t)128 << 20;
   LM_TRY(lm_cuda_malloc(c, c->mm_scratch_bytes, LM_CUDA_WORKSPACE, "matmul scratch", &c->mm_scratch));
   c->attn_part_floats = (int64_t)8 << 20;

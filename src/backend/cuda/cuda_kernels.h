@@ -120,8 +120,9 @@ cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *p);
 /* The tensor-core kernel lm_cu_gemv tries first (k_gemv_tc.cu): 4-bit affine weights, bf16
  * activations; cudaErrorNotSupported for anything else. */
 cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *p);
-/* Raises the shared-memory limit of the tensor-core instances that need it (lm_cu_gemv_init). */
-cudaError_t lm_cu_gemv_tc_init(int max_smem_optin);
+/* Raises the shared-memory limit of the tensor-core instances that need it and sets whether
+ * gate/up pairs take the tensor-core kernel (lm_cu_gemv_init calls it). */
+cudaError_t lm_cu_gemv_tc_init(int max_smem_optin, int glu_pair);
 /* Dequantizes/converts rows [r0, r0+n) of expert e to dst [n][cols] of dtype dt (F32/BF16). */
 cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n, void *dst, int dt);
 /* MoE prefill: for every expert e and sorted pair j in [start[e], start[e+1]):
@@ -146,8 +147,17 @@ cudaError_t lm_cu_moe_combine(cudaStream_t s, lm_cu_t out, lm_cu_t weights, lm_c
 /* ---- misc (k_rows.cu) ---- */
 /* Streams `bytes` (a multiple of 16) through the SMs and writes one word per block to sink. */
 cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int blocks);
-/* Raises the dynamic shared-memory limit of every kernel instance that needs more than 48 KiB. */
-cudaError_t lm_cu_kernels_init(int max_smem_optin);
+/* The kernel choices a side-by-side run can switch off (cuda_backend.h: the environment
+ * variables behind them); 1 = on, the default. */
+typedef struct lm_cu_switches {
+  int pdl;          /* programmatic dependent launch (LUMEN_CUDA_PDL=0) */
+  int tensor_cores; /* 4-bit decode products on the tensor cores (LUMEN_CUDA_GEMV=cores) */
+  int glu_pair;     /* gate/up pairs in one launch (LUMEN_CUDA_UNFUSE=glu_pair) */
+  int q_norm;       /* the q norm inside the decode attention (LUMEN_CUDA_UNFUSE=q_norm; the op layer) */
+} lm_cu_switches;
+/* Sets the switches and raises the dynamic shared-memory limit of every kernel instance that
+ * needs more than 48 KiB. */
+cudaError_t lm_cu_kernels_init(int max_smem_optin, const lm_cu_switches *sw);
 
 /* ---- quantized KV caches (k_kvquant.cu) ----
  * For a cache index where any sequence's cache is quantized; each token follows its own

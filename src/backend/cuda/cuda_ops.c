@@ -222,8 +222,7 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
   };
   p.out.rows = c->st.n_tokens;
   if (a->q_rope) { /* the decode kernel norms q itself; any other step norms it first */
-    if (a->q.ld != a->q.cols) /* the contract of the separate norm, whichever runs */
-      return LM_ERRF(LM_ERR_INVALID, "CUDA attention: the q norm needs contiguous q rows");
+    LM_TRY(lm_attention_q_norm_check(a)); /* what the separate norm takes, whichever runs */
     LM_TRY(vector_of(a->q_norm, a->head_dim, "attention (q norm)", &p.q_w));
     LM_TRY(vector_of(a->q_rope, a->head_dim / 2, "attention (q rope)", &p.q_inv));
     p.q_eps = a->q_eps;

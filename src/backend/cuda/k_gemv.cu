@@ -14,9 +14,6 @@
  * generic 3. */
 #include "backend/cuda/k_gemv_common.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 using namespace lmcu;
 
 namespace {
@@ -362,7 +359,7 @@ cudaError_t launch_q(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
 }
 
 /* Whether 4-bit products with bf16 activations take the tensor-core kernel (k_gemv_tc.cu);
- * LUMEN_CUDA_GEMV=cores keeps them on this file's CUDA-core kernel, for side-by-side runs. */
+ * off (lm_cu_switches.tensor_cores) keeps them on this file's CUDA-core kernel. */
 bool g_tensor_cores = true;
 
 } // namespace
@@ -413,9 +410,8 @@ static cudaError_t set_smem(gemv_fn fn, int bytes) {
   return fn ? cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) : cudaSuccess;
 }
 
-cudaError_t lm_cu_gemv_init(int max_smem_optin) {
-  const char *mode = getenv("LUMEN_CUDA_GEMV");
-  g_tensor_cores = !(mode && !strcmp(mode, "cores"));
+cudaError_t lm_cu_gemv_init(int max_smem_optin, int tensor_cores, int glu_pair) {
+  g_tensor_cores = tensor_cores != 0;
   static const int dts[] = {LM_CU_F32, LM_CU_BF16, LM_CU_F16};
   cudaError_t e = cudaSuccess;
   for (int d = 0; d < 3; d++) {
@@ -426,7 +422,7 @@ cudaError_t lm_cu_gemv_init(int max_smem_optin) {
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<1>, max_smem_optin);
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<2>, max_smem_optin);
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<4>, max_smem_optin);
-  if (e == cudaSuccess) e = lm_cu_gemv_tc_init(max_smem_optin);
+  if (e == cudaSuccess) e = lm_cu_gemv_tc_init(max_smem_optin, glu_pair);
   return e;
 }
 

@@ -21,16 +21,13 @@
  *    Σ(s·q + b)·x = s·Σ(128+q)·x + (b − 128·s)·Σx. The products are exact, the sums f32.
  *  - The W warps of a block split the groups; their partial sums meet in shared memory in a
  *    fixed order, so a result does not depend on timing. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/cuda/k_gemv_common.cuh"
 
 using namespace lmcu;
 
 namespace {
 
-bool g_glu_pair = true; /* LUMEN_CUDA_UNFUSE=glu_pair: gate/up pairs fall back to two products */
+bool g_glu_pair = true; /* off (lm_cu_switches.glu_pair): gate/up pairs fall back to two products */
 
 constexpr uint32_t kOnes = 0x3F803F80u; /* bf16x2 (1, 1) */
 
@@ -254,9 +251,8 @@ cudaError_t launch_tc(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
 /* A pair with W = 16 holds 16 KB of partial sums next to up to 40 KB of x: above the 48 KB a
  * launch gets without asking. (The pair stages x in the same chunks as a single product, so
  * the two agree bit for bit.) */
-extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin) {
-  const char *unfuse = getenv("LUMEN_CUDA_UNFUSE");
-  g_glu_pair = !(unfuse && strstr(unfuse, "glu_pair"));
+extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin, int glu_pair) {
+  g_glu_pair = glu_pair != 0;
   cudaError_t e = cudaSuccess;
   for (int G : {32, 64, 128}) {
     const tc_fn fn = pick_wg<2>(16, G);

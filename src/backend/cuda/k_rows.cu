@@ -4,8 +4,6 @@
  * op rounds where transformers' bf16 run rounds (at every tensor op's output), so the fast
  * path tracks the reference's own bf16 numerics. */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/k_common.cuh"
 #include "tensor/dtype.h"
@@ -478,13 +476,12 @@ cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, uns
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_gemv_init(int max_smem_optin);
+cudaError_t lm_cu_gemv_init(int max_smem_optin, int tensor_cores, int glu_pair);
 cudaError_t lm_cu_attn_init(int max_smem_optin);
 
-cudaError_t lm_cu_kernels_init(int max_smem_optin) {
-  const char *pdl = getenv("LUMEN_CUDA_PDL");
-  lmcu::g_pdl = !(pdl && !strcmp(pdl, "0"));
-  cudaError_t e = lm_cu_gemv_init(max_smem_optin);
+cudaError_t lm_cu_kernels_init(int max_smem_optin, const lm_cu_switches *sw) {
+  lmcu::g_pdl = sw->pdl != 0;
+  cudaError_t e = lm_cu_gemv_init(max_smem_optin, sw->tensor_cores, sw->glu_pair);
   return e != cudaSuccess ? e : lm_cu_attn_init(max_smem_optin);
 }
 
