@@ -283,6 +283,20 @@ static int step_batch(step_env *s, const int *counts, int n_logits) {
   return T;
 }
 
+/* Two sequences of c0 and c1 tokens over one small ring cache (so that made-up large positions
+ * stay inside its slots), positions moved apart by `spread` per token (large RoPE angles; the
+ * ops these steps test only read positions), the step begun on both backends; returns T. */
+static int ring_step_begin(env *e, step_env *s, int c0, int c1, int n_logits, int spread) {
+  lm_kv_spec spec = {.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 8, .window = 8};
+  step_env_init(e, s, 2, &spec, 1);
+  int counts[2] = {c0, c1};
+  int T = step_batch(s, counts, n_logits);
+  for (int i = 0; i < T; i++) s->pos[i] += spread * i;
+  assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s->bc), LM_OK);
+  assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s->bg), LM_OK);
+  return T;
+}
+
 /* ---- the tests ---------------------------------------------------------------------------- */
 
 static int setup(void **state, lm_precision prec) {
@@ -445,20 +459,13 @@ static void t_matmul(void **state) {
 static void t_step_ops(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
-  /* a ring, so the made-up large positions below stay inside its slots */
-  lm_kv_spec spec = {.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 8, .window = 8};
-  step_env s;
-  step_env_init(e, &s, 2, &spec, 1);
-  int counts[2] = {7, 4};
-  int T = step_batch(&s, counts, 3);
-  for (int i = 0; i < T; i++) s.pos[i] += 1000 * i; /* large angles; positions are only read here */
   hweight tq = make_weight(0, 50, 96, 4, 32, LM_DT_BF16), td = make_weight(0, 50, 40, 0, 0, LM_DT_BF16);
   hweight inv = make_vector(24, 0.5f);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &tq.w), LM_OK);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &td.w), LM_OK);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &inv.w), LM_OK);
-  assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
-  assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
+  step_env s;
+  int T = ring_step_begin(e, &s, 7, 4, 3, 1000);
   for (int k = 0; k < 2; k++) { /* embed: quantized and dense tables */
     hweight *t = k ? &td : &tq;
     lm_tensor ho = htensor(T, t->w.cols, NULL);
@@ -502,14 +509,8 @@ static void t_step_ops(void **state) {
 static void t_fused(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
-  lm_kv_spec spec = {.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 8, .window = 8};
   step_env s;
-  step_env_init(e, &s, 2, &spec, 1);
-  int counts[2] = {4, 3};
-  int T = step_batch(&s, counts, 0);
-  for (int i = 0; i < T; i++) s.pos[i] += 700 * i;
-  assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
-  assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
+  int T = ring_step_begin(e, &s, 4, 3, 0, 700);
   static const int hds[] = {48, 64, 256, 512};
   for (size_t hi = 0; hi < 4; hi++) { /* norm + RoPE: 3 heads per token */
     int hd = hds[hi], H = 3;
