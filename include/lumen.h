@@ -28,12 +28,13 @@ typedef enum lm_status {
   LM_ERR_IO = 1,      /* a file could not be opened, read, mapped or written */
   LM_ERR_CORRUPT = 2, /* a file's bytes violate its format (truncated, bad offsets, bad JSON) */
   LM_ERR_INVALID = 3, /* an argument or a request is invalid (bad id, bad flag value, bad shape) */
-  LM_ERR_UNSUPPORTED = 4, /* valid input that lumen does not implement (a quant mode, a model type) */
-  LM_ERR_NOMEM = 5,   /* host or device memory could not be allocated */
+  LM_ERR_UNSUPPORTED =
+      4,                /* valid input that lumen does not implement (a quant mode, a model type) */
+  LM_ERR_NOMEM = 5,     /* host or device memory could not be allocated */
   LM_ERR_NOT_FOUND = 6, /* a required file, tensor or field is missing */
-  LM_ERR_DEVICE = 7,  /* a GPU/driver call failed */
-  LM_ERR_STATE = 8,   /* the object is not in a state that allows the call (e.g. ring wrapped) */
-  LM_ERR_CANCELLED = 9 /* the operation was cancelled */
+  LM_ERR_DEVICE = 7,    /* a GPU/driver call failed */
+  LM_ERR_STATE = 8,     /* the object is not in a state that allows the call (e.g. ring wrapped) */
+  LM_ERR_CANCELLED = 9  /* the operation was cancelled */
 } lm_status;
 
 /* Version of the linked library; compare with LUMEN_VERSION_NUMBER. */

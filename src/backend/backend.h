@@ -28,7 +28,7 @@ typedef struct lm_kv_cache lm_kv_cache;
 typedef struct lm_batch lm_batch;
 
 typedef struct lm_tensor {
-  void *data;   /* backend memory */
+  void *data; /* backend memory */
   int64_t rows, cols, ld;
   lm_dtype dtype;
 } lm_tensor;
@@ -68,10 +68,11 @@ typedef struct lm_embed_args {
 typedef enum lm_mm_epilogue {
   LM_EPI_NONE = 0,
   LM_EPI_GLU_OTHER, /* out = gelu_tanh(other) * (x · Wᵀ): the MLP's up projection, gate in other */
-  LM_EPI_GLU_SELF,  /* out = gelu_tanh(x · Wᵀ) * other: the per-layer-input gate */
-  LM_EPI_GLU_PAIR,  /* out = gelu_tanh(x · Wᵀ) * (x · W2ᵀ): gate and up projections of the MLP in one
-                     * op; other is scratch the backend may overwrite with x · Wᵀ. The result equals
-                     * other = x · Wᵀ followed by out = x · W2ᵀ with LM_EPI_GLU_OTHER, bit for bit. */
+  LM_EPI_GLU_SELF, /* out = gelu_tanh(x · Wᵀ) * other: the per-layer-input gate */
+  LM_EPI_GLU_PAIR, /* out = gelu_tanh(x · Wᵀ) * (x · W2ᵀ): gate and up projections of the MLP in one
+                    * op; other is scratch the backend may overwrite with x · Wᵀ. The result equals
+                    * other = x · Wᵀ followed by out = x · W2ᵀ with LM_EPI_GLU_OTHER, bit for bit.
+                    */
 } lm_mm_epilogue;
 
 /* out = x · Wᵀ (+ out if accumulate). `expert` selects a matrix of a stacked weight. With an
@@ -109,7 +110,7 @@ typedef struct lm_rmsnorm_args {
 /* In-place rotary embedding of x viewed as [T][n_heads][head_dim] (NeoX pairing i, i+d/2),
  * angle = f32(pos[t]) * inv_freq[i] with the step's positions (begin_step). */
 typedef struct lm_rope_args {
-  lm_tensor x;          /* [T][n_heads*head_dim] */
+  lm_tensor x; /* [T][n_heads*head_dim] */
   int n_heads, head_dim;
   const lm_weight *inv_freq; /* dense f32 [head_dim/2] */
 } lm_rope_args;
@@ -140,10 +141,10 @@ typedef struct lm_gather_args {
  * written (k_new/v_new, not yet in the cache). Scores are raw dot products (Gemma 4:
  * scaling 1.0), causal, and limited to `window` keys (0: unbounded) including the query. */
 typedef struct lm_attn_args {
-  lm_tensor out;         /* [T][n_heads*head_dim] */
-  lm_tensor q;           /* [T][n_heads*head_dim] */
-  lm_tensor k_new, v_new;/* [T][n_kv_heads*head_dim]: this step's keys/values for the cache */
-  int cache;             /* index of the cache in each sequence's set */
+  lm_tensor out;          /* [T][n_heads*head_dim] */
+  lm_tensor q;            /* [T][n_heads*head_dim] */
+  lm_tensor k_new, v_new; /* [T][n_kv_heads*head_dim]: this step's keys/values for the cache */
+  int cache;              /* index of the cache in each sequence's set */
   int n_heads, n_kv_heads, head_dim;
   int64_t window;
   float scale;
@@ -190,8 +191,8 @@ typedef struct lm_moe_route_args {
 typedef struct lm_moe_experts_args {
   lm_tensor out, x, ids, weights;
   const lm_weight *gate, *up, *down; /* stacked [E] */
-  lm_tensor scratch;  /* f32 workspace, at least [T*top_k][2*moe_dim + 2*hidden] */
-  lm_tensor iscratch; /* int32 workspace, at least [1][T*top_k + E + 1] */
+  lm_tensor scratch;                 /* f32 workspace, at least [T*top_k][2*moe_dim + 2*hidden] */
+  lm_tensor iscratch;                /* int32 workspace, at least [1][T*top_k + E + 1] */
 } lm_moe_experts_args;
 
 /* ids[i] = argmax over row i of x (lowest index on ties). ids int32 [rows][1]. */
@@ -222,7 +223,8 @@ typedef struct lm_backend_ops {
   void (*free)(lm_backend *be, void *ptr);
   lm_status (*upload)(lm_backend *be, void *dst, const void *src, size_t bytes);
   lm_status (*download)(lm_backend *be, void *dst, const void *src, size_t bytes);
-  lm_status (*copy)(lm_backend *be, void *dst, const void *src, size_t bytes); /* within the backend */
+  lm_status (*copy)(lm_backend *be, void *dst, const void *src,
+                    size_t bytes); /* within the backend */
   /* makes a weight usable by this backend (copy, repack); sets w->backend; (optional) */
   lm_status (*prepare_weight)(lm_backend *be, lm_weight *w);
   /* whether attention/append can read/write a cache of this signature */
@@ -256,14 +258,18 @@ typedef struct lm_backend_ops {
 /* F32: the parity path. FAST: the speed path (CPU: int8 activations in quantized matmuls;
  * CUDA: bf16 activations). BF16 (CPU only): f32 math with every op's output rounded to bf16
  * where the CUDA fast path stores bf16 — that path's numerics, reproducible without a GPU. */
-typedef enum lm_precision { LM_PRECISION_F32 = 0, LM_PRECISION_FAST = 1, LM_PRECISION_BF16 = 2 } lm_precision;
+typedef enum lm_precision {
+  LM_PRECISION_F32 = 0,
+  LM_PRECISION_FAST = 1,
+  LM_PRECISION_BF16 = 2
+} lm_precision;
 
 struct lm_backend {
   const lm_backend_ops *ops;
   lm_dtype act_dtype;     /* activation dtype of this backend */
   lm_precision precision; /* F32: the parity path */
   int threads;
-  void *ctx;              /* the backend's private state */
+  void *ctx; /* the backend's private state */
 };
 
 lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out);
@@ -273,8 +279,8 @@ void lm_backend_destroy(lm_backend *be);
  * heads, contiguous (it works on per-head rows). */
 static inline lm_status lm_attention_q_norm_check(const lm_attn_args *a) {
   if (a->q.ld != a->q.cols || a->head_dim <= 0 || a->q.cols != (int64_t)a->n_heads * a->head_dim)
-    return LM_ERRF(LM_ERR_INVALID, "attention: the q norm needs contiguous q rows of %d heads x %d", a->n_heads,
-                   a->head_dim);
+    return LM_ERRF(LM_ERR_INVALID, "attention: the q norm needs contiguous q rows of %d heads x %d",
+                   a->n_heads, a->head_dim);
   return LM_OK;
 }
 
@@ -284,8 +290,12 @@ static inline lm_status lm_attention_q_norm(lm_backend *be, const lm_attn_args *
                                             lm_status (*attn)(lm_backend *, const lm_attn_args *)) {
   LM_TRY(lm_attention_q_norm_check(a));
   lm_tensor qh = lm_tensor_reshape(a->q, a->head_dim);
-  LM_TRY(be->ops->rmsnorm(be, &(lm_rmsnorm_args){.out = qh, .x = qh, .w = a->q_norm, .eps = a->q_eps,
-                                                 .rope = a->q_rope, .rope_heads = a->n_heads}));
+  LM_TRY(be->ops->rmsnorm(be, &(lm_rmsnorm_args){.out = qh,
+                                                 .x = qh,
+                                                 .w = a->q_norm,
+                                                 .eps = a->q_eps,
+                                                 .rope = a->q_rope,
+                                                 .rope_heads = a->n_heads}));
   lm_attn_args b = *a;
   b.q_norm = b.q_rope = NULL;
   return attn(be, &b);

@@ -29,6 +29,8 @@ typedef struct lm_rng {
 } lm_rng;
 
 static inline uint64_t lm_rng_next(lm_rng *r) { return lm_rng_u64(r->seed, 0, r->counter++); }
-static inline float lm_rng_next_uniform(lm_rng *r) { return lm_rng_uniform(r->seed, 0, r->counter++); }
+static inline float lm_rng_next_uniform(lm_rng *r) {
+  return lm_rng_uniform(r->seed, 0, r->counter++);
+}
 
 #endif

@@ -30,10 +30,12 @@ lm_status lm_err_prefix(lm_status s, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, lm_errbuf, sizeof old);
-  /* Truncation is acceptable for an error message; the length check silences -Wformat-truncation. */
+  /* Truncation is acceptable for an error message; the length check silences -Wformat-truncation.
+   */
   int n = snprintf(lm_errbuf, sizeof lm_errbuf, "%s: ", prefix);
   if (n > 0 && (size_t)n < sizeof lm_errbuf)
-    snprintf(lm_errbuf + n, sizeof lm_errbuf - (size_t)n, "%.*s", (int)(sizeof lm_errbuf - (size_t)n - 1), old);
+    snprintf(lm_errbuf + n, sizeof lm_errbuf - (size_t)n, "%.*s",
+             (int)(sizeof lm_errbuf - (size_t)n - 1), old);
   return s;
 }
 

@@ -56,13 +56,20 @@ typedef struct bench_opts {
 
 static int parse(int argc, char **argv, bench_opts *o) {
   static const struct option lo[] = {
-      {"preset", 1, 0, 'p'}, {"bits", 1, 0, 'b'},    {"group", 1, 0, 'g'},     {"seed", 1, 0, 's'},
-      {"prompt", 1, 0, 'P'}, {"context", 1, 0, 'c'}, {"decode-tokens", 1, 0, 'n'}, {"reps", 1, 0, 'r'},
-      {"warmup", 1, 0, 'w'}, {"backend", 1, 0, 'B'}, {"precision", 1, 0, 'x'}, {"threads", 1, 0, 't'},
-      {"json", 0, 0, 'j'},   {"help", 0, 0, 'h'},    {"state-tokens", 1, 0, 'S'},
-      {"kv-quant", 1, 0, 'q'},   {"kv-group", 1, 0, 'G'},    {0, 0, 0, 0}};
-  *o = (bench_opts){.bits = 4, .group = 64, .reps = 3, .warmup = 1, .decode_tokens = 16, .seed = 1,
-                    .prompt = "128", .context = "512"};
+      {"preset", 1, 0, 'p'},        {"bits", 1, 0, 'b'},      {"group", 1, 0, 'g'},
+      {"seed", 1, 0, 's'},          {"prompt", 1, 0, 'P'},    {"context", 1, 0, 'c'},
+      {"decode-tokens", 1, 0, 'n'}, {"reps", 1, 0, 'r'},      {"warmup", 1, 0, 'w'},
+      {"backend", 1, 0, 'B'},       {"precision", 1, 0, 'x'}, {"threads", 1, 0, 't'},
+      {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},      {"state-tokens", 1, 0, 'S'},
+      {"kv-quant", 1, 0, 'q'},      {"kv-group", 1, 0, 'G'},  {0, 0, 0, 0}};
+  *o = (bench_opts){.bits = 4,
+                    .group = 64,
+                    .reps = 3,
+                    .warmup = 1,
+                    .decode_tokens = 16,
+                    .seed = 1,
+                    .prompt = "128",
+                    .context = "512"};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -88,8 +95,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
   }
   if (optind < argc) o->model = argv[optind++];
-  if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 || o->decode_tokens < 1 ||
-      o->state_tokens < 0) {
+  if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 ||
+      o->decode_tokens < 1 || o->state_tokens < 0) {
     fputs(bench_help, stderr);
     return 2;
   }
@@ -100,18 +107,21 @@ static int parse(int argc, char **argv, bench_opts *o) {
  * head, a row of each lookup table, and the KV cache held at context n. */
 static double decode_bytes(const lm_model *m, const lm_kv_spec *specs, int64_t n, lm_dtype act) {
   const lm_model_config *c = &m->cfg;
-  double b = (double)lm_weight_bytes(&m->embed) + (double)lm_weight_bytes(&m->embed) / (double)c->vocab_size;
+  double b = (double)lm_weight_bytes(&m->embed) +
+             (double)lm_weight_bytes(&m->embed) / (double)c->vocab_size;
   if (c->ple_dim)
-    b += (double)lm_weight_bytes(&m->ple_model_proj) + (double)lm_weight_bytes(&m->embed_ple) / (double)c->ple_vocab;
+    b += (double)lm_weight_bytes(&m->ple_model_proj) +
+         (double)lm_weight_bytes(&m->embed_ple) / (double)c->ple_vocab;
   for (int l = 0; l < c->n_layers; l++) {
     const lm_layer_weights *L = &m->layers[l];
-    const lm_weight *ws[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->ple_gate, &L->ple_proj,
-                             &L->router};
+    const lm_weight *ws[] = {&L->q,  &L->k,    &L->v,        &L->o,        &L->gate,
+                             &L->up, &L->down, &L->ple_gate, &L->ple_proj, &L->router};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
       if (ws[i]->data) b += (double)lm_weight_bytes(ws[i]);
     if (c->moe) {
       const lm_weight *ex[] = {&L->ex_gate, &L->ex_up, &L->ex_down};
-      for (int i = 0; i < 3; i++) b += (double)lm_weight_bytes(ex[i]) * (double)c->top_k / (double)c->n_experts;
+      for (int i = 0; i < 3; i++)
+        b += (double)lm_weight_bytes(ex[i]) * (double)c->top_k / (double)c->n_experts;
     }
   }
   for (int i = 0; i < c->n_caches; i++) {
@@ -133,26 +143,36 @@ static double median(double *v, int n) {
 
 /* Deterministic pseudo-random prompt ids in [3, V). */
 static void fill_ids(int32_t *ids, int64_t n, int64_t V, uint64_t seed) {
-  for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (lm_mix64(seed * 7919 + (uint64_t)i) % (uint64_t)(V - 3)));
+  for (int64_t i = 0; i < n; i++)
+    ids[i] = (int32_t)(3 + (lm_mix64(seed * 7919 + (uint64_t)i) % (uint64_t)(V - 3)));
 }
 
 /* One prefill of n tokens into a fresh cache set; returns seconds, or -1 on error. */
-static double time_prefill(const lm_model *m, const lm_kv_spec *specs, lm_backend *be, lm_forward *f,
-                           const int32_t *ids, int64_t n, lm_kv_set **kv_out) {
+static double time_prefill(const lm_model *m, const lm_kv_spec *specs, lm_backend *be,
+                           lm_forward *f, const int32_t *ids, int64_t n, lm_kv_set **kv_out) {
   lm_kv_set *kv;
   if (lm_kv_set_create(be, specs, m->cfg.n_caches, &kv)) return -1;
   int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
   int32_t last = (int32_t)(n - 1);
-  for (int64_t i = 0; pos && i < n; i++) pos[i] = (int32_t)i;
-  lm_batch b = {.n_tokens = (int32_t)n, .ids = ids, .pos = pos, .seq = seq, .n_seqs = 1, .kv = &kv,
-                .n_logits = 1, .logit_rows = &last};
+  for (int64_t i = 0; pos && i < n; i++)
+    pos[i] = (int32_t)i;
+  lm_batch b = {.n_tokens = (int32_t)n,
+                .ids = ids,
+                .pos = pos,
+                .seq = seq,
+                .n_seqs = 1,
+                .kv = &kv,
+                .n_logits = 1,
+                .logit_rows = &last};
   double t0 = lm_cli_now();
   lm_status s = pos && seq ? lm_forward_run(f, &b, NULL) : LM_ERR_NOMEM;
   double dt = lm_cli_now() - t0;
   free(pos);
   free(seq);
-  if (s || !kv_out) lm_kv_set_free(kv);
-  else *kv_out = kv;
+  if (s || !kv_out)
+    lm_kv_set_free(kv);
+  else
+    *kv_out = kv;
   return s ? -1 : dt;
 }
 
@@ -164,7 +184,13 @@ static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n) {
   lm_status s = LM_OK;
   for (int64_t i = 0; i < n && !s; i++) {
     int32_t pos = (int32_t)lm_kv_set_len(kv), next = 0;
-    lm_batch b = {.n_tokens = 1, .ids = &id, .pos = &pos, .seq = &seq, .n_seqs = 1, .kv = &kv, .n_logits = 1,
+    lm_batch b = {.n_tokens = 1,
+                  .ids = &id,
+                  .pos = &pos,
+                  .seq = &seq,
+                  .n_seqs = 1,
+                  .kv = &kv,
+                  .n_logits = 1,
                   .logit_rows = &row};
     s = lm_forward_run_greedy(f, &b, NULL, &next);
     id = next;
@@ -195,8 +221,8 @@ typedef struct state_result {
 } state_result;
 
 /* Prefill, save, two restores and the continuation check; the state file lives in dir. */
-static lm_status state_run(const lm_model *m, lm_backend *be, const int32_t *ids, int64_t n, const char *path,
-                           state_result *r) {
+static lm_status state_run(const lm_model *m, lm_backend *be, const int32_t *ids, int64_t n,
+                           const char *path, state_result *r) {
   lm_kv_spec specs[m->cfg.n_caches + 1];
   lm_model_kv_specs(m, specs);
   int64_t chunk = n < 512 ? (n ? n : 1) : 512, V = m->cfg.vocab_size;
@@ -251,11 +277,13 @@ static int bench_state(const lm_model *m, lm_backend *be, const bench_opts *o, c
   char dir[4096], path[4200];
   snprintf(dir, sizeof dir, "%s/lumen-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(dir)) {
-    fprintf(stderr, "bench: cannot create a directory for the state file in %s\n", tmp && *tmp ? tmp : "/tmp");
+    fprintf(stderr, "bench: cannot create a directory for the state file in %s\n",
+            tmp && *tmp ? tmp : "/tmp");
     return 1;
   }
   snprintf(path, sizeof path, "%s/state.kvstate", dir);
-  fprintf(stderr, "bench: prefilling %lld tokens for the state file...\n", (long long)o->state_tokens);
+  fprintf(stderr, "bench: prefilling %lld tokens for the state file...\n",
+          (long long)o->state_tokens);
   state_result r = {0};
   lm_status s = state_run(m, be, ids, o->state_tokens, path, &r);
   unlink(path);
@@ -269,23 +297,26 @@ static int bench_state(const lm_model *m, lm_backend *be, const bench_opts *o, c
     printf("{\"backend\":\"%s\",\"state\":{\"tokens\":%lld,\"prefill_s\":%.3f,\"kv_bytes\":%lld,"
            "\"file_bytes\":%lld,\"save_s\":%.4f,\"restore_warm_s\":%.4f,\"restore_cold_s\":%.4f,"
            "\"continuation_max_abs_diff\":%.3g}}\n",
-           be->ops->name, (long long)o->state_tokens, r.prefill_s, (long long)r.kv_bytes, (long long)r.file_bytes,
-           r.save_s, r.load_warm_s, r.load_cold_s, r.max_diff);
+           be->ops->name, (long long)o->state_tokens, r.prefill_s, (long long)r.kv_bytes,
+           (long long)r.file_bytes, r.save_s, r.load_warm_s, r.load_cold_s, r.max_diff);
   else
     printf("state of %lld tokens on %s: prefill %.2f s (%.1f tok/s); KV %.1f MB, file %.1f MB\n"
-           "save %.3f s (%.2f GB/s, fsync included); restore %.3f s warm (%.2f GB/s), %.3f s with the file's "
+           "save %.3f s (%.2f GB/s, fsync included); restore %.3f s warm (%.2f GB/s), %.3f s with "
+           "the file's "
            "pages dropped (%.2f GB/s)\n"
            "restored set continues %s\n",
-           (long long)o->state_tokens, be->ops->name, r.prefill_s, (double)o->state_tokens / r.prefill_s,
-           (double)r.kv_bytes / 1e6, (double)r.file_bytes / 1e6, r.save_s, gb / r.save_s, r.load_warm_s,
-           gb / r.load_warm_s, r.load_cold_s, gb / r.load_cold_s,
+           (long long)o->state_tokens, be->ops->name, r.prefill_s,
+           (double)o->state_tokens / r.prefill_s, (double)r.kv_bytes / 1e6,
+           (double)r.file_bytes / 1e6, r.save_s, gb / r.save_s, r.load_warm_s, gb / r.load_warm_s,
+           r.load_cold_s, gb / r.load_cold_s,
            r.max_diff == 0 ? "with identical logits" : "with DIFFERENT logits");
   if (r.max_diff != 0) fprintf(stderr, "bench: restored logits differ by up to %.3g\n", r.max_diff);
   return r.max_diff == 0 ? 0 : 1;
 }
 
 /* The backend's own read bandwidth (and copy bandwidth where it measures one), GB/s. */
-static double backend_bandwidth(lm_backend *be, const bench_opts *o, double *copy, char *info, size_t n) {
+static double backend_bandwidth(lm_backend *be, const bench_opts *o, double *copy, char *info,
+                                size_t n) {
   *copy = 0;
 #ifdef LM_HAVE_CUDA
   if (!strcmp(be->ops->name, "cuda")) {
@@ -319,8 +350,8 @@ int lm_cli_bench(int argc, char **argv) {
   } else if (!(m = lm_cli_load_model(o.model))) {
     goto done;
   }
-  fprintf(stderr, "bench: model ready in %.1f s: %.2f B parameters, %.2f GB of weights\n", lm_cli_now() - t0,
-          (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9);
+  fprintf(stderr, "bench: model ready in %.1f s: %.2f B parameters, %.2f GB of weights\n",
+          lm_cli_now() - t0, (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9);
   if (!(be = lm_cli_backend(&o.be, LM_PRECISION_FAST))) goto done;
   t0 = lm_cli_now();
   if (lm_model_prepare(m, be)) { /* device backends upload the weights once */
@@ -331,8 +362,10 @@ int lm_cli_bench(int argc, char **argv) {
   char isa[512];
   double copy_bw, bw = backend_bandwidth(be, &o, &copy_bw, isa, sizeof isa);
   int64_t maxlen = 1;
-  for (int64_t i = 0; i < np; i++) maxlen = plist[i] > maxlen ? plist[i] : maxlen;
-  for (int64_t i = 0; i < nc; i++) maxlen = clist[i] > maxlen ? clist[i] : maxlen;
+  for (int64_t i = 0; i < np; i++)
+    maxlen = plist[i] > maxlen ? plist[i] : maxlen;
+  for (int64_t i = 0; i < nc; i++)
+    maxlen = clist[i] > maxlen ? clist[i] : maxlen;
   if (o.state_tokens > maxlen) maxlen = o.state_tokens;
   if (!(ids = malloc((size_t)(maxlen + 1) * sizeof *ids))) goto done;
   fill_ids(ids, maxlen, m->cfg.vocab_size, o.seed);
@@ -340,16 +373,19 @@ int lm_cli_bench(int argc, char **argv) {
     rc = bench_state(m, be, &o, ids);
     goto done;
   }
-  if (!(specs = calloc((size_t)m->cfg.n_caches + 1, sizeof *specs)) || lm_model_kv_plan(m, &o.kv, specs)) {
+  if (!(specs = calloc((size_t)m->cfg.n_caches + 1, sizeof *specs)) ||
+      lm_model_kv_plan(m, &o.kv, specs)) {
     lm_cli_fail("--kv-quant");
     goto done;
   }
   if (o.json)
-    printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"copy_bandwidth_gbs\":%.2f,"
+    printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"copy_bandwidth_"
+           "gbs\":%.2f,"
            "\"params\":%lld,\"weight_bytes\":%lld,\"prefill\":[",
            be->ops->name, isa, bw, copy_bw, (long long)m->n_params, (long long)m->weight_bytes);
   else
-    printf("backend %s (%s), measured read bandwidth %.1f GB/s\nmodel: %lld parameters, %lld weight bytes\n",
+    printf("backend %s (%s), measured read bandwidth %.1f GB/s\nmodel: %lld parameters, %lld "
+           "weight bytes\n",
            be->ops->name, isa, bw, (long long)m->n_params, (long long)m->weight_bytes);
   if (!o.json && copy_bw > 0) printf("measured copy bandwidth %.1f GB/s (read + write)\n", copy_bw);
   for (int64_t i = 0; i < np; i++) {
@@ -371,7 +407,8 @@ int lm_cli_bench(int argc, char **argv) {
     lm_forward_free(f);
     double med = median(v, o.reps);
     if (o.json)
-      printf("%s{\"tokens\":%d,\"seconds\":%.6f,\"tok_s\":%.2f}", i ? "," : "", plist[i], med, plist[i] / med);
+      printf("%s{\"tokens\":%d,\"seconds\":%.6f,\"tok_s\":%.2f}", i ? "," : "", plist[i], med,
+             plist[i] / med);
     else
       printf("prefill %6d tokens: %9.2f tok/s (%.3f s)\n", plist[i], plist[i] / med, med);
   }
@@ -402,13 +439,17 @@ int lm_cli_bench(int argc, char **argv) {
       goto done;
     }
     double med = median(v, o.reps), tps = (double)o.decode_tokens / med;
-    double bytes = decode_bytes(m, specs, ctx + o.decode_tokens / 2, be->act_dtype), gbs = bytes * tps / 1e9;
+    double bytes = decode_bytes(m, specs, ctx + o.decode_tokens / 2, be->act_dtype),
+           gbs = bytes * tps / 1e9;
     if (o.json)
-      printf("%s{\"context\":%lld,\"tokens\":%lld,\"tok_s\":%.2f,\"bytes_per_token\":%.0f,\"gb_s\":%.2f,"
+      printf("%s{\"context\":%lld,\"tokens\":%lld,\"tok_s\":%.2f,\"bytes_per_token\":%.0f,\"gb_s\":"
+             "%.2f,"
              "\"bandwidth_pct\":%.1f}",
-             i ? "," : "", (long long)ctx, (long long)o.decode_tokens, tps, bytes, gbs, 100.0 * gbs / bw);
+             i ? "," : "", (long long)ctx, (long long)o.decode_tokens, tps, bytes, gbs,
+             100.0 * gbs / bw);
     else
-      printf("decode at %6lld context: %8.2f tok/s, %.1f MB/token, %.1f GB/s = %.0f%% of measured bandwidth\n",
+      printf("decode at %6lld context: %8.2f tok/s, %.1f MB/token, %.1f GB/s = %.0f%% of measured "
+             "bandwidth\n",
              (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / bw);
   }
   printf(o.json ? "]}\n" : "");
@@ -417,8 +458,8 @@ int lm_cli_bench(int argc, char **argv) {
     int64_t uses, builds;
     lm_cuda_plan_stats(be, &uses, &builds);
     const char *why = lm_cuda_plan_error(be);
-    fprintf(stderr, "bench: cuda plans: %lld graph launches, %lld captures%s%s\n", (long long)uses, (long long)builds,
-            *why ? "; last capture refused: " : "", why);
+    fprintf(stderr, "bench: cuda plans: %lld graph launches, %lld captures%s%s\n", (long long)uses,
+            (long long)builds, *why ? "; last capture refused: " : "", why);
   }
 #endif
   rc = 0;

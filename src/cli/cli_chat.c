@@ -22,7 +22,8 @@
 static const char *chat_help =
     "usage: lumen chat MODEL_DIR [options]\n"
     "\n"
-    "Reads turns from stdin (typed or piped), one line each (end a line with \\ to continue it), and\n"
+    "Reads turns from stdin (typed or piped), one line each (end a line with \\ to continue it), "
+    "and\n"
     "streams each answer to stdout followed by a newline; the timing line of each answer goes to\n"
     "stderr (\"cached N tok\": context tokens reused from the cache). Commands: /reset, /exit.\n"
     "\n";
@@ -32,8 +33,8 @@ typedef struct chat {
   const lm_cli_textgen_opts *o;
   json_t *msgs;
   char *ctx_text; /* the text the context holds (template mode), NULL: unknown */
-  int turns;  /* raw mode: turns appended so far */
-  int failed; /* some turn failed */
+  int turns;      /* raw mode: turns appended so far */
+  int failed;     /* some turn failed */
 } chat;
 
 /* Reads one turn (joining backslash-continued lines) into *buf; returns its length or -1 at EOF. */
@@ -44,7 +45,8 @@ static ssize_t read_turn(char **buf, size_t *cap) {
   int any = 0;
   while ((k = getline(&line, &lcap, stdin)) >= 0) {
     any = 1;
-    while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r')) line[--k] = '\0';
+    while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
+      line[--k] = '\0';
     int more = k > 0 && line[k - 1] == '\\';
     if (more) line[k - 1] = '\n';
     if (n + (size_t)k + 1 > *cap) {
@@ -68,7 +70,8 @@ static void reset_conversation(chat *c) {
   free(c->ctx_text);
   c->ctx_text = NULL;
   if (c->o->system && c->t.tmpl)
-    json_array_append_new(c->msgs, json_pack("{s:s,s:s}", "role", "system", "content", c->o->system));
+    json_array_append_new(c->msgs,
+                          json_pack("{s:s,s:s}", "role", "system", "content", c->o->system));
   c->turns = 0;
 }
 

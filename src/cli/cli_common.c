@@ -13,7 +13,8 @@
 #endif
 
 int lm_cli_fail(const char *what) {
-  fprintf(stderr, "lumen: %s%s%s\n", what ? what : "", what && *lm_errmsg() ? ": " : "", lm_errmsg());
+  fprintf(stderr, "lumen: %s%s%s\n", what ? what : "", what && *lm_errmsg() ? ": " : "",
+          lm_errmsg());
   return 1;
 }
 
@@ -35,7 +36,8 @@ int lm_cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
     errno = 0;
     long long x = strtoll(p, &end, 10);
     if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-      fprintf(stderr, "lumen: --ids: '%s' is not a comma-separated list of non-negative integers\n", s);
+      fprintf(stderr, "lumen: --ids: '%s' is not a comma-separated list of non-negative integers\n",
+              s);
       free(v);
       return 1;
     }
@@ -62,9 +64,12 @@ int lm_cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
 lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_prec) {
   lm_precision prec = default_prec;
   if (o->precision) {
-    if (!strcmp(o->precision, "f32")) prec = LM_PRECISION_F32;
-    else if (!strcmp(o->precision, "fast")) prec = LM_PRECISION_FAST;
-    else if (!strcmp(o->precision, "bf16")) prec = LM_PRECISION_BF16;
+    if (!strcmp(o->precision, "f32"))
+      prec = LM_PRECISION_F32;
+    else if (!strcmp(o->precision, "fast"))
+      prec = LM_PRECISION_FAST;
+    else if (!strcmp(o->precision, "bf16"))
+      prec = LM_PRECISION_BF16;
     else {
       fprintf(stderr, "lumen: --precision must be f32, fast or bf16 (got '%s')\n", o->precision);
       return NULL;
@@ -74,7 +79,8 @@ lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_pr
   lm_backend *be = NULL;
   const char *name = o->backend;
 #ifdef LM_HAVE_CUDA
-  if (!name) name = lm_cuda_device_count() > 0 ? "cuda" : "cpu"; /* default: the GPU when there is one */
+  if (!name)
+    name = lm_cuda_device_count() > 0 ? "cuda" : "cpu"; /* default: the GPU when there is one */
 #endif
   if (!name || !strcmp(name, "cpu")) {
     if (lm_backend_cpu_create(prec, o->threads, &be)) lm_cli_fail("cpu backend");
@@ -84,7 +90,9 @@ lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_pr
 #ifdef LM_HAVE_CUDA
     if (lm_backend_cuda_create(prec, 0, &be)) lm_cli_fail("cuda backend");
 #else
-    fprintf(stderr, "lumen: --backend cuda: this build has no CUDA backend (configure with -DLUMEN_CUDA=ON)\n");
+    fprintf(
+        stderr,
+        "lumen: --backend cuda: this build has no CUDA backend (configure with -DLUMEN_CUDA=ON)\n");
 #endif
     return be;
   }

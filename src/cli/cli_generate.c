@@ -21,7 +21,8 @@ static const char *generate_help =
 
 static int64_t argmax(const float *x, int64_t n) {
   int64_t b = 0;
-  for (int64_t i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+  for (int64_t i = 1; i < n; i++)
+    b = x[i] > x[b] ? i : b;
   return b;
 }
 
@@ -33,8 +34,8 @@ static int generate(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, 
   lm_forward *fp = NULL, *fd = NULL;
   float *logits = malloc((size_t)T * (size_t)V * sizeof(float));
   int rc = 1;
-  if (!logits || lm_kv_set_create(be, specs, m->cfg.n_caches, &kv) || lm_forward_create(m, be, T, T, &fp) ||
-      lm_forward_create(m, be, 1, 1, &fd)) {
+  if (!logits || lm_kv_set_create(be, specs, m->cfg.n_caches, &kv) ||
+      lm_forward_create(m, be, T, T, &fp) || lm_forward_create(m, be, 1, 1, &fd)) {
     lm_cli_fail(NULL);
     goto done;
   }
@@ -58,8 +59,8 @@ static int generate(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, 
   }
   printf("]\n");
   double t2 = lm_cli_now();
-  fprintf(stderr, "prefill %lld tokens %.1f tok/s, decode %lld tokens %.1f tok/s\n", (long long)T, T / (t1 - t0),
-          (long long)n, n > 1 ? (n - 1) / (t2 - t1) : 0.0);
+  fprintf(stderr, "prefill %lld tokens %.1f tok/s, decode %lld tokens %.1f tok/s\n", (long long)T,
+          T / (t1 - t0), (long long)n, n > 1 ? (n - 1) / (t2 - t1) : 0.0);
   rc = 0;
 done:
   lm_forward_free(fp);
@@ -70,8 +71,12 @@ done:
 }
 
 int lm_cli_generate(int argc, char **argv) {
-  static const struct option lo[] = {{"ids", 1, 0, 'i'},       {"tokens", 1, 0, 'n'},  {"backend", 1, 0, 'b'},
-                                     {"precision", 1, 0, 'P'}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},
+  static const struct option lo[] = {{"ids", 1, 0, 'i'},
+                                     {"tokens", 1, 0, 'n'},
+                                     {"backend", 1, 0, 'b'},
+                                     {"precision", 1, 0, 'P'},
+                                     {"threads", 1, 0, 't'},
+                                     {"help", 0, 0, 'h'},
                                      {0, 0, 0, 0}};
   const char *ids_s = NULL;
   int64_t n = 16;
@@ -104,7 +109,8 @@ int lm_cli_generate(int argc, char **argv) {
   if (m && be) {
     for (int64_t i = 0; i < T; i++)
       if (ids[i] >= m->cfg.vocab_size) {
-        fprintf(stderr, "lumen: --ids: id %d is outside the vocabulary (%lld)\n", ids[i], (long long)m->cfg.vocab_size);
+        fprintf(stderr, "lumen: --ids: id %d is outside the vocabulary (%lld)\n", ids[i],
+                (long long)m->cfg.vocab_size);
         T = 0;
       }
     rc = T ? generate(m, be, ids, T, n) : 1;

@@ -16,13 +16,15 @@
 static const char *kv_eval_help =
     "usage: lumen kv-eval MODEL_DIR --ids-file FILE [--chunk C] [--kv-group G] [options]\n"
     "\n"
-    "Feeds the comma-separated ids of FILE (prefill in chunks of C, default 64) with plain caches and\n"
-    "with --kv-quant 8, 4 and config (when MODEL_DIR has a kv_config.json), and prints for each the mean\n"
+    "Feeds the comma-separated ids of FILE (prefill in chunks of C, default 64) with plain caches "
+    "and\n"
+    "with --kv-quant 8, 4 and config (when MODEL_DIR has a kv_config.json), and prints for each "
+    "the mean\n"
     "KL(plain || quantized) over positions, argmax agreement and the KV bytes held at the end.\n"
     "  --backend B, --precision f32|fast|bf16 (default f32), --threads N as elsewhere\n";
 
-static lm_status run_plan(lm_model *m, lm_backend *be, const lm_kv_options *ko, const int32_t *ids, int64_t T,
-                          int64_t C, float *out, int64_t *bytes) {
+static lm_status run_plan(lm_model *m, lm_backend *be, const lm_kv_options *ko, const int32_t *ids,
+                          int64_t T, int64_t C, float *out, int64_t *bytes) {
   lm_kv_spec specs[m->cfg.n_caches + 1];
   lm_kv_set *kv = NULL;
   lm_forward *f = NULL;
@@ -36,7 +38,8 @@ static lm_status run_plan(lm_model *m, lm_backend *be, const lm_kv_options *ko, 
   return s;
 }
 
-static void compare(const float *ref, const float *got, int64_t T, int64_t V, double *kl, int64_t *agree) {
+static void compare(const float *ref, const float *got, int64_t T, int64_t V, double *kl,
+                    int64_t *agree) {
   *kl = 0;
   *agree = 0;
   for (int64_t t = 0; t < T; t++) {
@@ -49,7 +52,8 @@ static void compare(const float *ref, const float *got, int64_t T, int64_t V, do
     }
     mr = r[ar];
     mg = g[ag];
-    for (int64_t i = 0; i < V; i++) sr += exp(r[i] - mr), sg += exp(g[i] - mg);
+    for (int64_t i = 0; i < V; i++)
+      sr += exp(r[i] - mr), sg += exp(g[i] - mg);
     for (int64_t i = 0; i < V; i++) {
       double lr = r[i] - mr - log(sr), lg = g[i] - mg - log(sg);
       k += exp(lr) * (lr - lg);
@@ -60,9 +64,10 @@ static void compare(const float *ref, const float *got, int64_t T, int64_t V, do
 }
 
 int lm_cli_kv_eval(int argc, char **argv) {
-  static const struct option lo[] = {{"ids-file", 1, 0, 'i'}, {"chunk", 1, 0, 'c'},   {"kv-group", 1, 0, 'g'},
-                                     {"backend", 1, 0, 'b'},  {"precision", 1, 0, 'P'}, {"threads", 1, 0, 't'},
-                                     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+  static const struct option lo[] = {{"ids-file", 1, 0, 'i'},  {"chunk", 1, 0, 'c'},
+                                     {"kv-group", 1, 0, 'g'},  {"backend", 1, 0, 'b'},
+                                     {"precision", 1, 0, 'P'}, {"threads", 1, 0, 't'},
+                                     {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
   const char *file = NULL;
   int64_t C = 64;
   int group = 64, c;
@@ -87,7 +92,8 @@ int lm_cli_kv_eval(int argc, char **argv) {
   size_t n = fread(buf, 1, sizeof buf - 1, fi);
   fclose(fi);
   buf[n] = '\0';
-  while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) buf[--n] = '\0';
+  while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+    buf[--n] = '\0';
   int32_t *ids;
   int64_t T;
   if (lm_cli_parse_ids(buf, &ids, &T)) return 1;
@@ -99,25 +105,29 @@ int lm_cli_kv_eval(int argc, char **argv) {
     be = NULL;
   }
   int64_t V = m ? m->cfg.vocab_size : 0, bytes = 0;
-  float *ref = m ? malloc((size_t)(T * V) * sizeof(float)) : NULL, *got = m ? malloc((size_t)(T * V) * sizeof(float)) : NULL;
+  float *ref = m ? malloc((size_t)(T * V) * sizeof(float)) : NULL,
+        *got = m ? malloc((size_t)(T * V) * sizeof(float)) : NULL;
   int rc = 1;
   if (!be || !ref || !got) goto done;
   if (run_plan(m, be, &(lm_kv_options){.mode = "off"}, ids, T, C, ref, &bytes)) {
     lm_cli_fail("plain caches");
     goto done;
   }
-  printf("%lld tokens, chunk %lld\n%-8s mean KL %-10s argmax %-9s KV bytes held\n%-8s %-18s %-16s %lld\n", (long long)T,
-         (long long)C, "plan", "", "", "off", "0", "all", (long long)bytes);
+  printf("%lld tokens, chunk %lld\n%-8s mean KL %-10s argmax %-9s KV bytes held\n%-8s %-18s %-16s "
+         "%lld\n",
+         (long long)T, (long long)C, "plan", "", "", "off", "0", "all", (long long)bytes);
   static const char *modes[] = {"8", "4", "config"};
   for (int i = 0; i < 3; i++) {
-    if (run_plan(m, be, &(lm_kv_options){.mode = modes[i], .group = group}, ids, T, C, got, &bytes)) {
+    if (run_plan(m, be, &(lm_kv_options){.mode = modes[i], .group = group}, ids, T, C, got,
+                 &bytes)) {
       if (i < 2) printf("%-8s failed: %s\n", modes[i], lm_errmsg());
       continue;
     }
     double kl;
     int64_t agree;
     compare(ref, got, T, V, &kl, &agree);
-    printf("%-8s %-18.4g %lld/%-13lld %lld\n", modes[i], kl, (long long)agree, (long long)T, (long long)bytes);
+    printf("%-8s %-18.4g %lld/%-13lld %lld\n", modes[i], kl, (long long)agree, (long long)T,
+           (long long)bytes);
   }
   rc = 0;
 done:

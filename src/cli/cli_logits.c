@@ -21,8 +21,10 @@ static const char *logits_help =
     "  --chunk C         prefill in chunks of C tokens (default: the whole prefill at once)\n"
     "  --out FILE        where to write the logits ('-' = stdout; default: none)\n"
     "  --backend B       cpu or cuda (default: cuda when this build has it and a GPU is present)\n"
-    "  --precision P     f32 (default: the parity path), fast, or bf16 (on the CPU: f32 math rounded\n"
-    "                    to bf16 where the CUDA fast path stores bf16, to study its numerics anywhere)\n"
+    "  --precision P     f32 (default: the parity path), fast, or bf16 (on the CPU: f32 math "
+    "rounded\n"
+    "                    to bf16 where the CUDA fast path stores bf16, to study its numerics "
+    "anywhere)\n"
     "  --threads N       CPU threads (default: all)\n";
 
 typedef struct logits_opts {
@@ -33,10 +35,19 @@ typedef struct logits_opts {
 } logits_opts;
 
 static int parse(int argc, char **argv, logits_opts *o) {
-  static const struct option lo[] = {{"ids", 1, 0, 'i'},     {"prefill", 1, 0, 'p'}, {"chunk", 1, 0, 'c'},
-                                     {"out", 1, 0, 'o'},     {"backend", 1, 0, 'b'}, {"precision", 1, 0, 'P'},
-                                     {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},    {"kv-quant", 1, 0, 'q'},
-                                     {"kv-group", 1, 0, 'g'}, {"kv-config", 1, 0, 'K'}, {"kv-quant-start", 1, 0, 'S'}, {0, 0, 0, 0}};
+  static const struct option lo[] = {{"ids", 1, 0, 'i'},
+                                     {"prefill", 1, 0, 'p'},
+                                     {"chunk", 1, 0, 'c'},
+                                     {"out", 1, 0, 'o'},
+                                     {"backend", 1, 0, 'b'},
+                                     {"precision", 1, 0, 'P'},
+                                     {"threads", 1, 0, 't'},
+                                     {"help", 0, 0, 'h'},
+                                     {"kv-quant", 1, 0, 'q'},
+                                     {"kv-group", 1, 0, 'g'},
+                                     {"kv-config", 1, 0, 'K'},
+                                     {"kv-quant-start", 1, 0, 'S'},
+                                     {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->prefill = o->chunk = -1;
   int c;
@@ -72,8 +83,8 @@ static int run(const logits_opts *o, lm_model *m, lm_backend *be, const int32_t 
   int64_t C = o->chunk > 0 ? o->chunk : (P > 0 ? P : 1);
   for (int64_t i = 0; i < T; i++)
     if (ids[i] >= V) {
-      fprintf(stderr, "lumen: --ids: id %d at position %lld is outside the vocabulary (%lld)\n", ids[i], (long long)i,
-              (long long)V);
+      fprintf(stderr, "lumen: --ids: id %d at position %lld is outside the vocabulary (%lld)\n",
+              ids[i], (long long)i, (long long)V);
       return 1;
     }
   float *logits = malloc((size_t)T * (size_t)V * sizeof(float));
@@ -113,7 +124,8 @@ static int run(const logits_opts *o, lm_model *m, lm_backend *be, const int32_t 
   fprintf(stderr,
           "{\"T\":%lld,\"V\":%lld,\"prefill_tokens\":%lld,\"chunk\":%lld,\"decode_tokens\":%lld,"
           "\"prefill_s\":%.6f,\"decode_s\":%.6f,\"backend\":\"%s\"}\n",
-          (long long)T, (long long)V, (long long)P, (long long)C, (long long)(T - P), t1 - t0, t2 - t1, be->ops->name);
+          (long long)T, (long long)V, (long long)P, (long long)C, (long long)(T - P), t1 - t0,
+          t2 - t1, be->ops->name);
   rc = 0;
 done:
   lm_forward_free(f);

@@ -12,7 +12,8 @@ static const char *run_help =
     "usage: lumen run MODEL_DIR [PROMPT] [options]\n"
     "\n"
     "Generates a response to PROMPT (read from stdin when it is absent or '-') and streams it to\n"
-    "stdout; \"prefill N tok @ X tok/s, decode M tok @ Y tok/s\" goes to stderr (decode speed counts\n"
+    "stdout; \"prefill N tok @ X tok/s, decode M tok @ Y tok/s\" goes to stderr (decode speed "
+    "counts\n"
     "forward steps). The sampling defaults come from the checkpoint's generation_config.json; it\n"
     "stops on any EOS id of config.json, generation_config.json and the tokenizer, on --stop\n"
     "strings and at --max-tokens. The output ends with a newline.\n"
@@ -41,7 +42,8 @@ static int run_prompt(lm_cli_textgen *t, const lm_cli_textgen_opts *o, const cha
   int rc;
   if (t->tmpl) {
     json_t *msgs = json_array();
-    if (o->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
+    if (o->system)
+      json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt));
     char *text = NULL;
     rc = lm_cli_textgen_render(t, msgs, &text);
@@ -53,10 +55,12 @@ static int run_prompt(lm_cli_textgen *t, const lm_cli_textgen_opts *o, const cha
     rc = lm_cli_textgen_encode(t, prompt, 1, &ids, &n);
   }
   if (!rc && n == 0) rc = (fprintf(stderr, "lumen: the prompt is empty\n"), 1);
-  if (!rc && o->load_state && lm_gen_load_state(t->gen, o->load_state)) rc = lm_cli_fail("--load-state");
+  if (!rc && o->load_state && lm_gen_load_state(t->gen, o->load_state))
+    rc = lm_cli_fail("--load-state");
   /* sync: a loaded state keeps the tokens the prompt begins with */
   if (!rc) rc = lm_cli_textgen_respond(t, ids, n, 1);
-  if (!rc && o->save_state && lm_gen_save_state(t->gen, o->save_state)) rc = lm_cli_fail("--save-state");
+  if (!rc && o->save_state && lm_gen_save_state(t->gen, o->save_state))
+    rc = lm_cli_fail("--save-state");
   free(ids);
   return rc;
 }
@@ -82,7 +86,8 @@ int lm_cli_run(int argc, char **argv) {
       goto out;
     }
   }
-  if (lm_cli_check_utf8("the prompt", prompt, len) || (o.system && lm_cli_check_utf8("--system", o.system, strlen(o.system))))
+  if (lm_cli_check_utf8("the prompt", prompt, len) ||
+      (o.system && lm_cli_check_utf8("--system", o.system, strlen(o.system))))
     goto free_prompt;
   if (memchr(prompt, '\0', len)) {
     fprintf(stderr, "lumen: the prompt contains a NUL byte\n");

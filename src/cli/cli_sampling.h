@@ -1,5 +1,5 @@
-/* cli_sampling.h — the one table of sampling and stopping flags, shared by `lumen run`, `lumen chat`
- * (and `lumen serve`, whose flags set the server's defaults):
+/* cli_sampling.h — the one table of sampling and stopping flags, shared by `lumen run`, `lumen
+ * chat` (and `lumen serve`, whose flags set the server's defaults):
  *   --temperature/--temp T  --top-k K  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N
  *   --presence-penalty X  --frequency-penalty X  --penalty-last-n N  --seed S  --logit-bias ID=V
  *   --stop STR  --max-tokens/-n N
@@ -19,10 +19,10 @@
 #define LM_CLI_SAMPLING_BASE 0x1000
 
 typedef struct lm_cli_sampling {
-  lm_sampling s;        /* the values given (only the fields flagged in `set` count) */
-  uint32_t set;         /* bit i: table entry i was given */
-  int64_t max_tokens;   /* -1: not given */
-  const char **stops;   /* --stop values (borrowed from argv) */
+  lm_sampling s;      /* the values given (only the fields flagged in `set` count) */
+  uint32_t set;       /* bit i: table entry i was given */
+  int64_t max_tokens; /* -1: not given */
+  const char **stops; /* --stop values (borrowed from argv) */
   int32_t n_stops;
 } lm_cli_sampling;
 
@@ -33,8 +33,8 @@ void lm_cli_sampling_free(lm_cli_sampling *c);
  * count, or -1 when cap is too small. */
 int lm_cli_sampling_options(struct option *opts, int n, int cap);
 
-/* Handles one getopt_long result. Returns 1 when opt was a sampling flag (and arg was valid), 0 when
- * opt is not one of the table's, -1 for a bad value (the message is printed). */
+/* Handles one getopt_long result. Returns 1 when opt was a sampling flag (and arg was valid), 0
+ * when opt is not one of the table's, -1 for a bad value (the message is printed). */
 int lm_cli_sampling_handle(lm_cli_sampling *c, int opt, const char *arg);
 
 /* The getopt_long value of the table's flag `name` ("max-tokens"), or -1. */
@@ -45,6 +45,7 @@ void lm_cli_sampling_help(FILE *f);
 
 /* *out = defaults with every given flag overlaid (logit biases added to the defaults' list). The
  * seed is random when --seed was not given. *out owns its lists (lm_sampling_clear it). */
-lm_status lm_cli_sampling_apply(const lm_cli_sampling *c, const lm_sampling *defaults, lm_sampling *out);
+lm_status lm_cli_sampling_apply(const lm_cli_sampling *c, const lm_sampling *defaults,
+                                lm_sampling *out);
 
 #endif

@@ -17,15 +17,20 @@
 
 static const char *const usage =
     "usage: lumen serve [--model] MODEL_DIR [options]\n"
-    "       lumen serve --preset FILE --tokenizer DIR [options]   (synthetic weights, for benchmarks)\n"
+    "       lumen serve --preset FILE --tokenizer DIR [options]   (synthetic weights, for "
+    "benchmarks)\n"
     "\n"
     "Serves MODEL_DIR over HTTP, OpenAI- and Anthropic-compatible (point any OpenAI client at\n"
     "http://HOST:PORT/v1):\n"
-    "  POST /v1/chat/completions   chat (streamed with \"stream\": true), tools, reasoning, logprobs\n"
+    "  POST /v1/chat/completions   chat (streamed with \"stream\": true), tools, reasoning, "
+    "logprobs\n"
     "  POST /v1/completions        raw prompt, no chat template\n"
-    "  POST /v1/messages           Anthropic Messages (tool_use / tool_result, thinking, SSE events)\n"
-    "  GET  /v1/models  /health  /stats (sequences, queue, prompt cache, KV use, cache plan)  /metrics (Prometheus)\n"
-    "Requests share one continuously batched forward pass; a request whose prompt + max_tokens cannot fit\n"
+    "  POST /v1/messages           Anthropic Messages (tool_use / tool_result, thinking, SSE "
+    "events)\n"
+    "  GET  /v1/models  /health  /stats (sequences, queue, prompt cache, KV use, cache plan)  "
+    "/metrics (Prometheus)\n"
+    "Requests share one continuously batched forward pass; a request whose prompt + max_tokens "
+    "cannot fit\n"
     "the KV budget is refused with 400 (type memory_admission), a full queue with 429.\n"
     "\n"
     "Server:\n"
@@ -34,27 +39,56 @@ static const char *const usage =
     "  --port P                 port (8080; 0 = any free port, printed at startup)\n"
     "  --parallel N             sequences decoded together in one batch (4)\n"
     "  --ctx N                  context limit per sequence (the model's max_position_embeddings)\n"
-    "  --chunk N                prompt tokens per step, interleaved with decoding (512; alias --prefill-step-size)\n"
+    "  --chunk N                prompt tokens per step, interleaved with decoding (512; alias "
+    "--prefill-step-size)\n"
     "  --memory-budget GB       memory for weights + workspace + KV caches (75% of RAM)\n"
     "  --queue-size N           requests waiting for a slot before 429 (64)\n"
     "  --prompt-cache N         finished sequences kept for prefix reuse (= --parallel; 0 = off;\n"
     "                           alias --prompt-cache-size)\n"
     "  --timeout S              per-request deadline in seconds (600; 0 = none)\n"
     "  --max-body BYTES         request body limit (8388608)\n"
-    "  --api-key KEY            require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health\n"
+    "  --api-key KEY            require 'Authorization: Bearer KEY' (or x-api-key) on every "
+    "endpoint but /health\n"
     "  --model-id NAME          the id /v1/models reports (the directory name)\n"
     "  --max-connections N      simultaneous HTTP connections (256)\n"
     "  --log-requests           one line per request on stderr (alias -v)\n"
-    "  --kv-quant MODE          KV cache precision: off (default), 4, 8 or config (kv_config.json)\n"
-    "  --kv-group G             group size of --kv-quant 4/8 (64); --kv-config FILE for --kv-quant config\n"
-    "  --backend B              cpu or cuda (default: cuda when a GPU is present); --precision f32|fast|bf16; --threads N\n"
-    "  --preset FILE            synthetic model of this config.json-shaped geometry (with --tokenizer DIR;\n"
+    "  --kv-quant MODE          KV cache precision: off (default), 4, 8 or config "
+    "(kv_config.json)\n"
+    "  --kv-group G             group size of --kv-quant 4/8 (64); --kv-config FILE for --kv-quant "
+    "config\n"
+    "  --backend B              cpu or cuda (default: cuda when a GPU is present); --precision "
+    "f32|fast|bf16; --threads N\n"
+    "  --preset FILE            synthetic model of this config.json-shaped geometry (with "
+    "--tokenizer DIR;\n"
     "                           --bits B 0..8 (4), --weight-seed S)\n"
     "Request defaults (a request's own fields win; --max-tokens is the default max_tokens, 512):\n";
 
 enum {
-  O_MODEL = 1, O_HOST, O_PORT, O_PARALLEL, O_CTX, O_CHUNK, O_BUDGET, O_QUEUE, O_PCACHE, O_TIMEOUT, O_MAXBODY, O_KEY,
-  O_ID, O_MAXCONN, O_LOG, O_KVQ, O_KVG, O_KVC, O_BACKEND, O_PREC, O_THREADS, O_PRESET, O_TOKENIZER, O_BITS, O_WSEED
+  O_MODEL = 1,
+  O_HOST,
+  O_PORT,
+  O_PARALLEL,
+  O_CTX,
+  O_CHUNK,
+  O_BUDGET,
+  O_QUEUE,
+  O_PCACHE,
+  O_TIMEOUT,
+  O_MAXBODY,
+  O_KEY,
+  O_ID,
+  O_MAXCONN,
+  O_LOG,
+  O_KVQ,
+  O_KVG,
+  O_KVC,
+  O_BACKEND,
+  O_PREC,
+  O_THREADS,
+  O_PRESET,
+  O_TOKENIZER,
+  O_BITS,
+  O_WSEED
 };
 
 typedef struct serve_opts {
@@ -85,15 +119,23 @@ static int int_opt(serve_opts *o, int c, const char *arg) {
   case O_CTX: return num("--ctx", arg, 2, 1 << 30, &x) ? 2 : (o->so.ctx = (int64_t)x, 0);
   case O_CHUNK: return num("--chunk", arg, 1, 1 << 20, &x) ? 2 : (o->so.chunk = (int64_t)x, 0);
   case O_BUDGET: return num("--memory-budget", arg, 1e-6, 1e6, &o->so.memory_budget_gb);
-  case O_QUEUE: return num("--queue-size", arg, 1, 1 << 20, &x) ? 2 : (o->so.queue_size = (int)x, 0);
-  case O_PCACHE: return num("--prompt-cache", arg, 0, 1 << 16, &x) ? 2 : (o->so.prompt_cache = x > 0 ? (int)x : -1, 0);
-  case O_TIMEOUT: return num("--timeout", arg, 0, 1e9, &x) ? 2 : (o->so.timeout_s = x > 0 ? x : -1, 0);
-  case O_MAXBODY: return num("--max-body", arg, 1024, 1 << 30, &x) ? 2 : (o->so.max_body = (int64_t)x, 0);
-  case O_MAXCONN: return num("--max-connections", arg, 1, 65536, &x) ? 2 : (o->so.max_connections = (int)x, 0);
+  case O_QUEUE:
+    return num("--queue-size", arg, 1, 1 << 20, &x) ? 2 : (o->so.queue_size = (int)x, 0);
+  case O_PCACHE:
+    return num("--prompt-cache", arg, 0, 1 << 16, &x)
+               ? 2
+               : (o->so.prompt_cache = x > 0 ? (int)x : -1, 0);
+  case O_TIMEOUT:
+    return num("--timeout", arg, 0, 1e9, &x) ? 2 : (o->so.timeout_s = x > 0 ? x : -1, 0);
+  case O_MAXBODY:
+    return num("--max-body", arg, 1024, 1 << 30, &x) ? 2 : (o->so.max_body = (int64_t)x, 0);
+  case O_MAXCONN:
+    return num("--max-connections", arg, 1, 65536, &x) ? 2 : (o->so.max_connections = (int)x, 0);
   case O_KVG: return num("--kv-group", arg, 32, 128, &x) ? 2 : (o->so.kv.group = (int)x, 0);
   case O_THREADS: return num("--threads", arg, 1, 4096, &x) ? 2 : (o->be.threads = (int)x, 0);
   case O_BITS: return num("--bits", arg, 0, 8, &x) ? 2 : (o->bits = (int)x, 0);
-  case O_WSEED: return num("--weight-seed", arg, 0, 1e18, &x) ? 2 : (o->wseed = (unsigned long long)x, 0);
+  case O_WSEED:
+    return num("--weight-seed", arg, 0, 1e18, &x) ? 2 : (o->wseed = (unsigned long long)x, 0);
   }
   return -1;
 }
@@ -116,24 +158,43 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case O_TOKENIZER: o->tokenizer = arg; return 0;
   }
   if (c == lm_cli_sampling_opt("stop")) {
-    fprintf(stderr, "lumen serve: --stop is a per-request field (\"stop\"), not a server default\n");
+    fprintf(stderr,
+            "lumen serve: --stop is a per-request field (\"stop\"), not a server default\n");
     return 2;
   }
   return lm_cli_sampling_handle(&o->samp, c, arg) == 1 ? 0 : 2;
 }
 
 static int parse(serve_opts *o, int argc, char **argv, int *done) {
-  struct option lo[64] = {
-      {"model", 1, 0, O_MODEL},        {"host", 1, 0, O_HOST},           {"port", 1, 0, O_PORT},
-      {"parallel", 1, 0, O_PARALLEL},  {"ctx", 1, 0, O_CTX},             {"chunk", 1, 0, O_CHUNK},
-      {"prefill-step-size", 1, 0, O_CHUNK}, {"memory-budget", 1, 0, O_BUDGET}, {"queue-size", 1, 0, O_QUEUE},
-      {"prompt-cache", 1, 0, O_PCACHE}, {"prompt-cache-size", 1, 0, O_PCACHE}, {"timeout", 1, 0, O_TIMEOUT},
-      {"max-body", 1, 0, O_MAXBODY},   {"api-key", 1, 0, O_KEY},         {"model-id", 1, 0, O_ID},
-      {"max-connections", 1, 0, O_MAXCONN}, {"log-requests", 0, 0, O_LOG}, {"kv-quant", 1, 0, O_KVQ},
-      {"kv-group", 1, 0, O_KVG},       {"kv-config", 1, 0, O_KVC},       {"backend", 1, 0, O_BACKEND},
-      {"precision", 1, 0, O_PREC},     {"threads", 1, 0, O_THREADS},     {"preset", 1, 0, O_PRESET},
-      {"tokenizer", 1, 0, O_TOKENIZER}, {"bits", 1, 0, O_BITS},          {"weight-seed", 1, 0, O_WSEED},
-      {"verbose", 0, 0, 'v'},          {"help", 0, 0, 'h'}};
+  struct option lo[64] = {{"model", 1, 0, O_MODEL},
+                          {"host", 1, 0, O_HOST},
+                          {"port", 1, 0, O_PORT},
+                          {"parallel", 1, 0, O_PARALLEL},
+                          {"ctx", 1, 0, O_CTX},
+                          {"chunk", 1, 0, O_CHUNK},
+                          {"prefill-step-size", 1, 0, O_CHUNK},
+                          {"memory-budget", 1, 0, O_BUDGET},
+                          {"queue-size", 1, 0, O_QUEUE},
+                          {"prompt-cache", 1, 0, O_PCACHE},
+                          {"prompt-cache-size", 1, 0, O_PCACHE},
+                          {"timeout", 1, 0, O_TIMEOUT},
+                          {"max-body", 1, 0, O_MAXBODY},
+                          {"api-key", 1, 0, O_KEY},
+                          {"model-id", 1, 0, O_ID},
+                          {"max-connections", 1, 0, O_MAXCONN},
+                          {"log-requests", 0, 0, O_LOG},
+                          {"kv-quant", 1, 0, O_KVQ},
+                          {"kv-group", 1, 0, O_KVG},
+                          {"kv-config", 1, 0, O_KVC},
+                          {"backend", 1, 0, O_BACKEND},
+                          {"precision", 1, 0, O_PREC},
+                          {"threads", 1, 0, O_THREADS},
+                          {"preset", 1, 0, O_PRESET},
+                          {"tokenizer", 1, 0, O_TOKENIZER},
+                          {"bits", 1, 0, O_BITS},
+                          {"weight-seed", 1, 0, O_WSEED},
+                          {"verbose", 0, 0, 'v'},
+                          {"help", 0, 0, 'h'}};
   int n = 29;
   if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
   *done = 0;
@@ -155,7 +216,9 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
   }
   if (optind < argc && !o->model) o->model = argv[optind++];
   if (optind != argc || (!o->model == !o->preset) || (o->preset && !o->tokenizer)) {
-    fprintf(stderr, "lumen serve: give one MODEL_DIR, or --preset FILE with --tokenizer DIR (see --help)\n");
+    fprintf(
+        stderr,
+        "lumen serve: give one MODEL_DIR, or --preset FILE with --tokenizer DIR (see --help)\n");
     *done = 1;
     return 2;
   }
@@ -167,7 +230,9 @@ static int defaults(serve_opts *o, const char *dir, lm_sampling *out) {
   lm_gen_config gc;
   if (lm_gen_config_load(dir, &gc)) return lm_cli_fail("generation_config.json");
   lm_status s = lm_cli_sampling_apply(&o->samp, &gc.sampling, out);
-  o->so.max_tokens = o->samp.max_tokens > 0 ? o->samp.max_tokens : gc.max_new_tokens > 0 ? gc.max_new_tokens : 0;
+  o->so.max_tokens = o->samp.max_tokens > 0  ? o->samp.max_tokens
+                     : gc.max_new_tokens > 0 ? gc.max_new_tokens
+                                             : 0;
   lm_gen_config_clear(&gc);
   if (s) return lm_cli_fail("sampling flags");
   o->so.has_seed = (o->samp.set >> (lm_cli_sampling_opt("seed") - LM_CLI_SAMPLING_BASE)) & 1u;
@@ -177,7 +242,8 @@ static int defaults(serve_opts *o, const char *dir, lm_sampling *out) {
 static lm_model *load(serve_opts *o) {
   if (!o->preset) return lm_cli_load_model(o->model);
   lm_model *m = NULL;
-  fprintf(stderr, "lumen serve: building a synthetic model of %s (%d-bit weights)...\n", o->preset, o->bits);
+  fprintf(stderr, "lumen serve: building a synthetic model of %s (%d-bit weights)...\n", o->preset,
+          o->bits);
   if (lm_model_synth(o->preset, o->bits, 64, o->wseed, &m)) lm_cli_fail("synthetic model");
   return m;
 }
@@ -197,7 +263,8 @@ static int serve(serve_opts *o, const sigset_t *set) {
   lm_backend *be = m ? lm_cli_backend(&o->be, LM_PRECISION_FAST) : NULL;
   lm_server *s = NULL;
   int rc = 1;
-  if (!be || (lm_model_prepare(m, be) && lm_cli_fail("prepare")) || defaults(o, dir, &samp)) goto done;
+  if (!be || (lm_model_prepare(m, be) && lm_cli_fail("prepare")) || defaults(o, dir, &samp))
+    goto done;
   o->so.model_dir = dir;
   o->so.sampling = &samp;
   if (o->preset && !o->so.model_id) o->so.model_id = "synthetic";
@@ -207,8 +274,8 @@ static int serve(serve_opts *o, const sigset_t *set) {
   }
   char desc[2048];
   lm_server_describe(s, desc, sizeof desc);
-  printf("lumen serve: %s\nlumen serve: listening on http://%s:%d/v1\n", desc, o->so.host ? o->so.host : "127.0.0.1",
-         lm_server_port(s));
+  printf("lumen serve: %s\nlumen serve: listening on http://%s:%d/v1\n", desc,
+         o->so.host ? o->so.host : "127.0.0.1", lm_server_port(s));
   fflush(stdout);
   wait_signal(set);
   rc = 0;

@@ -11,8 +11,24 @@
 
 /* ---- flags ----------------------------------------------------------------------------------- */
 
-enum { OPT_BACKEND = 1, OPT_PRECISION, OPT_THREADS, OPT_RAW, OPT_RAW_OUTPUT, OPT_SYSTEM, OPT_THINK, OPT_NO_THINK,
-       OPT_CHUNK, OPT_CTX, OPT_KV_QUANT, OPT_KV_GROUP, OPT_KV_CONFIG, OPT_KV_START, OPT_SAVE_STATE, OPT_LOAD_STATE };
+enum {
+  OPT_BACKEND = 1,
+  OPT_PRECISION,
+  OPT_THREADS,
+  OPT_RAW,
+  OPT_RAW_OUTPUT,
+  OPT_SYSTEM,
+  OPT_THINK,
+  OPT_NO_THINK,
+  OPT_CHUNK,
+  OPT_CTX,
+  OPT_KV_QUANT,
+  OPT_KV_GROUP,
+  OPT_KV_CONFIG,
+  OPT_KV_START,
+  OPT_SAVE_STATE,
+  OPT_LOAD_STATE
+};
 
 void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o) {
   memset(o, 0, sizeof *o);
@@ -23,21 +39,28 @@ void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o) {
 void lm_cli_textgen_opts_free(lm_cli_textgen_opts *o) { lm_cli_sampling_free(&o->samp); }
 
 void lm_cli_textgen_help(FILE *f) {
-  fputs("  --raw                    plain completion: no chat template, the prompt gets the BOS\n"
-        "  --system TEXT            system prompt (chat format)\n"
-        "  --think / --no-think     set the template's enable_thinking (default: the template's)\n"
-        "  --raw-output             print the decoded text as is, control tokens included, unparsed\n"
-        "  --chunk N                prefill tokens per forward step (512)\n"
-        "  --ctx N                  context limit in tokens (default: none)\n"
-        "  --backend B              cpu (default); --precision f32|fast|bf16 (default fast); --threads N\n"
-        "  --kv-quant MODE          KV caches: off (default), 4, 8, or config (the checkpoint's kv_config.json)\n"
-        "  --kv-group G             group of uniform 4/8-bit caches (64); --kv-config FILE another kv_config.json\n"
-        "  --kv-quant-start N       quantized caches stay plain until they hold N tokens (0)\n"
-        "  --load-state FILE        start from a saved session (same model and cache plan); the prompt\n"
-        "                           then reuses the saved tokens it begins with\n"
-        "  --save-state FILE        save the session (caches, tokens) after the response (atomic write)\n"
-        "  -v, --verbose            print the seed, the sampling settings and the stop reason on stderr\n",
-        f);
+  fputs(
+      "  --raw                    plain completion: no chat template, the prompt gets the BOS\n"
+      "  --system TEXT            system prompt (chat format)\n"
+      "  --think / --no-think     set the template's enable_thinking (default: the template's)\n"
+      "  --raw-output             print the decoded text as is, control tokens included, unparsed\n"
+      "  --chunk N                prefill tokens per forward step (512)\n"
+      "  --ctx N                  context limit in tokens (default: none)\n"
+      "  --backend B              cpu (default); --precision f32|fast|bf16 (default fast); "
+      "--threads N\n"
+      "  --kv-quant MODE          KV caches: off (default), 4, 8, or config (the checkpoint's "
+      "kv_config.json)\n"
+      "  --kv-group G             group of uniform 4/8-bit caches (64); --kv-config FILE another "
+      "kv_config.json\n"
+      "  --kv-quant-start N       quantized caches stay plain until they hold N tokens (0)\n"
+      "  --load-state FILE        start from a saved session (same model and cache plan); the "
+      "prompt\n"
+      "                           then reuses the saved tokens it begins with\n"
+      "  --save-state FILE        save the session (caches, tokens) after the response (atomic "
+      "write)\n"
+      "  -v, --verbose            print the seed, the sampling settings and the stop reason on "
+      "stderr\n",
+      f);
   lm_cli_sampling_help(f);
 }
 
@@ -71,7 +94,8 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   case OPT_SAVE_STATE: o->save_state = arg; return 0;
   case OPT_LOAD_STATE: o->load_state = arg; return 0;
   case 'v': o->verbose = 1; return 0;
-  case 'n': return lm_cli_sampling_handle(&o->samp, lm_cli_sampling_opt("max-tokens"), arg) == 1 ? 0 : 2;
+  case 'n':
+    return lm_cli_sampling_handle(&o->samp, lm_cli_sampling_opt("max-tokens"), arg) == 1 ? 0 : 2;
   default: {
     int r = lm_cli_sampling_handle(&o->samp, c, arg);
     return r == 1 ? 0 : 2;
@@ -79,16 +103,26 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   }
 }
 
-int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const char *help, int *done) {
-  struct option lo[48] = {{"backend", 1, 0, OPT_BACKEND}, {"precision", 1, 0, OPT_PRECISION},
-                          {"threads", 1, 0, OPT_THREADS}, {"raw", 0, 0, OPT_RAW},
-                          {"raw-output", 0, 0, OPT_RAW_OUTPUT}, {"system", 1, 0, OPT_SYSTEM},
-                          {"think", 0, 0, OPT_THINK},     {"no-think", 0, 0, OPT_NO_THINK},
-                          {"chunk", 1, 0, OPT_CHUNK},     {"ctx", 1, 0, OPT_CTX},
-                          {"verbose", 0, 0, 'v'},         {"help", 0, 0, 'h'},
-                          {"kv-quant", 1, 0, OPT_KV_QUANT}, {"kv-group", 1, 0, OPT_KV_GROUP},
-                          {"kv-config", 1, 0, OPT_KV_CONFIG}, {"kv-quant-start", 1, 0, OPT_KV_START},
-                          {"save-state", 1, 0, OPT_SAVE_STATE}, {"load-state", 1, 0, OPT_LOAD_STATE}};
+int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const char *help,
+                         int *done) {
+  struct option lo[48] = {{"backend", 1, 0, OPT_BACKEND},
+                          {"precision", 1, 0, OPT_PRECISION},
+                          {"threads", 1, 0, OPT_THREADS},
+                          {"raw", 0, 0, OPT_RAW},
+                          {"raw-output", 0, 0, OPT_RAW_OUTPUT},
+                          {"system", 1, 0, OPT_SYSTEM},
+                          {"think", 0, 0, OPT_THINK},
+                          {"no-think", 0, 0, OPT_NO_THINK},
+                          {"chunk", 1, 0, OPT_CHUNK},
+                          {"ctx", 1, 0, OPT_CTX},
+                          {"verbose", 0, 0, 'v'},
+                          {"help", 0, 0, 'h'},
+                          {"kv-quant", 1, 0, OPT_KV_QUANT},
+                          {"kv-group", 1, 0, OPT_KV_GROUP},
+                          {"kv-config", 1, 0, OPT_KV_CONFIG},
+                          {"kv-quant-start", 1, 0, OPT_KV_START},
+                          {"save-state", 1, 0, OPT_SAVE_STATE},
+                          {"load-state", 1, 0, OPT_LOAD_STATE}};
   lm_cli_sampling_options(lo, 18, 48);
   int c;
   *done = 0;
@@ -111,7 +145,9 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
 
 /* ---- opening a checkpoint -------------------------------------------------------------------- */
 
-static int32_t find_token(const void *ctx, const char *text, size_t len) { return lm_tokenizer_find(ctx, text, len); }
+static int32_t find_token(const void *ctx, const char *text, size_t len) {
+  return lm_tokenizer_find(ctx, text, len);
+}
 
 static char *token_string(const lm_tokenizer *tok, int32_t id) {
   size_t n = 0;
@@ -136,8 +172,9 @@ static int make_session(lm_cli_textgen *t) {
   /* special tokens are not text, except the control tokens the output parser reads */
   int32_t keep[8];
   int32_t nk = 0;
-  const int32_t pt[] = {t->ptok.channel_open,    t->ptok.channel_close,      t->ptok.tool_call_open,
-                        t->ptok.tool_call_close, t->ptok.tool_response_open, lm_tokenizer_find(t->tok, "<|\"|>", 5)};
+  const int32_t pt[] = {t->ptok.channel_open,       t->ptok.channel_close,
+                        t->ptok.tool_call_open,     t->ptok.tool_call_close,
+                        t->ptok.tool_response_open, lm_tokenizer_find(t->tok, "<|\"|>", 5)};
   for (int i = 0; t->tmpl && i < 6; i++)
     if (pt[i] >= 0) keep[nk++] = pt[i];
   go.skip_special = !o->raw_output;
@@ -148,9 +185,10 @@ static int make_session(lm_cli_textgen *t) {
   lm_status s = lm_cli_sampling_apply(&o->samp, &t->gc.sampling, &go.sampling);
   if (!s) s = lm_gen_create(t->m, t->be, t->tok, &go, &t->gen);
   if (!s && o->verbose)
-    fprintf(stderr, "lumen: seed %llu, temperature %g, top-k %d, top-p %g, min-p %g; %d stop ids%s\n",
-            (unsigned long long)go.sampling.seed, go.sampling.temperature, go.sampling.top_k, go.sampling.top_p,
-            go.sampling.min_p, t->n_stop_ids, t->tmpl ? "" : "; raw completion");
+    fprintf(stderr,
+            "lumen: seed %llu, temperature %g, top-k %d, top-p %g, min-p %g; %d stop ids%s\n",
+            (unsigned long long)go.sampling.seed, go.sampling.temperature, go.sampling.top_k,
+            go.sampling.top_p, go.sampling.min_p, t->n_stop_ids, t->tmpl ? "" : "; raw completion");
   lm_sampling_clear(&go.sampling);
   return s ? lm_cli_fail(NULL) : 0;
 }
@@ -158,10 +196,11 @@ static int make_session(lm_cli_textgen *t) {
 static int open_text(lm_cli_textgen *t, const char *dir) {
   if (lm_tokenizer_load(dir, &t->tok)) return lm_cli_fail(NULL);
   if (!t->o->raw && lm_chat_template_load(dir, &t->tmpl)) return lm_cli_fail("chat template");
-  if (!t->tmpl && !t->o->raw && t->o->verbose) fprintf(stderr, "lumen: %s has no chat template: raw completion\n", dir);
+  if (!t->tmpl && !t->o->raw && t->o->verbose)
+    fprintf(stderr, "lumen: %s has no chat template: raw completion\n", dir);
   if (lm_gen_config_load(dir, &t->gc)) return lm_cli_fail(NULL);
-  if (lm_gen_stop_ids(t->m->cfg.eos_ids, t->m->cfg.n_eos, &t->gc, lm_tokenizer_eos(t->tok), &t->stop_ids,
-                      &t->n_stop_ids))
+  if (lm_gen_stop_ids(t->m->cfg.eos_ids, t->m->cfg.n_eos, &t->gc, lm_tokenizer_eos(t->tok),
+                      &t->stop_ids, &t->n_stop_ids))
     return lm_cli_fail(NULL);
   t->bos = token_string(t->tok, lm_tokenizer_bos(t->tok));
   t->eos = token_string(t->tok, lm_tokenizer_eos(t->tok));
@@ -302,9 +341,10 @@ static int on_token(void *user, int32_t id, const char *text, size_t len) {
 
 static void print_stats(const lm_cli_textgen *t) {
   lm_gen_stats s = lm_gen_get_stats(t->gen);
-  fprintf(stderr, "prefill %lld tok @ %.1f tok/s, decode %lld tok @ %.1f tok/s", (long long)s.prefill_tokens,
-          s.prefill_s > 0 ? (double)s.prefill_tokens / s.prefill_s : 0.0, (long long)s.decode_tokens,
-          s.decode_s > 0 ? (double)s.decode_steps / s.decode_s : 0.0);
+  fprintf(stderr, "prefill %lld tok @ %.1f tok/s, decode %lld tok @ %.1f tok/s",
+          (long long)s.prefill_tokens,
+          s.prefill_s > 0 ? (double)s.prefill_tokens / s.prefill_s : 0.0,
+          (long long)s.decode_tokens, s.decode_s > 0 ? (double)s.decode_steps / s.decode_s : 0.0);
   if (s.reused_tokens) fprintf(stderr, ", cached %lld tok", (long long)s.reused_tokens);
   if (t->o->verbose) fprintf(stderr, ", stop: %s", lm_gen_stop_name(lm_gen_stop_reason(t->gen)));
   fputc('\n', stderr);
@@ -313,7 +353,8 @@ static void print_stats(const lm_cli_textgen *t) {
 int lm_cli_textgen_respond(lm_cli_textgen *t, const int32_t *ids, size_t n, int sync) {
   t->wrote = 0;
   t->in_reasoning = 0;
-  lm_status s = sync ? lm_gen_sync(t->gen, ids, (int64_t)n, NULL) : lm_gen_append(t->gen, ids, (int64_t)n);
+  lm_status s =
+      sync ? lm_gen_sync(t->gen, ids, (int64_t)n, NULL) : lm_gen_append(t->gen, ids, (int64_t)n);
   if (s) return lm_cli_fail("prefill");
   lm_gen_tokens(t->gen, &t->prompt_len);
   if (lm_gen_run(t->gen)) return lm_cli_fail("decode");
@@ -333,7 +374,8 @@ char *lm_cli_textgen_reply_text(lm_cli_textgen *t) {
   const int32_t *ids = lm_gen_tokens(t->gen, &n);
   char *text = NULL;
   size_t len;
-  if (lm_tokenizer_decode(t->tok, ids + t->prompt_len, (size_t)(n - t->prompt_len), 0, &text, &len)) {
+  if (lm_tokenizer_decode(t->tok, ids + t->prompt_len, (size_t)(n - t->prompt_len), 0, &text,
+                          &len)) {
     lm_cli_fail("decode");
     return NULL;
   }

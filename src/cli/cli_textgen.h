@@ -34,7 +34,8 @@ void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o);
 void lm_cli_textgen_opts_free(lm_cli_textgen_opts *o);
 /* Parses argv with the shared flags; positional arguments are left in argv[optind..argc).
  * Returns 0, or the exit code (0 after --help, 2 on a usage error) with *done set. */
-int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const char *help, int *done);
+int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const char *help,
+                         int *done);
 /* Prints the help of the shared flags. */
 void lm_cli_textgen_help(FILE *f);
 
@@ -48,14 +49,14 @@ typedef struct lm_cli_textgen {
   int32_t *stop_ids;
   int32_t n_stop_ids;
   lm_gen *gen;
-  json_t *kwargs;        /* template variables ({"enable_thinking": …}) or NULL */
-  char *bos, *eos;       /* token strings for the template */
-  int parse_gemma4;      /* the vocabulary has Gemma 4's control tokens */
+  json_t *kwargs;   /* template variables ({"enable_thinking": …}) or NULL */
+  char *bos, *eos;  /* token strings for the template */
+  int parse_gemma4; /* the vocabulary has Gemma 4's control tokens */
   lm_parser_tokens ptok;
-  lm_parser *parser;     /* the response being streamed (template mode) */
-  int64_t prompt_len;    /* context tokens when the last response started */
-  int wrote;             /* the response printed something on stdout */
-  int in_reasoning;      /* reasoning is being printed on stderr */
+  lm_parser *parser;  /* the response being streamed (template mode) */
+  int64_t prompt_len; /* context tokens when the last response started */
+  int wrote;          /* the response printed something on stdout */
+  int in_reasoning;   /* reasoning is being printed on stderr */
 } lm_cli_textgen;
 
 /* Opens MODEL_DIR for generation; prints the error and returns 1 on failure. */

@@ -18,7 +18,8 @@
 static const char tokenize_help[] =
     "usage: lumen tokenize TOKENIZER_OR_MODEL_DIR [--text S] [--no-special] [--jsonl] [--stats]\n"
     "\n"
-    "Encodes text with a Hugging Face tokenizer.json (or the tokenizer.json and tokenizer_config.json\n"
+    "Encodes text with a Hugging Face tokenizer.json (or the tokenizer.json and "
+    "tokenizer_config.json\n"
     "of a model directory) and prints the ids as a JSON array.\n"
     "\n"
     "  --text S       the text to encode (default: all of standard input, byte for byte)\n"
@@ -29,7 +30,8 @@ static const char tokenize_help[] =
     "Input that is not valid UTF-8 is rejected (exit 1).\n";
 
 static const char detokenize_help[] =
-    "usage: lumen detokenize TOKENIZER_OR_MODEL_DIR (--ids 1,2,3 | --jsonl) [--skip-special] [--stream]\n"
+    "usage: lumen detokenize TOKENIZER_OR_MODEL_DIR (--ids 1,2,3 | --jsonl) [--skip-special] "
+    "[--stream]\n"
     "\n"
     "Decodes ids with the tokenizer's decoder and prints the text (nothing is added after it).\n"
     "\n"
@@ -91,11 +93,13 @@ static void print_ids(const int32_t *ids, size_t n) {
     char digits[12];
     int k = 0;
     uint32_t v = (uint32_t)ids[i];
-    do digits[k++] = (char)('0' + v % 10), v /= 10;
+    do
+      digits[k++] = (char)('0' + v % 10), v /= 10;
     while (v);
     if (w + (size_t)k + 2 > sizeof buf) fwrite(buf, 1, w, stdout), w = 0;
     if (i) buf[w++] = ',';
-    while (k) buf[w++] = digits[--k];
+    while (k)
+      buf[w++] = digits[--k];
   }
   buf[w++] = ']';
   buf[w++] = '\n';
@@ -112,7 +116,8 @@ typedef struct tok_stats {
   size_t bytes;
 } tok_stats;
 
-static int encode_one(const lm_tokenizer *t, const tok_opts *o, const char *s, size_t n, tok_stats *st) {
+static int encode_one(const lm_tokenizer *t, const tok_opts *o, const char *s, size_t n,
+                      tok_stats *st) {
   int32_t *ids;
   size_t n_ids;
   double t0 = now_s();
@@ -135,7 +140,8 @@ static int encode_jsonl(const lm_tokenizer *t, const tok_opts *o, tok_stats *st)
     lineno++;
     json_t *v = json_loadb(line, (size_t)got, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
     if (!json_is_string(v)) {
-      fprintf(stderr, "lumen tokenize: stdin line %zu: not a JSON string%s%s\n", lineno, v ? "" : ": ", v ? "" : e.text);
+      fprintf(stderr, "lumen tokenize: stdin line %zu: not a JSON string%s%s\n", lineno,
+              v ? "" : ": ", v ? "" : e.text);
       rc = 1;
     } else
       rc = encode_one(t, o, json_string_value(v), json_string_length(v), st);
@@ -152,11 +158,16 @@ static int parse_tokenize_args(int argc, char **argv, tok_opts *o) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(tokenize_help, stdout);
       return -1;
-    } else if (!strcmp(argv[i], "--text") && i + 1 < argc) o->text = argv[++i];
-    else if (!strcmp(argv[i], "--no-special")) o->add_special = 0;
-    else if (!strcmp(argv[i], "--jsonl")) o->jsonl = 1;
-    else if (!strcmp(argv[i], "--stats")) o->stats = 1;
-    else if (argv[i][0] != '-' && !o->path) o->path = argv[i];
+    } else if (!strcmp(argv[i], "--text") && i + 1 < argc)
+      o->text = argv[++i];
+    else if (!strcmp(argv[i], "--no-special"))
+      o->add_special = 0;
+    else if (!strcmp(argv[i], "--jsonl"))
+      o->jsonl = 1;
+    else if (!strcmp(argv[i], "--stats"))
+      o->stats = 1;
+    else if (argv[i][0] != '-' && !o->path)
+      o->path = argv[i];
     else {
       fprintf(stderr, "lumen tokenize: unexpected argument '%s'\n%s", argv[i], tokenize_help);
       return 2;
@@ -173,7 +184,8 @@ static int encode_raw(const lm_tokenizer *t, const tok_opts *o, tok_stats *st) {
   size_t n = 0;
   char *owned = NULL;
   const char *s = o->text;
-  if (s) n = strlen(s);
+  if (s)
+    n = strlen(s);
   else if (!(s = owned = read_stdin(&n))) {
     fprintf(stderr, "lumen tokenize: cannot read standard input: %s\n", strerror(errno));
     return 1;
@@ -198,8 +210,9 @@ int lm_cli_tokenize(int argc, char **argv) {
   if (load("tokenize", o.path, &t, &load_s)) return 1;
   rc = o.jsonl ? encode_jsonl(t, &o, &st) : encode_raw(t, &o, &st);
   if (o.stats)
-    fprintf(stderr, "lumen tokenize: load %.1f ms; encode %zu bytes in %.1f ms (%.2f MB/s)\n", load_s * 1e3, st.bytes,
-            st.secs * 1e3, st.secs > 0 ? (double)st.bytes / st.secs / 1e6 : 0.0);
+    fprintf(stderr, "lumen tokenize: load %.1f ms; encode %zu bytes in %.1f ms (%.2f MB/s)\n",
+            load_s * 1e3, st.bytes, st.secs * 1e3,
+            st.secs > 0 ? (double)st.bytes / st.secs / 1e6 : 0.0);
   lm_tokenizer_free(t);
   fflush(stdout);
   return rc;
@@ -220,7 +233,8 @@ static int parse_ids(const char *list, int32_t **ids, size_t *n) {
     errno = 0;
     long v = strtol(p, &end, 10);
     if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-      fprintf(stderr, "lumen detokenize: --ids: '%s' is not a list of non-negative integers\n", list);
+      fprintf(stderr, "lumen detokenize: --ids: '%s' is not a list of non-negative integers\n",
+              list);
       free(*ids);
       return 2;
     }
@@ -241,7 +255,8 @@ static int parse_ids(const char *list, int32_t **ids, size_t *n) {
 }
 
 /* Decodes in one call, or id by id through the streaming detokenizer. */
-static lm_status decode_ids(const lm_tokenizer *t, const detok_opts *o, const int32_t *ids, size_t n, char **text, size_t *len) {
+static lm_status decode_ids(const lm_tokenizer *t, const detok_opts *o, const int32_t *ids,
+                            size_t n, char **text, size_t *len) {
   if (!o->stream) return lm_tokenizer_decode(t, ids, n, o->skip_special, text, len);
   lm_detok *d;
   lm_status s = lm_detok_create(t, o->skip_special, &d);
@@ -303,14 +318,16 @@ static int line_ids(const json_t *v, size_t lineno, int32_t **ids, size_t *n) {
   if (!*ids) return 1;
   for (size_t i = 0; i < json_array_size(v); i++) {
     const json_t *x = json_array_get(v, i);
-    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) goto bad;
+    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX)
+      goto bad;
     (*ids)[(*n)++] = (int32_t)json_integer_value(x);
   }
   return 0;
 bad:
   free(*ids);
   *ids = NULL;
-  fprintf(stderr, "lumen detokenize: stdin line %zu: not a JSON array of non-negative integers\n", lineno);
+  fprintf(stderr, "lumen detokenize: stdin line %zu: not a JSON array of non-negative integers\n",
+          lineno);
   return 1;
 }
 
@@ -339,11 +356,16 @@ static int parse_detokenize_args(int argc, char **argv, detok_opts *o) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(detokenize_help, stdout);
       return -1;
-    } else if (!strcmp(argv[i], "--ids") && i + 1 < argc) o->ids = argv[++i];
-    else if (!strcmp(argv[i], "--skip-special")) o->skip_special = 1;
-    else if (!strcmp(argv[i], "--jsonl")) o->jsonl = 1;
-    else if (!strcmp(argv[i], "--stream")) o->stream = 1;
-    else if (argv[i][0] != '-' && !o->path) o->path = argv[i];
+    } else if (!strcmp(argv[i], "--ids") && i + 1 < argc)
+      o->ids = argv[++i];
+    else if (!strcmp(argv[i], "--skip-special"))
+      o->skip_special = 1;
+    else if (!strcmp(argv[i], "--jsonl"))
+      o->jsonl = 1;
+    else if (!strcmp(argv[i], "--stream"))
+      o->stream = 1;
+    else if (argv[i][0] != '-' && !o->path)
+      o->path = argv[i];
     else {
       fprintf(stderr, "lumen detokenize: unexpected argument '%s'\n%s", argv[i], detokenize_help);
       return 2;

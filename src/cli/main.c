@@ -11,15 +11,18 @@ static const lm_cli_verb lm_verbs[] = {
 };
 
 static void usage(FILE *f) {
-  fprintf(f, "lumen %s — local LLM inference for Gemma 4\n\nusage: lumen <command> [args]\n\ncommands:\n",
-          LUMEN_VERSION);
+  fprintf(
+      f,
+      "lumen %s — local LLM inference for Gemma 4\n\nusage: lumen <command> [args]\n\ncommands:\n",
+      LUMEN_VERSION);
   for (size_t i = 0; i < sizeof lm_verbs / sizeof lm_verbs[0]; i++)
     fprintf(f, "  %-14s %s\n", lm_verbs[i].name, lm_verbs[i].help);
   fprintf(f, "\n`lumen <command> --help` describes each command.\n");
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+      !strcmp(argv[1], "help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }

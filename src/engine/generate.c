@@ -35,14 +35,14 @@ struct lm_gen {
   lm_forward *fp, *fd; /* prefill [chunk tokens, 1 logit row], decode [1, 1] */
   lm_kv_set *kv;
   lm_kv_spec *specs;
-  int32_t *pos, *seq;  /* [chunk] batch scratch */
-  int32_t *hist;       /* [hist_cap] the context */
+  int32_t *pos, *seq; /* [chunk] batch scratch */
+  int32_t *hist;      /* [hist_cap] the context */
   int64_t hist_len, hist_cap;
-  float *logits;       /* [vocab] of hist[hist_len - 1] when logits_valid */
+  float *logits; /* [vocab] of hist[hist_len - 1] when logits_valid */
   int logits_valid;
   /* per-response options */
   lm_sampler *sampler;
-  int32_t *stop_ids;   /* sorted */
+  int32_t *stop_ids; /* sorted */
   int32_t n_stop_ids;
   int32_t *keep_special; /* sorted: special ids streamed despite skip_special */
   int32_t n_keep_special;
@@ -56,8 +56,8 @@ struct lm_gen {
   /* per-response state */
   lm_gen_stop stop;
   int32_t stop_id;
-  gbuf hold;           /* decoded text not yet streamed (a possible stop-string start) */
-  gbuf text;           /* text streamed in this response */
+  gbuf hold; /* decoded text not yet streamed (a possible stop-string start) */
+  gbuf text; /* text streamed in this response */
   lm_gen_stats st;
 };
 
@@ -67,7 +67,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static lm_status gbuf_put(gbuf *b, const char *s, size_t n) { return lm_buf_append(&b->p, &b->n, &b->cap, 256, s, n); }
+static lm_status gbuf_put(gbuf *b, const char *s, size_t n) {
+  return lm_buf_append(&b->p, &b->n, &b->cap, 256, s, n);
+}
 
 void lm_gen_opts_init(lm_gen_opts *o) {
   memset(o, 0, sizeof *o);
@@ -85,7 +87,8 @@ static void free_opts(lm_gen *g) {
   free(g->keep_special);
   g->keep_special = NULL;
   g->n_keep_special = 0;
-  for (int32_t i = 0; i < g->n_stops; i++) free(g->stops[i]);
+  for (int32_t i = 0; i < g->n_stops; i++)
+    free(g->stops[i]);
   free(g->stops);
   g->stops = NULL;
   g->n_stop_ids = g->n_stops = 0;
@@ -106,7 +109,8 @@ static lm_status sorted_copy(const int32_t *src, int32_t n, int32_t **dst, int32
   *dst = NULL;
   *dn = 0;
   if (!n) return LM_OK;
-  if (!(*dst = malloc((size_t)n * sizeof **dst))) return LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
+  if (!(*dst = malloc((size_t)n * sizeof **dst)))
+    return LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
   memcpy(*dst, src, (size_t)n * sizeof **dst);
   qsort(*dst, (size_t)n, sizeof **dst, cmp_i32);
   *dn = n;
@@ -114,20 +118,23 @@ static lm_status sorted_copy(const int32_t *src, int32_t n, int32_t **dst, int32
 }
 
 static lm_status check_opts(const lm_gen *g, const lm_gen_opts *o) {
-  if (o->max_tokens < 0) return LM_ERRF(LM_ERR_INVALID, "max_tokens must be >= 0 (got %lld)", (long long)o->max_tokens);
+  if (o->max_tokens < 0)
+    return LM_ERRF(LM_ERR_INVALID, "max_tokens must be >= 0 (got %lld)", (long long)o->max_tokens);
   if (o->n_stop_ids < 0 || (o->n_stop_ids && !o->stop_ids) || o->n_stop_strings < 0 ||
-      (o->n_stop_strings && !o->stop_strings) || o->n_keep_special < 0 || (o->n_keep_special && !o->keep_special))
+      (o->n_stop_strings && !o->stop_strings) || o->n_keep_special < 0 ||
+      (o->n_keep_special && !o->keep_special))
     return LM_ERRF(LM_ERR_INVALID, "generate: stop lists do not match their counts");
   if (o->n_stop_strings && !g->tok) return LM_ERRF(LM_ERR_INVALID, "stop strings need a tokenizer");
   for (int32_t i = 0; i < o->n_stop_strings; i++) {
     const char *s = o->stop_strings[i];
     if (!s || !*s) return LM_ERRF(LM_ERR_INVALID, "stop string %d is empty", i);
-    if (!lm_utf8_valid(s, strlen(s))) return LM_ERRF(LM_ERR_INVALID, "stop string %d is not valid UTF-8", i);
+    if (!lm_utf8_valid(s, strlen(s)))
+      return LM_ERRF(LM_ERR_INVALID, "stop string %d is not valid UTF-8", i);
   }
   for (int32_t i = 0; i < o->sampling.n_bias; i++)
     if (o->sampling.bias[i].id >= g->vocab)
-      return LM_ERRF(LM_ERR_INVALID, "logit bias: id %d is outside the vocabulary (%lld)", o->sampling.bias[i].id,
-                     (long long)g->vocab);
+      return LM_ERRF(LM_ERR_INVALID, "logit bias: id %d is outside the vocabulary (%lld)",
+                     o->sampling.bias[i].id, (long long)g->vocab);
   return LM_OK;
 }
 
@@ -144,7 +151,8 @@ lm_status lm_gen_set_opts(lm_gen *g, const lm_gen_opts *o) {
     g->stops = calloc((size_t)o->n_stop_strings, sizeof *g->stops);
     if (!g->stops) s = LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
     for (int32_t i = 0; !s && i < o->n_stop_strings; i++, g->n_stops++)
-      if (!(g->stops[i] = strdup(o->stop_strings[i]))) s = LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
+      if (!(g->stops[i] = strdup(o->stop_strings[i])))
+        s = LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
   }
   g->max_tokens = o->max_tokens;
   g->skip_special = o->skip_special;
@@ -162,7 +170,8 @@ static lm_status make_kv(lm_gen *g) {
   return lm_kv_set_create(g->be, g->specs, g->m->cfg.n_caches, &g->kv);
 }
 
-lm_status lm_gen_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, const lm_gen_opts *o, lm_gen **out) {
+lm_status lm_gen_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, const lm_gen_opts *o,
+                        lm_gen **out) {
   *out = NULL;
   if (!m || !be || !o) return LM_ERRF(LM_ERR_INVALID, "lm_gen_create: NULL argument");
   if (o->chunk < 0 || o->max_context < 0)
@@ -174,13 +183,16 @@ lm_status lm_gen_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, co
   g->tok = tok;
   g->vocab = m->cfg.vocab_size;
   g->chunk = o->chunk ? o->chunk : LM_GEN_DEFAULT_CHUNK;
-  g->max_ctx = o->max_context && o->max_context < LM_GEN_MAX_CONTEXT ? o->max_context : LM_GEN_MAX_CONTEXT;
+  g->max_ctx =
+      o->max_context && o->max_context < LM_GEN_MAX_CONTEXT ? o->max_context : LM_GEN_MAX_CONTEXT;
   g->stop_id = -1;
   g->specs = calloc((size_t)m->cfg.n_caches + 1, sizeof *g->specs);
   g->pos = malloc((size_t)g->chunk * sizeof *g->pos);
   g->seq = calloc((size_t)g->chunk, sizeof *g->seq);
   g->logits = malloc((size_t)g->vocab * sizeof *g->logits);
-  lm_status s = g->specs && g->pos && g->seq && g->logits ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
+  lm_status s = g->specs && g->pos && g->seq && g->logits
+                    ? LM_OK
+                    : LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
   if (!s) s = lm_model_kv_plan(m, o->kv, g->specs);
   if (!s) s = make_kv(g);
   if (!s) s = lm_forward_create(m, be, g->chunk, 1, &g->fp);
@@ -255,10 +267,17 @@ static lm_status feed(lm_gen *g, int64_t *steps) {
   while (at < g->hist_len) {
     int64_t n = g->hist_len - at < g->chunk ? g->hist_len - at : g->chunk;
     int last = at + n == g->hist_len;
-    for (int64_t j = 0; j < n; j++) g->pos[j] = (int32_t)(at + j);
+    for (int64_t j = 0; j < n; j++)
+      g->pos[j] = (int32_t)(at + j);
     int32_t row = (int32_t)(n - 1);
-    lm_batch b = {.n_tokens = (int32_t)n, .ids = g->hist + at, .pos = g->pos, .seq = g->seq, .n_seqs = 1,
-                  .kv = &g->kv, .n_logits = last, .logit_rows = &row};
+    lm_batch b = {.n_tokens = (int32_t)n,
+                  .ids = g->hist + at,
+                  .pos = g->pos,
+                  .seq = g->seq,
+                  .n_seqs = 1,
+                  .kv = &g->kv,
+                  .n_logits = last,
+                  .logit_rows = &row};
     g->logits_valid = 0;
     lm_status s = lm_forward_run(n == 1 ? g->fd : g->fp, &b, last ? g->logits : NULL);
     if (s) return clear_kv_after(g, s);
@@ -272,9 +291,12 @@ static lm_status feed(lm_gen *g, int64_t *steps) {
 static lm_status hist_reserve(lm_gen *g, int64_t n) {
   if (n <= g->hist_cap) return LM_OK;
   int64_t cap = g->hist_cap ? g->hist_cap : 1024;
-  while (cap < n) cap *= 2;
+  while (cap < n)
+    cap *= 2;
   int32_t *h = realloc(g->hist, (size_t)cap * sizeof *h);
-  if (!h) return LM_ERRF(LM_ERR_NOMEM, "generate: out of memory for a context of %lld tokens", (long long)n);
+  if (!h)
+    return LM_ERRF(LM_ERR_NOMEM, "generate: out of memory for a context of %lld tokens",
+                   (long long)n);
   g->hist = h;
   g->hist_cap = cap;
   return LM_OK;
@@ -283,12 +305,12 @@ static lm_status hist_reserve(lm_gen *g, int64_t n) {
 static lm_status check_ids(const lm_gen *g, const int32_t *ids, int64_t n, int64_t keep) {
   if (n < 0 || (n && !ids)) return LM_ERRF(LM_ERR_INVALID, "generate: bad id list");
   if (keep + n > g->max_ctx)
-    return LM_ERRF(LM_ERR_INVALID, "a context of %lld tokens exceeds the limit of %lld", (long long)(keep + n),
-                   (long long)g->max_ctx);
+    return LM_ERRF(LM_ERR_INVALID, "a context of %lld tokens exceeds the limit of %lld",
+                   (long long)(keep + n), (long long)g->max_ctx);
   for (int64_t i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] >= g->vocab)
-      return LM_ERRF(LM_ERR_INVALID, "token id %d (at %lld) is outside the vocabulary (%lld)", ids[i], (long long)i,
-                     (long long)g->vocab);
+      return LM_ERRF(LM_ERR_INVALID, "token id %d (at %lld) is outside the vocabulary (%lld)",
+                     ids[i], (long long)i, (long long)g->vocab);
   return LM_OK;
 }
 
@@ -320,7 +342,8 @@ lm_status lm_gen_sync(lm_gen *g, const int32_t *ids, int64_t n, int64_t *reused)
   if (n < 1) return LM_ERRF(LM_ERR_INVALID, "generate: sync needs at least one token");
   LM_TRY(check_ids(g, ids, n, 0));
   int64_t c = 0;
-  while (c < g->hist_len && c < n && g->hist[c] == ids[c]) c++;
+  while (c < g->hist_len && c < n && g->hist[c] == ids[c])
+    c++;
   int64_t keep = c < n ? c : n - 1; /* one token at least is fed: its logits start the response */
   int64_t held = kv_len(g);
   if (keep < held && lm_kv_set_trim(g->kv, held - keep) != LM_OK) {
@@ -339,7 +362,9 @@ lm_status lm_gen_sync(lm_gen *g, const int32_t *ids, int64_t n, int64_t *reused)
 static lm_status release(lm_gen *g, int final) {
   if (!g->hold.n) return LM_OK;
   int64_t at = lm_stop_find(g->stops, g->n_stops, g->hold.p, g->hold.n, NULL);
-  size_t n = at >= 0 ? (size_t)at : final ? g->hold.n : g->hold.n - lm_stop_held_suffix(g->stops, g->n_stops, g->hold.p, g->hold.n);
+  size_t n = at >= 0 ? (size_t)at
+             : final ? g->hold.n
+                     : g->hold.n - lm_stop_held_suffix(g->stops, g->n_stops, g->hold.p, g->hold.n);
   LM_TRY(gbuf_put(&g->text, g->hold.p, n));
   if (at >= 0) {
     g->stop = LM_GEN_STOP_STRING;
@@ -353,7 +378,8 @@ static lm_status release(lm_gen *g, int final) {
 
 static lm_status push_text(lm_gen *g, int32_t id) {
   if (!g->detok) return LM_OK;
-  if (g->skip_special && lm_tokenizer_is_special(g->tok, id) && !in_sorted(g->keep_special, g->n_keep_special, id))
+  if (g->skip_special && lm_tokenizer_is_special(g->tok, id) &&
+      !in_sorted(g->keep_special, g->n_keep_special, id))
     return LM_OK;
   const char *t;
   size_t n;
@@ -392,11 +418,14 @@ static lm_status accept(lm_gen *g, int32_t id) {
 
 lm_status lm_gen_step(lm_gen *g, int32_t *id) {
   *id = -1;
-  if (g->stop) return LM_ERRF(LM_ERR_STATE, "generate: the response has ended (%s)", lm_gen_stop_name(g->stop));
+  if (g->stop)
+    return LM_ERRF(LM_ERR_STATE, "generate: the response has ended (%s)",
+                   lm_gen_stop_name(g->stop));
   if (!g->hist_len) return LM_ERRF(LM_ERR_STATE, "generate: the context is empty");
   double t0 = now_s();
   if (kv_len(g) < g->hist_len) LM_TRY(feed(g, &g->st.decode_steps));
-  if (!g->logits_valid) return LM_ERRF(LM_ERR_STATE, "generate: no logits to sample from (append input first)");
+  if (!g->logits_valid)
+    return LM_ERRF(LM_ERR_STATE, "generate: no logits to sample from (append input first)");
   g->logits_valid = 0;
   int32_t t = lm_sampler_sample(g->sampler, g->logits, g->vocab, g->hist, g->hist_len);
   if (t < 0) return LM_ERR_INVALID; /* memory was reserved: only the logits can be at fault */
@@ -405,14 +434,16 @@ lm_status lm_gen_step(lm_gen *g, int32_t *id) {
   g->st.decode_s += now_s() - t0;
   if (s) return s;
   *id = t;
-  if (g->on_token && g->on_token(g->user, t, g->text.p ? g->text.p + from : "", g->text.n - from) && !g->stop)
+  if (g->on_token && g->on_token(g->user, t, g->text.p ? g->text.p + from : "", g->text.n - from) &&
+      !g->stop)
     g->stop = LM_GEN_STOP_CALLBACK;
   return LM_OK;
 }
 
 lm_status lm_gen_run(lm_gen *g) {
   int32_t id;
-  while (!g->stop) LM_TRY(lm_gen_step(g, &id));
+  while (!g->stop)
+    LM_TRY(lm_gen_step(g, &id));
   return LM_OK;
 }
 
@@ -449,7 +480,8 @@ const float *lm_gen_logits(const lm_gen *g) { return g->logits_valid ? g->logits
 
 lm_gen_stats lm_gen_get_stats(const lm_gen *g) { return g->st; }
 
-/* ---- state files ------------------------------------------------------------------------------- */
+/* ---- state files -------------------------------------------------------------------------------
+ */
 
 lm_status lm_gen_save_state(const lm_gen *g, const char *path) {
   uint8_t fp[LM_FINGERPRINT_BYTES];
@@ -462,13 +494,16 @@ lm_status lm_gen_load_state(lm_gen *g, const char *path) {
   int32_t *tokens = NULL;
   int64_t n = 0;
   LM_TRY(lm_kv_state_load(path, g->m, g->specs, g->be, &kv, &tokens, &n));
-  lm_status s = n > g->max_ctx ? LM_ERRF(LM_ERR_INVALID, "%s: %lld tokens exceed the context limit %lld", path,
-                                          (long long)n, (long long)g->max_ctx)
-                               : LM_OK;
+  lm_status s = n > g->max_ctx
+                    ? LM_ERRF(LM_ERR_INVALID, "%s: %lld tokens exceed the context limit %lld", path,
+                              (long long)n, (long long)g->max_ctx)
+                    : LM_OK;
   if (!s && n > g->hist_cap) {
     int32_t *h = realloc(g->hist, (size_t)n * sizeof *h);
-    if (!h) s = LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
-    else g->hist = h, g->hist_cap = n;
+    if (!h)
+      s = LM_ERRF(LM_ERR_NOMEM, "generate: out of memory");
+    else
+      g->hist = h, g->hist_cap = n;
   }
   if (s) {
     lm_kv_set_free(kv);

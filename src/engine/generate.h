@@ -30,10 +30,10 @@
 #include "text/tokenizer.h"
 
 typedef enum lm_gen_stop {
-  LM_GEN_RUNNING = 0,   /* the response has not ended */
-  LM_GEN_STOP_ID = 1,   /* a stop id was sampled (EOS, end of turn, <|tool_response> ...) */
-  LM_GEN_STOP_STRING = 2, /* a stop string appeared in the text */
-  LM_GEN_STOP_LENGTH = 3, /* max_tokens, or the context is full */
+  LM_GEN_RUNNING = 0,      /* the response has not ended */
+  LM_GEN_STOP_ID = 1,      /* a stop id was sampled (EOS, end of turn, <|tool_response> ...) */
+  LM_GEN_STOP_STRING = 2,  /* a stop string appeared in the text */
+  LM_GEN_STOP_LENGTH = 3,  /* max_tokens, or the context is full */
   LM_GEN_STOP_CALLBACK = 4 /* the token callback returned non-zero */
 } lm_gen_stop;
 
@@ -44,15 +44,15 @@ typedef int (*lm_gen_token_fn)(void *user, int32_t id, const char *text, size_t 
 
 typedef struct lm_gen_opts {
   const lm_kv_options *kv; /* cache plan (--kv-quant ...); NULL: plain caches (fixed at create) */
-  int64_t chunk;       /* prefill tokens per forward step; 0: 512 (fixed at create) */
-  int64_t max_context; /* context limit in tokens; 0: 2^31 - 1 (fixed at create) */
-  int64_t max_tokens;  /* sampled tokens per response; 0: no limit but the context */
+  int64_t chunk;           /* prefill tokens per forward step; 0: 512 (fixed at create) */
+  int64_t max_context;     /* context limit in tokens; 0: 2^31 - 1 (fixed at create) */
+  int64_t max_tokens;      /* sampled tokens per response; 0: no limit but the context */
   lm_sampling sampling;
   const int32_t *stop_ids;
   int32_t n_stop_ids;
   const char *const *stop_strings; /* non-empty UTF-8 strings */
   int32_t n_stop_strings;
-  int skip_special;    /* the streamed text leaves special tokens out, except: */
+  int skip_special;            /* the streamed text leaves special tokens out, except: */
   const int32_t *keep_special; /* special ids whose text is streamed anyway (an output parser's */
   int32_t n_keep_special;      /* control tokens) */
   lm_gen_token_fn on_token;
@@ -66,9 +66,9 @@ typedef struct lm_gen_stats {
   int64_t reused_tokens;  /* context tokens kept from before by the last sync */
   int64_t prefill_tokens; /* tokens fed by the last append/sync */
   double prefill_s;
-  int64_t decode_tokens;  /* tokens sampled in this response */
-  int64_t decode_steps;   /* forward steps run by lm_gen_step in this response */
-  double decode_s;        /* time in lm_gen_step (forward steps and sampling) */
+  int64_t decode_tokens; /* tokens sampled in this response */
+  int64_t decode_steps;  /* forward steps run by lm_gen_step in this response */
+  double decode_s;       /* time in lm_gen_step (forward steps and sampling) */
 } lm_gen_stats;
 
 typedef struct lm_gen lm_gen;
@@ -83,7 +83,8 @@ typedef struct lm_gen lm_gen;
 lm_status lm_gen_save_state(const lm_gen *g, const char *path);
 lm_status lm_gen_load_state(lm_gen *g, const char *path);
 
-lm_status lm_gen_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, const lm_gen_opts *opts, lm_gen **out);
+lm_status lm_gen_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
+                        const lm_gen_opts *opts, lm_gen **out);
 void lm_gen_free(lm_gen *g); /* NULL is a no-op */
 
 /* Replaces the per-response options (sampling — the random stream restarts —, max_tokens, stops,

@@ -49,7 +49,8 @@ static void drop(lm_prompt_cache *pc, int i) {
 }
 
 void lm_prompt_cache_clear(lm_prompt_cache *pc) {
-  while (pc->n) drop(pc, pc->n - 1);
+  while (pc->n)
+    drop(pc, pc->n - 1);
 }
 
 void lm_prompt_cache_free(lm_prompt_cache *pc) {
@@ -63,7 +64,8 @@ lm_prompt_cache_stats lm_prompt_cache_get_stats(const lm_prompt_cache *pc) { ret
 
 static int64_t common_prefix(const int32_t *a, const int32_t *b, int64_t n) {
   int64_t i = 0;
-  while (i < n && a[i] == b[i]) i++;
+  while (i < n && a[i] == b[i])
+    i++;
   return i;
 }
 
@@ -81,7 +83,8 @@ static int compatible(const lm_kv_set *snap, const lm_kv_set *dst) {
 lm_status lm_prompt_cache_lookup(lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n,
                                  int64_t max_reuse, lm_kv_set *dst, int64_t *reused) {
   *reused = 0;
-  if (n < 0 || (n && !ids) || !dst) return LM_ERRF(LM_ERR_INVALID, "prompt cache lookup: bad arguments");
+  if (n < 0 || (n && !ids) || !dst)
+    return LM_ERRF(LM_ERR_INVALID, "prompt cache lookup: bad arguments");
   ns = ns ? ns : "";
   int64_t limit = max_reuse < 0 || max_reuse > n ? n : max_reuse, best = 0, refused = 0;
   int bi = -1;
@@ -121,14 +124,17 @@ static int64_t snapshot_bytes(const lm_kv_set *kv, int64_t n) {
 
 static int find_exact(const lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n) {
   for (int i = 0; i < pc->n; i++)
-    if (pc->e[i].n == n && !strcmp(pc->e[i].ns, ns) && !memcmp(pc->e[i].ids, ids, (size_t)n * sizeof *ids)) return i;
+    if (pc->e[i].n == n && !strcmp(pc->e[i].ns, ns) &&
+        !memcmp(pc->e[i].ids, ids, (size_t)n * sizeof *ids))
+      return i;
   return -1;
 }
 
 static void evict_to_fit(lm_prompt_cache *pc, int64_t bytes) {
   while (pc->n && pc->st.bytes_held + bytes > pc->st.max_bytes) {
     int old = 0;
-    for (int i = 1; i < pc->n; i++) old = pc->e[i].tick < pc->e[old].tick ? i : old;
+    for (int i = 1; i < pc->n; i++)
+      old = pc->e[i].tick < pc->e[old].tick ? i : old;
     drop(pc, old);
     pc->st.evictions++;
   }
@@ -146,7 +152,8 @@ static void drop_superseded(lm_prompt_cache *pc, const pc_entry *ne) {
   }
 }
 
-static lm_status entry_make(const char *ns, const int32_t *ids, int64_t n, const lm_kv_set *kv, pc_entry *e) {
+static lm_status entry_make(const char *ns, const int32_t *ids, int64_t n, const lm_kv_set *kv,
+                            pc_entry *e) {
   memset(e, 0, sizeof *e);
   e->n = n;
   if (!(e->ns = strdup(ns)) || !(e->ids = malloc((size_t)n * sizeof *ids))) {

@@ -31,11 +31,12 @@ typedef struct lm_prompt_cache lm_prompt_cache;
 typedef struct lm_prompt_cache_stats {
   int64_t lookups, hits, misses;
   int64_t tokens_reused; /* tokens restored by hits, summed */
-  int64_t declined;      /* lookups that got less (or nothing) because a ring had wrapped past a longer match */
-  int64_t inserts;       /* snapshots stored */
-  int64_t evictions;     /* entries dropped to fit the byte cap */
-  int64_t superseded;    /* entries dropped because a longer snapshot covers them */
-  int64_t rejected;      /* inserts larger than the whole cap */
+  int64_t declined;   /* lookups that got less (or nothing) because a ring had wrapped past a longer
+                         match */
+  int64_t inserts;    /* snapshots stored */
+  int64_t evictions;  /* entries dropped to fit the byte cap */
+  int64_t superseded; /* entries dropped because a longer snapshot covers them */
+  int64_t rejected;   /* inserts larger than the whole cap */
   int64_t entries, bytes_held, max_bytes;
 } lm_prompt_cache_stats;
 

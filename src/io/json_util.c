@@ -18,7 +18,8 @@ static lm_status lm_read_all(int fd, char *buf, size_t len, const char *path) {
     ssize_t r = read(fd, buf + got, len - got);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return LM_ERRF(LM_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    if (r == 0) return LM_ERRF(LM_ERR_IO, "%s: file shrank while reading (%zu of %zu bytes)", path, got, len);
+    if (r == 0)
+      return LM_ERRF(LM_ERR_IO, "%s: file shrank while reading (%zu of %zu bytes)", path, got, len);
     got += (size_t)r;
   }
   return LM_OK;
@@ -29,7 +30,8 @@ lm_status lm_json_load_buf(const char *buf, size_t len, const char *name, json_t
   /* JSON_DECODE_ANY: callers check the top-level type themselves and say what they expected. */
   json_t *v = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
   if (!v)
-    return LM_ERRF(LM_ERR_CORRUPT, "%s:%d:%d: invalid JSON: %s", name, err.line, err.column, err.text);
+    return LM_ERRF(LM_ERR_CORRUPT, "%s:%d:%d: invalid JSON: %s", name, err.line, err.column,
+                   err.text);
   *out = v;
   return LM_OK;
 }
@@ -38,7 +40,8 @@ lm_status lm_json_load_file(const char *path, uint64_t max_bytes, json_t **out) 
   if (max_bytes == 0) max_bytes = LM_JSON_MAX_BYTES;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open: %s", path,
+                   strerror(errno));
   lm_status s = LM_OK;
   char *buf = NULL;
   struct stat st;
@@ -51,7 +54,8 @@ lm_status lm_json_load_file(const char *path, uint64_t max_bytes, json_t **out) 
     goto done;
   }
   if ((uint64_t)st.st_size > max_bytes) {
-    s = LM_ERRF(LM_ERR_CORRUPT, "%s: file is %lld bytes, more than the %llu-byte limit for a JSON file", path,
+    s = LM_ERRF(LM_ERR_CORRUPT,
+                "%s: file is %lld bytes, more than the %llu-byte limit for a JSON file", path,
                 (long long)st.st_size, (unsigned long long)max_bytes);
     goto done;
   }
@@ -97,14 +101,18 @@ static lm_status lm_json_field(const json_t *obj, const char *key, int required,
     return LM_OK;
   }
   if (!required) return LM_OK;
-  return LM_ERRF(LM_ERR_NOT_FOUND, "%s: required field \"%s\" is %s", ctx, key, f ? "null" : "missing");
+  return LM_ERRF(LM_ERR_NOT_FOUND, "%s: required field \"%s\" is %s", ctx, key,
+                 f ? "null" : "missing");
 }
 
-static lm_status lm_json_type_err(const char *ctx, const char *key, const char *want, const json_t *got) {
-  return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": expected %s, got %s", ctx, key, want, lm_json_type_name(got));
+static lm_status lm_json_type_err(const char *ctx, const char *key, const char *want,
+                                  const json_t *got) {
+  return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": expected %s, got %s", ctx, key, want,
+                 lm_json_type_name(got));
 }
 
-lm_status lm_json_get_int(const json_t *obj, const char *key, int64_t *out, int required, const char *ctx) {
+lm_status lm_json_get_int(const json_t *obj, const char *key, int64_t *out, int required,
+                          const char *ctx) {
   const json_t *v;
   LM_TRY(lm_json_field(obj, key, required, ctx, &v));
   if (!v) return LM_OK;
@@ -113,21 +121,22 @@ lm_status lm_json_get_int(const json_t *obj, const char *key, int64_t *out, int 
   return LM_OK;
 }
 
-lm_status lm_json_get_int_range(const json_t *obj, const char *key, int64_t *out, int required, const char *ctx,
-                                int64_t lo, int64_t hi) {
+lm_status lm_json_get_int_range(const json_t *obj, const char *key, int64_t *out, int required,
+                                const char *ctx, int64_t lo, int64_t hi) {
   int64_t v = 0;
   const json_t *f;
   LM_TRY(lm_json_field(obj, key, required, ctx, &f));
   if (!f) return LM_OK; /* optional and absent: the default is not range-checked */
   LM_TRY(lm_json_get_int(obj, key, &v, required, ctx));
   if (v < lo || v > hi)
-    return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %lld is out of range [%lld, %lld]", ctx, key, (long long)v,
-                   (long long)lo, (long long)hi);
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %lld is out of range [%lld, %lld]", ctx, key,
+                   (long long)v, (long long)lo, (long long)hi);
   *out = v;
   return LM_OK;
 }
 
-lm_status lm_json_get_double(const json_t *obj, const char *key, double *out, int required, const char *ctx) {
+lm_status lm_json_get_double(const json_t *obj, const char *key, double *out, int required,
+                             const char *ctx) {
   const json_t *v;
   LM_TRY(lm_json_field(obj, key, required, ctx, &v));
   if (!v) return LM_OK;
@@ -136,7 +145,8 @@ lm_status lm_json_get_double(const json_t *obj, const char *key, double *out, in
   return LM_OK;
 }
 
-lm_status lm_json_get_bool(const json_t *obj, const char *key, int *out, int required, const char *ctx) {
+lm_status lm_json_get_bool(const json_t *obj, const char *key, int *out, int required,
+                           const char *ctx) {
   const json_t *v;
   LM_TRY(lm_json_field(obj, key, required, ctx, &v));
   if (!v) return LM_OK;
@@ -166,8 +176,9 @@ lm_status lm_json_get_object(const json_t *obj, const char *key, const json_t **
 }
 
 /* Fetches an array field and allocates room for its elements; *arr == NULL means "absent". */
-static lm_status lm_json_array_field(const json_t *obj, const char *key, int required, const char *ctx,
-                                     size_t elem_size, const json_t **arr, void **mem) {
+static lm_status lm_json_array_field(const json_t *obj, const char *key, int required,
+                                     const char *ctx, size_t elem_size, const json_t **arr,
+                                     void **mem) {
   *mem = NULL;
   LM_TRY(lm_json_field(obj, key, required, ctx, arr));
   if (!*arr) return LM_OK;
@@ -178,13 +189,14 @@ static lm_status lm_json_array_field(const json_t *obj, const char *key, int req
   return LM_OK;
 }
 
-static lm_status lm_json_elem_err(const char *ctx, const char *key, size_t i, const char *want, const json_t *got) {
+static lm_status lm_json_elem_err(const char *ctx, const char *key, size_t i, const char *want,
+                                  const json_t *got) {
   return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\"[%zu]: expected %s, got %s", ctx, key, i, want,
                  lm_json_type_name(got));
 }
 
-lm_status lm_json_get_int_array(const json_t *obj, const char *key, int64_t **out, size_t *n, int required,
-                                const char *ctx) {
+lm_status lm_json_get_int_array(const json_t *obj, const char *key, int64_t **out, size_t *n,
+                                int required, const char *ctx) {
   const json_t *arr;
   void *mem;
   LM_TRY(lm_json_array_field(obj, key, required, ctx, sizeof(int64_t), &arr, &mem));

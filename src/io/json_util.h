@@ -23,7 +23,8 @@
 
 #include "lumen.h"
 
-/* Default size limit for lm_json_load_file: config files are kilobytes, indexes well under 100 MB. */
+/* Default size limit for lm_json_load_file: config files are kilobytes, indexes well under 100 MB.
+ */
 #define LM_JSON_MAX_BYTES ((uint64_t)100 * 1000 * 1000)
 
 /* Reads and parses the JSON file at `path` (at most max_bytes long; 0 means LM_JSON_MAX_BYTES).
@@ -43,14 +44,18 @@ const char *lm_json_type_name(const json_t *v);
 /* Typed getters; see the file comment for required/optional and ctx. `obj` must be an object
  * (else LM_ERR_CORRUPT naming ctx). Missing required field: LM_ERR_NOT_FOUND; wrong type or
  * out of range: LM_ERR_CORRUPT. */
-lm_status lm_json_get_int(const json_t *obj, const char *key, int64_t *out, int required, const char *ctx);
-/* lm_json_get_int plus a range check: a value outside [lo, hi] is LM_ERR_CORRUPT naming the bounds. */
-lm_status lm_json_get_int_range(const json_t *obj, const char *key, int64_t *out, int required, const char *ctx,
-                                int64_t lo, int64_t hi);
+lm_status lm_json_get_int(const json_t *obj, const char *key, int64_t *out, int required,
+                          const char *ctx);
+/* lm_json_get_int plus a range check: a value outside [lo, hi] is LM_ERR_CORRUPT naming the bounds.
+ */
+lm_status lm_json_get_int_range(const json_t *obj, const char *key, int64_t *out, int required,
+                                const char *ctx, int64_t lo, int64_t hi);
 /* Accepts integers and reals (JSON does not distinguish 1 from 1.0 for most writers). */
-lm_status lm_json_get_double(const json_t *obj, const char *key, double *out, int required, const char *ctx);
+lm_status lm_json_get_double(const json_t *obj, const char *key, double *out, int required,
+                             const char *ctx);
 /* *out is 0 or 1. */
-lm_status lm_json_get_bool(const json_t *obj, const char *key, int *out, int required, const char *ctx);
+lm_status lm_json_get_bool(const json_t *obj, const char *key, int *out, int required,
+                           const char *ctx);
 /* *out is borrowed from obj. */
 lm_status lm_json_get_string(const json_t *obj, const char *key, const char **out, int required,
                              const char *ctx);
@@ -61,8 +66,8 @@ lm_status lm_json_get_object(const json_t *obj, const char *key, const json_t **
 /* Arrays: on success *out is a new malloc'd array of *n elements (free() it; NULL when *n == 0).
  * When an optional field is absent, *out and *n are left untouched. An element of the wrong type
  * is reported with its index: field "layer_types"[3]: expected a string, got an integer. */
-lm_status lm_json_get_int_array(const json_t *obj, const char *key, int64_t **out, size_t *n, int required,
-                                const char *ctx);
+lm_status lm_json_get_int_array(const json_t *obj, const char *key, int64_t **out, size_t *n,
+                                int required, const char *ctx);
 /* The strings are borrowed from obj; only the pointer array is malloc'd. */
 lm_status lm_json_get_string_array(const json_t *obj, const char *key, const char ***out, size_t *n,
                                    int required, const char *ctx);

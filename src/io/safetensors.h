@@ -38,12 +38,12 @@
 typedef struct lm_st_tensor {
   const char *name;
   lm_dtype dtype;
-  int ndim;                        /* 0..LM_ST_MAX_DIMS; 0 is a scalar (one element) */
-  int64_t shape[LM_ST_MAX_DIMS];   /* entries past ndim are 0 */
-  const void *data;                /* first byte, inside the mapping; not necessarily aligned */
-  uint64_t nbytes;                 /* product(shape) * dtype size; 0 for an empty tensor */
-  int file;                        /* index of the shard holding it (lm_st_file_at) */
-  uint64_t offset;                 /* file offset of the first byte (8 + N + begin) */
+  int ndim;                      /* 0..LM_ST_MAX_DIMS; 0 is a scalar (one element) */
+  int64_t shape[LM_ST_MAX_DIMS]; /* entries past ndim are 0 */
+  const void *data;              /* first byte, inside the mapping; not necessarily aligned */
+  uint64_t nbytes;               /* product(shape) * dtype size; 0 for an empty tensor */
+  int file;                      /* index of the shard holding it (lm_st_file_at) */
+  uint64_t offset;               /* file offset of the first byte (8 + N + begin) */
 } lm_st_tensor;
 
 typedef struct lm_st_file {
@@ -57,23 +57,24 @@ typedef struct lm_st_file {
 
 /* The parsed header of one file. Tensors are sorted by data offset (storage order). */
 typedef struct lm_st_header {
-  uint64_t header_len;     /* N */
-  uint64_t data_start;     /* 8 + N: file offset of the data section */
+  uint64_t header_len; /* N */
+  uint64_t data_start; /* 8 + N: file offset of the data section */
   size_t n_tensors;
-  lm_st_tensor *tensors;   /* names point into this object; data into the caller's buffer; file = 0 */
-  size_t n_meta;           /* __metadata__ entries, in header order */
+  lm_st_tensor *tensors; /* names point into this object; data into the caller's buffer; file = 0 */
+  size_t n_meta;         /* __metadata__ entries, in header order */
   const char **meta_keys;
   const char **meta_values;
-  char *strings;           /* storage for every name, key and value above */
+  char *strings; /* storage for every name, key and value above */
 } lm_st_header;
 
-/* Parses and validates the header of a safetensors file whose complete contents are buf[0..file_size).
- * `path` only names the file in messages. On success *out is a new header (free with
- * lm_st_header_free) whose tensor data pointers point into buf.
- * Errors (one message per defect, naming path and tensor): LM_ERR_CORRUPT for a malformed file,
- * LM_ERR_UNSUPPORTED for a valid dtype that lumen does not load (F8_*, F4, F6_*) or a rank above
- * LM_ST_MAX_DIMS, LM_ERR_NOMEM. */
-lm_status lm_st_parse_header(const uint8_t *buf, uint64_t file_size, const char *path, lm_st_header **out);
+/* Parses and validates the header of a safetensors file whose complete contents are
+ * buf[0..file_size). `path` only names the file in messages. On success *out is a new header (free
+ * with lm_st_header_free) whose tensor data pointers point into buf. Errors (one message per
+ * defect, naming path and tensor): LM_ERR_CORRUPT for a malformed file, LM_ERR_UNSUPPORTED for a
+ * valid dtype that lumen does not load (F8_*, F4, F6_*) or a rank above LM_ST_MAX_DIMS,
+ * LM_ERR_NOMEM. */
+lm_status lm_st_parse_header(const uint8_t *buf, uint64_t file_size, const char *path,
+                             lm_st_header **out);
 void lm_st_header_free(lm_st_header *h);
 
 /* ---- a set of mapped files ------------------------------------------------------------------- */
@@ -88,7 +89,8 @@ typedef struct lm_safetensors lm_safetensors;
  *   - a directory: its model.safetensors.index.json if present, else model.safetensors, else
  *     every *.safetensors in it in byte-wise name order.
  * A tensor name that appears in two files is an error. On success *out must be closed with
- * lm_st_close. Errors: LM_ERR_NOT_FOUND, LM_ERR_IO, LM_ERR_CORRUPT, LM_ERR_UNSUPPORTED, LM_ERR_NOMEM. */
+ * lm_st_close. Errors: LM_ERR_NOT_FOUND, LM_ERR_IO, LM_ERR_CORRUPT, LM_ERR_UNSUPPORTED,
+ * LM_ERR_NOMEM. */
 lm_status lm_st_open(const char *path, lm_safetensors **out);
 /* Unmaps everything; NULL is a no-op. Every pointer obtained from st becomes invalid. */
 void lm_st_close(lm_safetensors *st);

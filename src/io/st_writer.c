@@ -21,7 +21,7 @@ typedef struct lm_stw_entry {
   int ndim;
   int64_t shape[LM_ST_MAX_DIMS];
   uint64_t nbytes;
-  const void *data;   /* borrowed bytes, or NULL when fill is set */
+  const void *data; /* borrowed bytes, or NULL when fill is set */
   lm_st_fill_fn fill;
   void *user;
 } lm_stw_entry;
@@ -31,7 +31,7 @@ struct lm_st_writer {
   size_t n, cap;
   char **meta_k, **meta_v; /* __metadata__, in insertion order */
   size_t n_meta, cap_meta;
-  size_t *slots;            /* name hash: index into e, or SIZE_MAX; a power of two >= 2 * n */
+  size_t *slots; /* name hash: index into e, or SIZE_MAX; a power of two >= 2 * n */
   size_t n_slots;
 };
 
@@ -44,7 +44,8 @@ lm_status lm_st_writer_create(lm_st_writer **out) {
 
 void lm_st_writer_free(lm_st_writer *w) {
   if (!w) return;
-  for (size_t i = 0; i < w->n; i++) free(w->e[i].name);
+  for (size_t i = 0; i < w->n; i++)
+    free(w->e[i].name);
   for (size_t i = 0; i < w->n_meta; i++) {
     free(w->meta_k[i]);
     free(w->meta_v[i]);
@@ -60,7 +61,8 @@ size_t lm_st_writer_count(const lm_st_writer *w) { return w ? w->n : 0; }
 
 uint64_t lm_st_writer_bytes(const lm_st_writer *w) {
   uint64_t b = 0;
-  for (size_t i = 0; w && i < w->n; i++) b += w->e[i].nbytes;
+  for (size_t i = 0; w && i < w->n; i++)
+    b += w->e[i].nbytes;
   return b;
 }
 
@@ -75,14 +77,16 @@ static int lm_stw_utf8_ok(const char *s) {
  * duplicate detection must not be quadratic). */
 static size_t lm_stw_hash(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
   return (size_t)h;
 }
 
 /* The slot holding name, or the empty slot where it would go. */
 static size_t lm_stw_slot(const lm_st_writer *w, const char *name) {
   size_t mask = w->n_slots - 1, i = lm_stw_hash(name) & mask;
-  while (w->slots[i] != SIZE_MAX && strcmp(w->e[w->slots[i]].name, name)) i = (i + 1) & mask;
+  while (w->slots[i] != SIZE_MAX && strcmp(w->e[w->slots[i]].name, name))
+    i = (i + 1) & mask;
   return i;
 }
 
@@ -96,7 +100,8 @@ static lm_status lm_stw_grow_slots(lm_st_writer *w) {
   free(w->slots);
   w->slots = slots;
   w->n_slots = ns;
-  for (size_t i = 0; i < w->n; i++) w->slots[lm_stw_slot(w, w->e[i].name)] = i;
+  for (size_t i = 0; i < w->n; i++)
+    w->slots[lm_stw_slot(w, w->e[i].name)] = i;
   return LM_OK;
 }
 
@@ -106,16 +111,20 @@ static lm_status lm_stw_check(const lm_st_writer *w, const char *name, lm_dtype 
   if (!name || !name[0]) return LM_ERRF(LM_ERR_INVALID, "st_writer: empty tensor name");
   if (!strcmp(name, "__metadata__"))
     return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor name __metadata__ is reserved");
-  if (!lm_stw_utf8_ok(name)) return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor name is not valid UTF-8");
-  if ((unsigned)dtype >= LM_DT_COUNT) return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: bad dtype %d", name, dtype);
+  if (!lm_stw_utf8_ok(name))
+    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor name is not valid UTF-8");
+  if ((unsigned)dtype >= LM_DT_COUNT)
+    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: bad dtype %d", name, dtype);
   if (ndim < 0 || ndim > LM_ST_MAX_DIMS || (ndim > 0 && !shape))
-    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: rank %d is not in 0..%d", name, ndim, LM_ST_MAX_DIMS);
+    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: rank %d is not in 0..%d", name, ndim,
+                   LM_ST_MAX_DIMS);
   if (w->n_slots && w->slots[lm_stw_slot(w, name)] != SIZE_MAX)
     return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s added twice", name);
   uint64_t n = lm_dtype_size(dtype);
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0)
-      return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: shape[%d] is %lld", name, i, (long long)shape[i]);
+      return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: shape[%d] is %lld", name, i,
+                     (long long)shape[i]);
     if (__builtin_mul_overflow(n, (uint64_t)shape[i], &n))
       return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: byte size overflows 64 bits", name);
   }
@@ -123,12 +132,14 @@ static lm_status lm_stw_check(const lm_st_writer *w, const char *name, lm_dtype 
   return LM_OK;
 }
 
-static lm_status lm_stw_push(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim, const int64_t *shape,
-                             const void *data, lm_st_fill_fn fill, void *user) {
+static lm_status lm_stw_push(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim,
+                             const int64_t *shape, const void *data, lm_st_fill_fn fill,
+                             void *user) {
   uint64_t nbytes = 0;
   LM_TRY(lm_stw_check(w, name, dtype, ndim, shape, &nbytes));
   if (!data && !fill && nbytes)
-    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: NULL data for %llu bytes", name, (unsigned long long)nbytes);
+    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: NULL data for %llu bytes", name,
+                   (unsigned long long)nbytes);
   LM_TRY(lm_stw_grow_slots(w));
   if (w->n == w->cap) {
     size_t cap = w->cap ? 2 * w->cap : 16;
@@ -139,10 +150,12 @@ static lm_status lm_stw_push(lm_st_writer *w, const char *name, lm_dtype dtype, 
   }
   lm_stw_entry *e = &w->e[w->n];
   memset(e, 0, sizeof *e);
-  if (!(e->name = strdup(name))) return LM_ERRF(LM_ERR_NOMEM, "st_writer: out of memory adding tensor %s", name);
+  if (!(e->name = strdup(name)))
+    return LM_ERRF(LM_ERR_NOMEM, "st_writer: out of memory adding tensor %s", name);
   e->dtype = dtype;
   e->ndim = ndim;
-  for (int i = 0; i < ndim; i++) e->shape[i] = shape[i];
+  for (int i = 0; i < ndim; i++)
+    e->shape[i] = shape[i];
   e->nbytes = nbytes;
   e->data = data;
   e->fill = fill;
@@ -152,14 +165,15 @@ static lm_status lm_stw_push(lm_st_writer *w, const char *name, lm_dtype dtype, 
   return LM_OK;
 }
 
-lm_status lm_st_writer_add(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim, const int64_t *shape,
-                           const void *data) {
+lm_status lm_st_writer_add(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim,
+                           const int64_t *shape, const void *data) {
   return lm_stw_push(w, name, dtype, ndim, shape, data, NULL, NULL);
 }
 
-lm_status lm_st_writer_add_fn(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim, const int64_t *shape,
-                              lm_st_fill_fn fill, void *user) {
-  if (!fill) return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: NULL fill callback", name ? name : "?");
+lm_status lm_st_writer_add_fn(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim,
+                              const int64_t *shape, lm_st_fill_fn fill, void *user) {
+  if (!fill)
+    return LM_ERRF(LM_ERR_INVALID, "st_writer: tensor %s: NULL fill callback", name ? name : "?");
   return lm_stw_push(w, name, dtype, ndim, shape, NULL, fill, user);
 }
 
@@ -230,19 +244,21 @@ static int lm_stw_cmp_name(const void *a, const void *b) {
 }
 
 /* Builds the padded header for entries ents[0..n) (already in layout order). *out is malloc'd. */
-static lm_status lm_stw_header(const lm_st_writer *w, lm_stw_entry *const *ents, size_t n, char **out,
-                               uint64_t *len) {
+static lm_status lm_stw_header(const lm_st_writer *w, lm_stw_entry *const *ents, size_t n,
+                               char **out, uint64_t *len) {
   json_t *root = json_object();
   int bad = !root;
   if (!bad && w->n_meta) {
     json_t *m = json_object();
-    for (size_t i = 0; m && i < w->n_meta; i++) bad |= json_object_set_new(m, w->meta_k[i], json_string(w->meta_v[i]));
+    for (size_t i = 0; m && i < w->n_meta; i++)
+      bad |= json_object_set_new(m, w->meta_k[i], json_string(w->meta_v[i]));
     bad |= json_object_set_new(root, "__metadata__", m);
   }
   uint64_t off = 0;
   for (size_t i = 0; !bad && i < n; i++) {
     json_t *e = json_object(), *shape = json_array(), *offs = json_array();
-    for (int d = 0; shape && d < ents[i]->ndim; d++) bad |= json_array_append_new(shape, json_integer(ents[i]->shape[d]));
+    for (int d = 0; shape && d < ents[i]->ndim; d++)
+      bad |= json_array_append_new(shape, json_integer(ents[i]->shape[d]));
     bad |= json_array_append_new(offs, json_integer((json_int_t)off));
     bad |= json_array_append_new(offs, json_integer((json_int_t)(off + ents[i]->nbytes)));
     bad |= json_object_set_new(e, "dtype", json_string(lm_dtype_name(ents[i]->dtype)));
@@ -257,8 +273,8 @@ static lm_status lm_stw_header(const lm_st_writer *w, lm_stw_entry *const *ents,
   size_t sl = strlen(s), padded = (sl + 7) / 8 * 8; /* safetensors: header padded to 8 bytes */
   if (padded > LM_ST_MAX_HEADER) {
     free(s);
-    return LM_ERRF(LM_ERR_INVALID, "st_writer: header of %zu bytes exceeds the %llu-byte limit", padded,
-                   (unsigned long long)LM_ST_MAX_HEADER);
+    return LM_ERRF(LM_ERR_INVALID, "st_writer: header of %zu bytes exceeds the %llu-byte limit",
+                   padded, (unsigned long long)LM_ST_MAX_HEADER);
   }
   char *p = realloc(s, padded + 1);
   if (!p) {
@@ -272,7 +288,8 @@ static lm_status lm_stw_header(const lm_st_writer *w, lm_stw_entry *const *ents,
   return LM_OK;
 }
 
-/* ---- atomic file writing ---------------------------------------------------------------------- */
+/* ---- atomic file writing ----------------------------------------------------------------------
+ */
 
 static lm_status lm_stw_write_all(int fd, const void *buf, uint64_t len, const char *path) {
   const uint8_t *p = buf;
@@ -296,7 +313,8 @@ static lm_status lm_stw_tmp_open(const char *path, int *fd, char **tmp) {
   memcpy(*tmp + n, ".tmp.XXXXXX", 12);
   *fd = mkstemp(*tmp);
   if (*fd < 0) {
-    lm_status s = LM_ERRF(LM_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
+    lm_status s =
+        LM_ERRF(LM_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
     free(*tmp);
     *tmp = NULL;
     return s;
@@ -309,25 +327,36 @@ static lm_status lm_stw_tmp_open(const char *path, int *fd, char **tmp) {
 static lm_status lm_stw_sync_dir(const char *path) {
   const char *slash = strrchr(path, '/');
   char dir[4096];
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else if ((size_t)(slash - path) < sizeof dir) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  else return LM_OK; /* an absurdly long path: the file is written; skip only the directory sync */
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
+  else if ((size_t)(slash - path) < sizeof dir)
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  else
+    return LM_OK; /* an absurdly long path: the file is written; skip only the directory sync */
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return LM_ERRF(LM_ERR_IO, "%s: cannot open directory to sync: %s", dir, strerror(errno));
+  if (fd < 0)
+    return LM_ERRF(LM_ERR_IO, "%s: cannot open directory to sync: %s", dir, strerror(errno));
   int r = fsync(fd);
   close(fd);
-  return r == 0 ? LM_OK : LM_ERRF(LM_ERR_IO, "%s: fsync of directory failed: %s", dir, strerror(errno));
+  return r == 0 ? LM_OK
+                : LM_ERRF(LM_ERR_IO, "%s: fsync of directory failed: %s", dir, strerror(errno));
 }
 
 /* Finishes a temporary file: on s == LM_OK fsync, close and rename over path; else remove it. */
 static lm_status lm_stw_tmp_finish(lm_status s, int fd, char *tmp, const char *path) {
-  if (s == LM_OK && fsync(fd) != 0) s = LM_ERRF(LM_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-  if (close(fd) != 0 && s == LM_OK) s = LM_ERRF(LM_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+  if (s == LM_OK && fsync(fd) != 0)
+    s = LM_ERRF(LM_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+  if (close(fd) != 0 && s == LM_OK)
+    s = LM_ERRF(LM_ERR_IO, "%s: close failed: %s", path, strerror(errno));
   if (s == LM_OK && rename(tmp, path) != 0)
-    s = LM_ERRF(LM_ERR_IO, "%s: cannot rename the temporary file into place: %s", path, strerror(errno));
-  if (s != LM_OK) unlink(tmp);
-  else s = lm_stw_sync_dir(path);
+    s = LM_ERRF(LM_ERR_IO, "%s: cannot rename the temporary file into place: %s", path,
+                strerror(errno));
+  if (s != LM_OK)
+    unlink(tmp);
+  else
+    s = lm_stw_sync_dir(path);
   free(tmp);
   return s;
 }
@@ -336,7 +365,8 @@ static lm_status lm_stw_tmp_finish(lm_status s, int fd, char *tmp, const char *p
 static lm_status lm_stw_write_data(int fd, const lm_stw_entry *e, const char *path) {
   if (!e->nbytes) return LM_OK;
   if (!e->fill) return lm_stw_write_all(fd, e->data, e->nbytes, path);
-  if (e->nbytes > SIZE_MAX) return LM_ERRF(LM_ERR_NOMEM, "%s: tensor %s too large to buffer", path, e->name);
+  if (e->nbytes > SIZE_MAX)
+    return LM_ERRF(LM_ERR_NOMEM, "%s: tensor %s too large to buffer", path, e->name);
   void *buf = malloc((size_t)e->nbytes);
   if (!buf)
     return LM_ERRF(LM_ERR_NOMEM, "%s: out of memory for %llu bytes of tensor %s", path,
@@ -348,7 +378,8 @@ static lm_status lm_stw_write_data(int fd, const lm_stw_entry *e, const char *pa
 }
 
 /* Writes ents[0..n) (any order; sorted here into the HF layout) as one file at path. */
-static lm_status lm_stw_write_set(const lm_st_writer *w, lm_stw_entry **ents, size_t n, const char *path) {
+static lm_status lm_stw_write_set(const lm_st_writer *w, lm_stw_entry **ents, size_t n,
+                                  const char *path) {
   qsort(ents, n, sizeof *ents, lm_stw_cmp_layout);
   char *hdr = NULL;
   uint64_t hlen = 0;
@@ -361,10 +392,12 @@ static lm_status lm_stw_write_set(const lm_st_writer *w, lm_stw_entry **ents, si
     return s;
   }
   uint8_t len8[8]; /* safetensors: 8-byte little-endian header length */
-  for (int i = 0; i < 8; i++) len8[i] = (uint8_t)(hlen >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    len8[i] = (uint8_t)(hlen >> (8 * i));
   s = lm_stw_write_all(fd, len8, 8, path);
   if (s == LM_OK) s = lm_stw_write_all(fd, hdr, hlen, path);
-  for (size_t i = 0; s == LM_OK && i < n; i++) s = lm_stw_write_data(fd, ents[i], path);
+  for (size_t i = 0; s == LM_OK && i < n; i++)
+    s = lm_stw_write_data(fd, ents[i], path);
   free(hdr);
   return lm_stw_tmp_finish(s, fd, tmp, path);
 }
@@ -373,7 +406,8 @@ static lm_status lm_stw_write_set(const lm_st_writer *w, lm_stw_entry **ents, si
 static lm_status lm_stw_all(const lm_st_writer *w, lm_stw_entry ***out) {
   *out = malloc((w->n ? w->n : 1) * sizeof **out);
   if (!*out) return LM_ERRF(LM_ERR_NOMEM, "st_writer: out of memory");
-  for (size_t i = 0; i < w->n; i++) (*out)[i] = &w->e[i];
+  for (size_t i = 0; i < w->n; i++)
+    (*out)[i] = &w->e[i];
   return LM_OK;
 }
 
@@ -385,7 +419,8 @@ lm_status lm_st_writer_write(const lm_st_writer *w, const char *path) {
   return s;
 }
 
-/* ---- sharded checkpoints ------------------------------------------------------------------------- */
+/* ---- sharded checkpoints
+ * ------------------------------------------------------------------------- */
 
 /* Writes an atomically replaced text file. */
 static lm_status lm_stw_write_text(const char *path, const char *text) {
@@ -402,8 +437,8 @@ static char *lm_stw_shard_name(size_t k, size_t n) {
 }
 
 /* Writes model.safetensors.index.json for entries ents[0..n) assigned to shards shard_of[]. */
-static lm_status lm_stw_write_index(const lm_st_writer *w, const char *dir, lm_stw_entry **ents, size_t n,
-                                    const size_t *shard_of, size_t n_shards) {
+static lm_status lm_stw_write_index(const lm_st_writer *w, const char *dir, lm_stw_entry **ents,
+                                    size_t n, const size_t *shard_of, size_t n_shards) {
   json_t *root = json_object(), *meta = json_object(), *wm = json_object();
   int bad = !root || !meta || !wm;
   bad |= json_object_set_new(meta, "total_size", json_integer((json_int_t)lm_st_writer_bytes(w)));
@@ -419,7 +454,8 @@ static lm_status lm_stw_write_index(const lm_st_writer *w, const char *dir, lm_s
   size_t dl = strlen(dir);
   char *path = malloc(dl + 40);
   lm_status s = LM_OK;
-  if (!text || !path) s = LM_ERRF(LM_ERR_NOMEM, "%s: out of memory writing the index", dir);
+  if (!text || !path)
+    s = LM_ERRF(LM_ERR_NOMEM, "%s: out of memory writing the index", dir);
   else {
     snprintf(path, dl + 40, "%s/model.safetensors.index.json", dir);
     size_t tl = strlen(text);
@@ -436,7 +472,8 @@ static lm_status lm_stw_write_index(const lm_st_writer *w, const char *dir, lm_s
 }
 
 /* Assigns shards greedily in name order; returns the shard count. */
-static size_t lm_stw_plan_shards(lm_stw_entry **ents, size_t n, uint64_t max_bytes, size_t *shard_of) {
+static size_t lm_stw_plan_shards(lm_stw_entry **ents, size_t n, uint64_t max_bytes,
+                                 size_t *shard_of) {
   size_t k = 0;
   uint64_t used = 0;
   for (size_t i = 0; i < n; i++) {
@@ -451,8 +488,9 @@ static size_t lm_stw_plan_shards(lm_stw_entry **ents, size_t n, uint64_t max_byt
 }
 
 /* Writes shard k: the entries of ents with shard_of == k. */
-static lm_status lm_stw_write_shard(const lm_st_writer *w, const char *dir, lm_stw_entry **ents, size_t n,
-                                    const size_t *shard_of, size_t k, size_t n_shards, lm_stw_entry **scratch) {
+static lm_status lm_stw_write_shard(const lm_st_writer *w, const char *dir, lm_stw_entry **ents,
+                                    size_t n, const size_t *shard_of, size_t k, size_t n_shards,
+                                    lm_stw_entry **scratch) {
   size_t m = 0;
   for (size_t i = 0; i < n; i++)
     if (shard_of[i] == k) scratch[m++] = ents[i];
@@ -470,11 +508,12 @@ static lm_status lm_stw_write_shard(const lm_st_writer *w, const char *dir, lm_s
   return s;
 }
 
-lm_status lm_st_writer_write_sharded(const lm_st_writer *w, const char *dir, uint64_t max_shard_bytes,
-                                     size_t *n_shards) {
+lm_status lm_st_writer_write_sharded(const lm_st_writer *w, const char *dir,
+                                     uint64_t max_shard_bytes, size_t *n_shards) {
   lm_stw_entry **ents = NULL, **scratch = NULL;
   size_t *shard_of = NULL;
-  if (!w->n) return LM_ERRF(LM_ERR_INVALID, "%s: a sharded checkpoint needs at least one tensor", dir);
+  if (!w->n)
+    return LM_ERRF(LM_ERR_INVALID, "%s: a sharded checkpoint needs at least one tensor", dir);
   lm_status s = lm_stw_all(w, &ents);
   if (s != LM_OK) return s;
   scratch = malloc((w->n ? w->n : 1) * sizeof *scratch);
@@ -485,7 +524,8 @@ lm_status lm_st_writer_write_sharded(const lm_st_writer *w, const char *dir, uin
     qsort(ents, w->n, sizeof *ents, lm_stw_cmp_name);
     ns = lm_stw_plan_shards(ents, w->n, max_shard_bytes, shard_of);
   }
-  for (size_t k = 0; s == LM_OK && k < ns; k++) s = lm_stw_write_shard(w, dir, ents, w->n, shard_of, k, ns, scratch);
+  for (size_t k = 0; s == LM_OK && k < ns; k++)
+    s = lm_stw_write_shard(w, dir, ents, w->n, shard_of, k, ns, scratch);
   if (s == LM_OK) s = lm_stw_write_index(w, dir, ents, w->n, shard_of, ns);
   if (s == LM_OK && n_shards) *n_shards = ns;
   free(ents);

@@ -32,7 +32,8 @@
 typedef struct lm_st_writer lm_st_writer;
 
 /* Fills dst[0..nbytes) with a tensor's bytes when the file is written (once per write call).
- * Returning anything but LM_OK aborts the write with that status (the callback sets the message). */
+ * Returning anything but LM_OK aborts the write with that status (the callback sets the message).
+ */
 typedef lm_status (*lm_st_fill_fn)(void *user, void *dst, uint64_t nbytes);
 
 lm_status lm_st_writer_create(lm_st_writer **out);
@@ -44,12 +45,12 @@ void lm_st_writer_free(lm_st_writer *w);
  * only for an empty tensor. `name` and `shape` are copied. ndim is 0..8 (0: a scalar).
  * Errors (LM_ERR_INVALID): empty, duplicate, reserved ("__metadata__") or non-UTF-8 name, bad
  * dtype, rank, negative dimension, or a byte size that overflows 64 bits. */
-lm_status lm_st_writer_add(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim, const int64_t *shape,
-                           const void *data);
+lm_status lm_st_writer_add(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim,
+                           const int64_t *shape, const void *data);
 /* Same, with the bytes produced by fill(user, buffer, nbytes) at write time (the writer allocates
  * a buffer of the tensor's size, calls fill, writes and frees it). */
-lm_status lm_st_writer_add_fn(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim, const int64_t *shape,
-                              lm_st_fill_fn fill, void *user);
+lm_status lm_st_writer_add_fn(lm_st_writer *w, const char *name, lm_dtype dtype, int ndim,
+                              const int64_t *shape, lm_st_fill_fn fill, void *user);
 
 /* Sets a __metadata__ string (copied); setting a key again replaces its value. */
 lm_status lm_st_writer_set_meta(lm_st_writer *w, const char *key, const char *value);
@@ -69,7 +70,7 @@ lm_status lm_st_writer_write(const lm_st_writer *w, const char *path);
  * the writer's __metadata__, plus model.safetensors.index.json ({"metadata": {"total_size": B},
  * "weight_map": {name: shard}}). *n_shards (may be NULL) receives N. Zero tensors is
  * LM_ERR_INVALID (an index with an empty weight_map is not a checkpoint). */
-lm_status lm_st_writer_write_sharded(const lm_st_writer *w, const char *dir, uint64_t max_shard_bytes,
-                                     size_t *n_shards);
+lm_status lm_st_writer_write_sharded(const lm_st_writer *w, const char *dir,
+                                     uint64_t max_shard_bytes, size_t *n_shards);
 
 #endif

@@ -13,11 +13,11 @@
 
 struct lm_batch {
   int32_t n_tokens;
-  const int32_t *ids;  /* [n_tokens] token ids */
-  const int32_t *pos;  /* [n_tokens] absolute positions */
-  const int32_t *seq;  /* [n_tokens] index into kv */
+  const int32_t *ids; /* [n_tokens] token ids */
+  const int32_t *pos; /* [n_tokens] absolute positions */
+  const int32_t *seq; /* [n_tokens] index into kv */
   int32_t n_seqs;
-  lm_kv_set *const *kv;      /* [n_seqs] */
+  lm_kv_set *const *kv; /* [n_seqs] */
   int32_t n_logits;
   const int32_t *logit_rows; /* [n_logits] token indices whose logits are wanted */
 };

@@ -17,7 +17,8 @@ int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a) {
 int64_t lm_kv_stage_row_bytes(const lm_kv_cache *c) {
   if (!lm_kv_kind_quant(c->kind)) return 0;
   int64_t b = 0;
-  for (int a = 0; a < LM_KV_ARRAYS; a++) b += lm_kv_row_bytes(c, a);
+  for (int a = 0; a < LM_KV_ARRAYS; a++)
+    b += lm_kv_row_bytes(c, a);
   return b;
 }
 
@@ -35,10 +36,12 @@ static lm_status kv_alloc_slots(lm_kv_cache *c, int64_t slots) {
     int64_t rb = lm_kv_row_bytes(c, a);
     if (!rb) continue;
     s = c->be->ops->alloc(c->be, (size_t)(slots * rb), &fresh[a]);
-    if (!s && keep && *kv_array(c, a)) s = c->be->ops->copy(c->be, fresh[a], *kv_array(c, a), (size_t)(keep * rb));
+    if (!s && keep && *kv_array(c, a))
+      s = c->be->ops->copy(c->be, fresh[a], *kv_array(c, a), (size_t)(keep * rb));
   }
   if (s) {
-    for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, fresh[a]);
+    for (int a = 0; a < LM_KV_ARRAYS; a++)
+      c->be->ops->free(c->be, fresh[a]);
     return lm_err_prefix(s, "KV cache of %lld slots", (long long)slots);
   }
   for (int a = 0; a < LM_KV_ARRAYS; a++) {
@@ -59,15 +62,19 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec_in, lm_kv_cache **
     plain.kind = lm_kv_kind_ring(spec_in->kind) ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN;
     spec = &plain;
   }
-  if (spec->n_kv_heads <= 0 || spec->head_dim <= 0 || (lm_kv_kind_ring(spec->kind) && spec->window <= 0))
+  if (spec->n_kv_heads <= 0 || spec->head_dim <= 0 ||
+      (lm_kv_kind_ring(spec->kind) && spec->window <= 0))
     return LM_ERRF(LM_ERR_INVALID, "KV cache: invalid geometry");
   if (spec->kind < LM_KV_PLAIN || spec->kind > LM_KV_ROTATING_QUANT)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: unknown kind %d", (int)spec->kind);
   if (lm_kv_kind_quant(spec->kind) &&
-      ((spec->bits != 4 && spec->bits != 8) || (spec->group != 32 && spec->group != 64 && spec->group != 128) ||
+      ((spec->bits != 4 && spec->bits != 8) ||
+       (spec->group != 32 && spec->group != 64 && spec->group != 128) ||
        spec->head_dim % spec->group))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: %d-bit group-%d quantization of head dim %d is not supported "
-                   "(bits 4 or 8, groups 32/64/128 dividing the head dim)", spec->bits, spec->group, spec->head_dim);
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "KV cache: %d-bit group-%d quantization of head dim %d is not supported "
+                   "(bits 4 or 8, groups 32/64/128 dividing the head dim)",
+                   spec->bits, spec->group, spec->head_dim);
   lm_kv_cache *c = calloc(1, sizeof *c);
   if (!c) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   c->kind = spec->kind;
@@ -93,11 +100,13 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec_in, lm_kv_cache **
   if (delayed) {
     c->pending = *spec_in;
     c->has_pending = 1;
-    if (lm_kv_kind_quant(spec_in->kind) && ((spec_in->bits != 4 && spec_in->bits != 8) ||
-                                            (spec_in->group != 32 && spec_in->group != 64 && spec_in->group != 128) ||
-                                            spec_in->head_dim % spec_in->group)) {
+    if (lm_kv_kind_quant(spec_in->kind) &&
+        ((spec_in->bits != 4 && spec_in->bits != 8) ||
+         (spec_in->group != 32 && spec_in->group != 64 && spec_in->group != 128) ||
+         spec_in->head_dim % spec_in->group)) {
       lm_kv_free(c);
-      return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: unsupported quantization %d/%d", spec_in->bits, spec_in->group);
+      return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: unsupported quantization %d/%d", spec_in->bits,
+                     spec_in->group);
     }
   }
   *out = c;
@@ -118,13 +127,17 @@ static lm_status kv_convert(lm_kv_cache *c) {
   q.n = 0; /* nothing to copy while allocating */
   LM_TRY(kv_alloc_slots(&q, c->slots));
   q.n = n;
-  lm_status s = c->be->ops->kv_convert ? c->be->ops->kv_convert(c->be, &(lm_kv_convert_args){.from = c, .to = &q})
-                                       : LM_ERRF(LM_ERR_UNSUPPORTED, "backend %s cannot quantize caches", c->be->ops->name);
+  lm_status s =
+      c->be->ops->kv_convert
+          ? c->be->ops->kv_convert(c->be, &(lm_kv_convert_args){.from = c, .to = &q})
+          : LM_ERRF(LM_ERR_UNSUPPORTED, "backend %s cannot quantize caches", c->be->ops->name);
   if (s) {
-    for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, *kv_array(&q, a));
+    for (int a = 0; a < LM_KV_ARRAYS; a++)
+      c->be->ops->free(c->be, *kv_array(&q, a));
     return s;
   }
-  for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, *kv_array(c, a));
+  for (int a = 0; a < LM_KV_ARRAYS; a++)
+    c->be->ops->free(c->be, *kv_array(c, a));
   q.has_pending = 0;
   *c = q;
   return LM_OK;
@@ -132,7 +145,8 @@ static lm_status kv_convert(lm_kv_cache *c) {
 
 void lm_kv_free(lm_kv_cache *c) {
   if (!c) return;
-  for (int a = 0; a < LM_KV_ARRAYS; a++) c->be->ops->free(c->be, *kv_array(c, a));
+  for (int a = 0; a < LM_KV_ARRAYS; a++)
+    c->be->ops->free(c->be, *kv_array(c, a));
   free(c);
 }
 
@@ -146,7 +160,9 @@ static const char *kv_sig(lm_kv_kind kind, int bits, int group, char *buf, size_
   return buf;
 }
 
-const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n) { return kv_sig(c->kind, c->bits, c->group, buf, n); }
+const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n) {
+  return kv_sig(c->kind, c->bits, c->group, buf, n);
+}
 
 const char *lm_kv_spec_signature(const lm_kv_spec *s, char *buf, size_t n) {
   return kv_sig(s->kind, s->bits, s->group, buf, n);
@@ -160,13 +176,16 @@ int64_t lm_kv_spec_bytes_per_token(const lm_kv_spec *s, lm_dtype act) {
 
 int64_t lm_kv_bytes_per_token(const lm_kv_cache *c) {
   int64_t b = 0;
-  for (int a = 0; a < LM_KV_ARRAYS; a++) b += lm_kv_row_bytes(c, a);
+  for (int a = 0; a < LM_KV_ARRAYS; a++)
+    b += lm_kv_row_bytes(c, a);
   return b;
 }
 
 int64_t lm_kv_capacity(const lm_kv_cache *c) { return c->window ? c->window : LM_KV_UNBOUNDED; }
 
-int64_t lm_kv_held(const lm_kv_cache *c) { return c->window && c->n > c->window ? c->window : c->n; }
+int64_t lm_kv_held(const lm_kv_cache *c) {
+  return c->window && c->n > c->window ? c->window : c->n;
+}
 
 int64_t lm_kv_bytes(const lm_kv_cache *c) { return lm_kv_held(c) * lm_kv_bytes_per_token(c); }
 
@@ -176,7 +195,8 @@ lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new) {
   if (c->window) return LM_OK; /* a ring holds its window whatever comes */
   int64_t need = c->n + n_new, slots = c->slots;
   if (need <= slots) return LM_OK;
-  while (slots < need) slots *= 2;
+  while (slots < need)
+    slots *= 2;
   return kv_alloc_slots(c, slots);
 }
 
@@ -188,11 +208,14 @@ lm_status lm_kv_fit(lm_kv_cache *c, int64_t slots) {
 }
 
 lm_status lm_kv_trim(lm_kv_cache *c, int64_t n) {
-  if (n < 0 || n > c->n) return LM_ERRF(LM_ERR_INVALID, "KV trim of %lld tokens from %lld", (long long)n, (long long)c->n);
+  if (n < 0 || n > c->n)
+    return LM_ERRF(LM_ERR_INVALID, "KV trim of %lld tokens from %lld", (long long)n,
+                   (long long)c->n);
   /* After a wrap the ring's oldest slots hold positions newer than the ones a trim would
    * expose again: those keys are gone. */
   if (c->window && c->n > c->window && n > 0)
-    return LM_ERRF(LM_ERR_STATE, "KV trim: the %lld-slot ring has wrapped (holds %lld..%lld); re-prefill instead",
+    return LM_ERRF(LM_ERR_STATE,
+                   "KV trim: the %lld-slot ring has wrapped (holds %lld..%lld); re-prefill instead",
                    (long long)c->window, (long long)(c->n - c->window), (long long)(c->n - 1));
   c->n -= n;
   return LM_OK;
@@ -219,13 +242,15 @@ lm_status lm_kv_set_create(lm_backend *be, const lm_kv_spec *specs, int n, lm_kv
 
 void lm_kv_set_free(lm_kv_set *s) {
   if (!s) return;
-  for (int i = 0; i < s->n; i++) lm_kv_free(s->caches[i]);
+  for (int i = 0; i < s->n; i++)
+    lm_kv_free(s->caches[i]);
   free(s->caches);
   free(s);
 }
 
 lm_status lm_kv_set_reserve(lm_kv_set *s, int64_t n_new) {
-  for (int i = 0; i < s->n; i++) LM_TRY(lm_kv_reserve(s->caches[i], n_new));
+  for (int i = 0; i < s->n; i++)
+    LM_TRY(lm_kv_reserve(s->caches[i], n_new));
   return LM_OK;
 }
 
@@ -233,7 +258,8 @@ lm_status lm_kv_set_trim(lm_kv_set *s, int64_t n) {
   for (int i = 0; i < s->n; i++) /* check first, so a refused trim changes nothing */
     if (s->caches[i]->window && s->caches[i]->n > s->caches[i]->window && n > 0)
       return lm_kv_trim(s->caches[i], n);
-  for (int i = 0; i < s->n; i++) LM_TRY(lm_kv_trim(s->caches[i], n));
+  for (int i = 0; i < s->n; i++)
+    LM_TRY(lm_kv_trim(s->caches[i], n));
   return LM_OK;
 }
 
@@ -241,6 +267,7 @@ int64_t lm_kv_set_len(const lm_kv_set *s) { return s->n ? s->caches[0]->n : 0; }
 
 int64_t lm_kv_set_bytes(const lm_kv_set *s) {
   int64_t b = 0;
-  for (int i = 0; i < s->n; i++) b += lm_kv_bytes(s->caches[i]);
+  for (int i = 0; i < s->n; i++)
+    b += lm_kv_bytes(s->caches[i]);
   return b;
 }

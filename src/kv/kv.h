@@ -4,8 +4,8 @@
  * memory. Every kind reports a stable signature(), bytes_per_token() and its capacity
  * (LM_KV_UNBOUNDED, or a ring's window); the memory for N tokens of context is
  * bytes_per_token × min(N, capacity). Kinds:
- *   kv:plain                        slot = position; grows (reserve) before a step, never during one
- *   kv:rotating-plain               ring of `window` slots, slot = position % window
+ *   kv:plain                        slot = position; grows (reserve) before a step, never during
+ * one kv:rotating-plain               ring of `window` slots, slot = position % window
  *   kv:quant:<bits>:<group>         plain layout of MLX affine codes along head_dim (bits 4 or 8,
  *                                   groups 32/64/128) + bf16 scales and biases, quantized on append
  *   kv:rotating-quant:<bits>:<group> the same in a ring
@@ -31,15 +31,19 @@ typedef enum lm_kv_kind {
   LM_KV_ROTATING_QUANT = 3,
 } lm_kv_kind;
 
-static inline int lm_kv_kind_quant(lm_kv_kind k) { return k == LM_KV_QUANT || k == LM_KV_ROTATING_QUANT; }
-static inline int lm_kv_kind_ring(lm_kv_kind k) { return k == LM_KV_ROTATING_PLAIN || k == LM_KV_ROTATING_QUANT; }
+static inline int lm_kv_kind_quant(lm_kv_kind k) {
+  return k == LM_KV_QUANT || k == LM_KV_ROTATING_QUANT;
+}
+static inline int lm_kv_kind_ring(lm_kv_kind k) {
+  return k == LM_KV_ROTATING_PLAIN || k == LM_KV_ROTATING_QUANT;
+}
 
 /* What a session's cache set looks like: one entry per cache (donor layer). */
 typedef struct lm_kv_spec {
   lm_kv_kind kind;
   int n_kv_heads, head_dim;
-  int64_t window; /* for rotating kinds */
-  int bits, group; /* for quantized kinds */
+  int64_t window;      /* for rotating kinds */
+  int bits, group;     /* for quantized kinds */
   int64_t quant_start; /* quantized kinds: stay plain until the cache holds this many tokens */
 } lm_kv_spec;
 
@@ -51,18 +55,16 @@ struct lm_kv_cache {
   lm_kv_kind kind;
   lm_backend *be;
   int n_kv_heads, head_dim;
-  int bits, group;  /* quantized kinds */
-  lm_dtype dtype;   /* element type of plain K and V (the backend's activation dtype) */
-  int64_t window;   /* ring size for rotating kinds; 0 for plain */
-  int64_t slots;    /* allocated slots */
-  int64_t n;        /* tokens appended so far = next position */
-  void *k, *v;      /* backend memory [slots][row]: elements (plain) or packed codes (quant) */
+  int bits, group; /* quantized kinds */
+  lm_dtype dtype;  /* element type of plain K and V (the backend's activation dtype) */
+  int64_t window;  /* ring size for rotating kinds; 0 for plain */
+  int64_t slots;   /* allocated slots */
+  int64_t n;       /* tokens appended so far = next position */
+  void *k, *v;     /* backend memory [slots][row]: elements (plain) or packed codes (quant) */
   void *ks, *kb, *vs, *vb; /* quant: bf16 [slots][n_kv_heads*head_dim/group] */
-  lm_kv_spec pending;      /* a plain cache that becomes this quantized kind at pending.quant_start */
+  lm_kv_spec pending; /* a plain cache that becomes this quantized kind at pending.quant_start */
   int has_pending;
 };
-
-
 
 /* Bytes of one slot's row of array a (LM_KV_K...). */
 int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a);

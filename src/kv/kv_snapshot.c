@@ -24,11 +24,17 @@ static lm_kv_spec spec_norm(lm_kv_spec s) {
   return s;
 }
 
-static lm_kv_kind plain_of(lm_kv_kind k) { return lm_kv_kind_ring(k) ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN; }
+static lm_kv_kind plain_of(lm_kv_kind k) {
+  return lm_kv_kind_ring(k) ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN;
+}
 
 lm_kv_spec lm_kv_layout_spec(const lm_kv_cache *c) {
-  return spec_norm((lm_kv_spec){.kind = c->kind, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-                                .window = c->window, .bits = c->bits, .group = c->group});
+  return spec_norm((lm_kv_spec){.kind = c->kind,
+                                .n_kv_heads = c->n_kv_heads,
+                                .head_dim = c->head_dim,
+                                .window = c->window,
+                                .bits = c->bits,
+                                .group = c->group});
 }
 
 lm_kv_spec lm_kv_plan_spec(const lm_kv_cache *c) {
@@ -40,15 +46,17 @@ lm_kv_spec lm_kv_plan_spec(const lm_kv_cache *c) {
 
 int lm_kv_spec_equal(const lm_kv_spec *a, const lm_kv_spec *b) {
   lm_kv_spec x = spec_norm(*a), y = spec_norm(*b);
-  return x.kind == y.kind && x.n_kv_heads == y.n_kv_heads && x.head_dim == y.head_dim && x.window == y.window &&
-         x.bits == y.bits && x.group == y.group && x.quant_start == y.quant_start;
+  return x.kind == y.kind && x.n_kv_heads == y.n_kv_heads && x.head_dim == y.head_dim &&
+         x.window == y.window && x.bits == y.bits && x.group == y.group &&
+         x.quant_start == y.quant_start;
 }
 
 int64_t lm_kv_alloc_bytes(const lm_kv_cache *c) { return c->slots * lm_kv_bytes_per_token(c); }
 
 int64_t lm_kv_set_alloc_bytes(const lm_kv_set *s) {
   int64_t b = 0;
-  for (int i = 0; i < s->n; i++) b += lm_kv_alloc_bytes(s->caches[i]);
+  for (int i = 0; i < s->n; i++)
+    b += lm_kv_alloc_bytes(s->caches[i]);
   return b;
 }
 
@@ -65,16 +73,20 @@ int lm_kv_set_can_truncate(const lm_kv_set *s, int64_t m) {
 
 /* Rows (slots from 0) that hold the state after m tokens: positions 0..m-1 for a plain cache
  * and an unwrapped ring, the whole ring once m passes the window. */
-static int64_t prefix_rows(const lm_kv_cache *c, int64_t m) { return c->window && m > c->window ? c->window : m; }
+static int64_t prefix_rows(const lm_kv_cache *c, int64_t m) {
+  return c->window && m > c->window ? c->window : m;
+}
 
 static lm_status check_prefix(const lm_kv_cache *c, int64_t m) {
   if (m < 0 || m > c->n)
-    return LM_ERRF(LM_ERR_INVALID, "KV snapshot: prefix of %lld tokens of a cache holding %lld", (long long)m,
-                   (long long)c->n);
+    return LM_ERRF(LM_ERR_INVALID, "KV snapshot: prefix of %lld tokens of a cache holding %lld",
+                   (long long)m, (long long)c->n);
   if (!lm_kv_can_truncate(c, m))
-    return LM_ERRF(LM_ERR_STATE, "KV snapshot: the %lld-slot ring has wrapped (holds %lld..%lld): the state after "
-                   "%lld tokens is gone", (long long)c->window, (long long)(c->n - c->window), (long long)(c->n - 1),
-                   (long long)m);
+    return LM_ERRF(
+        LM_ERR_STATE,
+        "KV snapshot: the %lld-slot ring has wrapped (holds %lld..%lld): the state after "
+        "%lld tokens is gone",
+        (long long)c->window, (long long)(c->n - c->window), (long long)(c->n - 1), (long long)m);
   return LM_OK;
 }
 
@@ -82,31 +94,37 @@ static lm_status check_prefix(const lm_kv_cache *c, int64_t m) {
 static lm_status copy_rows(lm_kv_cache *dst, const lm_kv_cache *src, int64_t rows) {
   for (int a = 0; a < LM_KV_ARRAYS; a++) {
     int64_t bytes = rows * lm_kv_row_bytes(src, a);
-    if (bytes) LM_TRY(src->be->ops->copy(src->be, *array_ptr(dst, a), array_of(src, a), (size_t)bytes));
+    if (bytes)
+      LM_TRY(src->be->ops->copy(src->be, *array_ptr(dst, a), array_of(src, a), (size_t)bytes));
   }
   return LM_OK;
 }
 
-lm_status lm_kv_create_restored(lm_backend *be, const lm_kv_spec *plan_in, const lm_kv_spec *layout_in,
-                                int has_pending, lm_kv_cache **out) {
+lm_status lm_kv_create_restored(lm_backend *be, const lm_kv_spec *plan_in,
+                                const lm_kv_spec *layout_in, int has_pending, lm_kv_cache **out) {
   *out = NULL;
   lm_kv_spec plan = spec_norm(*plan_in), layout = spec_norm(*layout_in);
   layout.quant_start = 0;
   int delayed = lm_kv_kind_quant(plan.kind) && plan.quant_start > 0;
-  if (plan.n_kv_heads != layout.n_kv_heads || plan.head_dim != layout.head_dim || plan.window != layout.window ||
-      lm_kv_kind_ring(plan.kind) != lm_kv_kind_ring(layout.kind))
+  if (plan.n_kv_heads != layout.n_kv_heads || plan.head_dim != layout.head_dim ||
+      plan.window != layout.window || lm_kv_kind_ring(plan.kind) != lm_kv_kind_ring(layout.kind))
     return LM_ERRF(LM_ERR_INVALID, "KV restore: the layout's geometry differs from the plan's");
   lm_kv_spec conv = plan;
   conv.quant_start = 0;
-  if (has_pending) { /* still plain, converting later: exactly what lm_kv_create makes of the plan */
+  if (has_pending) { /* still plain, converting later: exactly what lm_kv_create makes of the plan
+                      */
     if (!delayed || layout.kind != plain_of(plan.kind))
-      return LM_ERRF(LM_ERR_INVALID, "KV restore: a pending conversion needs a delayed quantized plan and a plain layout");
+      return LM_ERRF(
+          LM_ERR_INVALID,
+          "KV restore: a pending conversion needs a delayed quantized plan and a plain layout");
     return lm_kv_create(be, &plan, out);
   }
   if (!lm_kv_spec_equal(&layout, &conv))
-    return LM_ERRF(LM_ERR_INVALID, "KV restore: the layout is neither the plan nor its pending plain form");
+    return LM_ERRF(LM_ERR_INVALID,
+                   "KV restore: the layout is neither the plan nor its pending plain form");
   LM_TRY(lm_kv_create(be, &conv, out));
-  if (delayed) (*out)->pending = plan; /* converted already: remember the plan as the conversion does */
+  if (delayed)
+    (*out)->pending = plan; /* converted already: remember the plan as the conversion does */
   return LM_OK;
 }
 
@@ -116,7 +134,9 @@ lm_status lm_kv_clone_prefix(const lm_kv_cache *src, int64_t m, lm_kv_cache **ou
   lm_kv_spec plan = lm_kv_plan_spec(src), layout = lm_kv_layout_spec(src);
   lm_kv_cache *c;
   LM_TRY(lm_kv_create_restored(src->be, &plan, &layout, src->has_pending, &c));
-  lm_status s = c->dtype == src->dtype ? LM_OK : LM_ERRF(LM_ERR_INVALID, "KV snapshot: element dtype differs");
+  lm_status s = c->dtype == src->dtype
+                    ? LM_OK
+                    : LM_ERRF(LM_ERR_INVALID, "KV snapshot: element dtype differs");
   if (!s) s = lm_kv_fit(c, m); /* plain: exactly m rows; a ring keeps its window */
   if (!s) s = copy_rows(c, src, prefix_rows(src, m));
   if (s) {
@@ -128,7 +148,9 @@ lm_status lm_kv_clone_prefix(const lm_kv_cache *src, int64_t m, lm_kv_cache **ou
   return LM_OK;
 }
 
-lm_status lm_kv_clone(const lm_kv_cache *src, lm_kv_cache **out) { return lm_kv_clone_prefix(src, src->n, out); }
+lm_status lm_kv_clone(const lm_kv_cache *src, lm_kv_cache **out) {
+  return lm_kv_clone_prefix(src, src->n, out);
+}
 
 lm_status lm_kv_set_clone_prefix(const lm_kv_set *src, int64_t m, lm_kv_set **out) {
   *out = NULL;
@@ -154,13 +176,16 @@ lm_status lm_kv_set_clone(const lm_kv_set *src, lm_kv_set **out) {
 }
 
 static lm_status check_compatible(const lm_kv_cache *dst, const lm_kv_cache *src, int64_t m) {
-  if (dst == src) return LM_ERRF(LM_ERR_INVALID, "KV copy: source and destination are the same cache");
+  if (dst == src)
+    return LM_ERRF(LM_ERR_INVALID, "KV copy: source and destination are the same cache");
   lm_kv_spec a = lm_kv_plan_spec(dst), b = lm_kv_plan_spec(src);
   char sa[64], sb[64];
-  if (dst->be != src->be) return LM_ERRF(LM_ERR_INVALID, "KV copy: the caches live on different backends");
+  if (dst->be != src->be)
+    return LM_ERRF(LM_ERR_INVALID, "KV copy: the caches live on different backends");
   if (!lm_kv_spec_equal(&a, &b))
     return LM_ERRF(LM_ERR_INVALID, "KV copy: destination plan %s differs from the source's %s",
-                   lm_kv_spec_signature(&a, sa, sizeof sa), lm_kv_spec_signature(&b, sb, sizeof sb));
+                   lm_kv_spec_signature(&a, sa, sizeof sa),
+                   lm_kv_spec_signature(&b, sb, sizeof sb));
   if (dst->dtype != src->dtype) return LM_ERRF(LM_ERR_INVALID, "KV copy: element dtypes differ");
   return check_prefix(src, m);
 }
@@ -180,7 +205,8 @@ lm_status lm_kv_copy_prefix(lm_kv_cache *dst, const lm_kv_cache *src, int64_t m)
     dst->n = s ? 0 : m; /* a failed copy leaves rows of both: the cache is emptied */
     return s;
   }
-  /* Different layouts (one converted, the other not yet): swap in a fresh copy, keeping dst's address. */
+  /* Different layouts (one converted, the other not yet): swap in a fresh copy, keeping dst's
+   * address. */
   lm_kv_cache *t;
   LM_TRY(lm_kv_clone_prefix(src, m, &t));
   lm_kv_cache old = *dst;
@@ -200,7 +226,8 @@ lm_status lm_kv_set_copy_prefix(lm_kv_set *dst, const lm_kv_set *src, int64_t m)
   for (int i = 0; i < src->n; i++) {
     lm_status s = lm_kv_copy_prefix(dst->caches[i], src->caches[i], m);
     if (s) {
-      for (int j = 0; j < dst->n; j++) dst->caches[j]->n = 0; /* never a set whose caches disagree */
+      for (int j = 0; j < dst->n; j++)
+        dst->caches[j]->n = 0; /* never a set whose caches disagree */
       return lm_err_prefix(s, "cache %d", i);
     }
   }

@@ -59,7 +59,7 @@ lm_status lm_kv_set_copy_prefix(lm_kv_set *dst, const lm_kv_set *src, int64_t m)
  * plan and, if has_pending, still converts to it at plan->quant_start (restoring a saved cache).
  * Errors: those of lm_kv_create; LM_ERR_INVALID when plan and layout disagree on geometry, or
  * has_pending does not fit the plan (a delayed quantized plan and a plain layout). */
-lm_status lm_kv_create_restored(lm_backend *be, const lm_kv_spec *plan, const lm_kv_spec *layout, int has_pending,
-                                lm_kv_cache **out);
+lm_status lm_kv_create_restored(lm_backend *be, const lm_kv_spec *plan, const lm_kv_spec *layout,
+                                int has_pending, lm_kv_cache **out);
 
 #endif

@@ -38,26 +38,26 @@
  * fp: the model fingerprint (lm_model_fingerprint). Errors: LM_ERR_INVALID (caches that
  * disagree with n), LM_ERR_IO (no temporary file, a write, fsync or rename failed), backend
  * download errors. The target is replaced only once the new file is complete on disk. */
-lm_status lm_kv_state_save(const char *path, const uint8_t fp[LM_FINGERPRINT_BYTES], const lm_kv_set *kv,
-                           const int32_t *tokens, int64_t n);
+lm_status lm_kv_state_save(const char *path, const uint8_t fp[LM_FINGERPRINT_BYTES],
+                           const lm_kv_set *kv, const int32_t *tokens, int64_t n);
 
 /* What a loaded file must match. */
 typedef struct lm_kv_state_expect {
   const uint8_t *fingerprint; /* LM_FINGERPRINT_BYTES */
   const lm_kv_spec *specs;    /* the session's cache plan (lm_model_kv_plan) */
   int n_specs;
-  int64_t vocab_size;         /* token ids must lie in [0, vocab_size); 0: not checked */
+  int64_t vocab_size; /* token ids must lie in [0, vocab_size); 0: not checked */
 } lm_kv_state_expect;
 
 /* Restores a file written by lm_kv_state_save into a new cache set on `be` (*out, free with
  * lm_kv_set_free) and the token ids (*tokens, malloc'd, free(); NULL when n is 0; *n_tokens).
  * Caches whose element dtype differs from be's (a state saved on another backend) are converted
  * (f32/bf16/f16). On error nothing is returned and nothing is left allocated. */
-lm_status lm_kv_state_load_ex(const char *path, const lm_kv_state_expect *e, lm_backend *be, lm_kv_set **out,
-                              int32_t **tokens, int64_t *n_tokens);
+lm_status lm_kv_state_load_ex(const char *path, const lm_kv_state_expect *e, lm_backend *be,
+                              lm_kv_set **out, int32_t **tokens, int64_t *n_tokens);
 /* The same for model m with plan specs[m->cfg.n_caches] (fingerprint computed from m). */
-lm_status lm_kv_state_load(const char *path, const lm_model *m, const lm_kv_spec *specs, lm_backend *be,
-                           lm_kv_set **out, int32_t **tokens, int64_t *n_tokens);
+lm_status lm_kv_state_load(const char *path, const lm_model *m, const lm_kv_spec *specs,
+                           lm_backend *be, lm_kv_set **out, int32_t **tokens, int64_t *n_tokens);
 
 /* ---- the parsed header (the loader's first stage; the fuzz target drives it) --------------- */
 
@@ -66,11 +66,11 @@ typedef struct lm_kv_state_block {
 } lm_kv_state_block;
 
 typedef struct lm_kv_state_cache {
-  lm_kv_spec plan;     /* the spec the cache was created from */
-  lm_kv_spec layout;   /* what it stored when saved */
-  int has_pending;     /* still plain, converting to plan at plan.quant_start */
-  lm_dtype dtype;      /* K/V element type of a plain layout (LM_DT_COUNT for quantized ones) */
-  int64_t n, rows;     /* tokens appended; rows stored per array (slot order, from slot 0) */
+  lm_kv_spec plan;   /* the spec the cache was created from */
+  lm_kv_spec layout; /* what it stored when saved */
+  int has_pending;   /* still plain, converting to plan at plan.quant_start */
+  lm_dtype dtype;    /* K/V element type of a plain layout (LM_DT_COUNT for quantized ones) */
+  int64_t n, rows;   /* tokens appended; rows stored per array (slot order, from slot 0) */
   lm_kv_state_block arrays[LM_KV_ARRAYS];
 } lm_kv_state_cache;
 
@@ -80,7 +80,7 @@ typedef struct lm_kv_state_info {
   int n_caches;
   lm_kv_state_cache *caches;
   int64_t n_tokens;
-  int32_t *tokens;     /* a copy */
+  int32_t *tokens; /* a copy */
   uint64_t data_offset, file_size;
 } lm_kv_state_info;
 
@@ -91,7 +91,8 @@ enum { LM_KV_STATE_VERIFY_HEADER = 1, LM_KV_STATE_VERIFY_DATA = 2, LM_KV_STATE_V
  * structural checks behind them). LM_OK means no defect was detected: every block lies inside
  * the buffer, blocks are aligned, in order and disjoint, and each has the size its cache's
  * geometry implies. *out is freed with lm_kv_state_info_free. */
-lm_status lm_kv_state_parse(const uint8_t *buf, uint64_t size, const char *name, int verify, lm_kv_state_info **out);
+lm_status lm_kv_state_parse(const uint8_t *buf, uint64_t size, const char *name, int verify,
+                            lm_kv_state_info **out);
 void lm_kv_state_info_free(lm_kv_state_info *info);
 
 #endif

@@ -17,8 +17,8 @@ const char *lm_layer_type_name(lm_layer_type t) {
 /* ---- typed field access with messages naming the file and the field ---------------------- */
 
 typedef struct cfg_ctx {
-  const char *name;    /* file name for messages */
-  const json_t *text;  /* text_config, or the root when flat */
+  const char *name;   /* file name for messages */
+  const json_t *text; /* text_config, or the root when flat */
   const json_t *root;
 } cfg_ctx;
 
@@ -29,7 +29,8 @@ static const json_t *cfg_get(const cfg_ctx *c, const char *key) {
   return v;
 }
 
-static lm_status cfg_int(const cfg_ctx *c, const char *key, int required, int64_t def, int64_t *out) {
+static lm_status cfg_int(const cfg_ctx *c, const char *key, int required, int64_t def,
+                         int64_t *out) {
   const json_t *v = cfg_get(c, key);
   if (!v || json_is_null(v)) {
     if (required) return LM_ERRF(LM_ERR_NOT_FOUND, "%s: missing required field '%s'", c->name, key);
@@ -48,7 +49,8 @@ static lm_status cfg_num(const cfg_ctx *c, const char *key, double def, double *
     *out = def;
     return LM_OK;
   }
-  if (!json_is_number(v)) return LM_ERRF(LM_ERR_CORRUPT, "%s: field '%s' must be a number", c->name, key);
+  if (!json_is_number(v))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: field '%s' must be a number", c->name, key);
   *out = json_number_value(v);
   return LM_OK;
 }
@@ -59,7 +61,8 @@ static lm_status cfg_bool(const cfg_ctx *c, const char *key, int def, int *out) 
     *out = def;
     return LM_OK;
   }
-  if (!json_is_boolean(v)) return LM_ERRF(LM_ERR_CORRUPT, "%s: field '%s' must be a boolean", c->name, key);
+  if (!json_is_boolean(v))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: field '%s' must be a boolean", c->name, key);
   *out = json_is_true(v);
   return LM_OK;
 }
@@ -75,8 +78,10 @@ static lm_status cfg_range(const cfg_ctx *c, const char *key, int64_t v, int64_t
 /* ---- sections ------------------------------------------------------------------------------ */
 
 static lm_status cfg_model_type(const cfg_ctx *c, lm_model_config *m) {
-  const json_t *rt = json_object_get(c->root, "model_type"), *tt = json_object_get(c->text, "model_type");
-  if (!rt && !tt) return LM_ERRF(LM_ERR_NOT_FOUND, "%s: missing required field 'model_type'", c->name);
+  const json_t *rt = json_object_get(c->root, "model_type"),
+               *tt = json_object_get(c->text, "model_type");
+  if (!rt && !tt)
+    return LM_ERRF(LM_ERR_NOT_FOUND, "%s: missing required field 'model_type'", c->name);
   if ((rt && !json_is_string(rt)) || (tt && !json_is_string(tt)))
     return LM_ERRF(LM_ERR_CORRUPT, "%s: field 'model_type' must be a string", c->name);
   snprintf(m->model_type, sizeof m->model_type, "%s", json_string_value(rt ? rt : tt));
@@ -84,10 +89,11 @@ static lm_status cfg_model_type(const cfg_ctx *c, lm_model_config *m) {
   static const char *ok[] = {"gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text"};
   for (size_t i = 0; i < 4; i++)
     if (!strcmp(m->model_type, ok[i])) return LM_OK;
-  return LM_ERRF(LM_ERR_UNSUPPORTED,
-                 "%s: model_type '%s' is not supported (lumen runs gemma4, gemma4_text, gemma4_unified, "
-                 "gemma4_unified_text)",
-                 c->name, m->model_type);
+  return LM_ERRF(
+      LM_ERR_UNSUPPORTED,
+      "%s: model_type '%s' is not supported (lumen runs gemma4, gemma4_text, gemma4_unified, "
+      "gemma4_unified_text)",
+      c->name, m->model_type);
 }
 
 static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
@@ -129,7 +135,8 @@ static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
   if (unified) m->moe = 0;
   LM_TRY(cfg_bool(c, "tie_word_embeddings", 1, &m->tie_embeddings));
   if (!m->tie_embeddings)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: tie_word_embeddings=false is not a Gemma 4 layout", c->name);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: tie_word_embeddings=false is not a Gemma 4 layout",
+                   c->name);
   if (m->moe) {
     LM_TRY(cfg_int(c, "num_experts", 1, 0, &m->n_experts));
     LM_TRY(cfg_range(c, "num_experts", m->n_experts, 1, 4096));
@@ -140,8 +147,8 @@ static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
   }
   const json_t *bidi = cfg_get(c, "use_bidirectional_attention");
   if (bidi && json_is_string(bidi) && !strcmp(json_string_value(bidi), "all"))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: use_bidirectional_attention='all' (an encoder) is not supported",
-                   c->name);
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "%s: use_bidirectional_attention='all' (an encoder) is not supported", c->name);
   return LM_OK;
 }
 
@@ -162,7 +169,8 @@ static lm_status cfg_tokens(const cfg_ctx *c, lm_model_config *m) {
     size_t i;
     const json_t *x;
     json_array_foreach(e, i, x) {
-      if (!json_is_integer(x)) return LM_ERRF(LM_ERR_CORRUPT, "%s: eos_token_id[%zu] is not an integer", c->name, i);
+      if (!json_is_integer(x))
+        return LM_ERRF(LM_ERR_CORRUPT, "%s: eos_token_id[%zu] is not an integer", c->name, i);
       if (m->n_eos < 16) m->eos_ids[m->n_eos++] = (int)json_integer_value(x);
     }
   } else {
@@ -171,7 +179,8 @@ static lm_status cfg_tokens(const cfg_ctx *c, lm_model_config *m) {
   return LM_OK;
 }
 
-static lm_status cfg_rope_one(const cfg_ctx *c, const json_t *rp, lm_layer_type t, lm_rope_config *r) {
+static lm_status cfg_rope_one(const cfg_ctx *c, const json_t *rp, lm_layer_type t,
+                              lm_rope_config *r) {
   const char *tn = lm_layer_type_name(t);
   /* HF defaults (configuration_gemma4.py __post_init__). */
   r->theta = t == LM_LAYER_FULL ? 1e6 : 1e4;
@@ -180,35 +189,45 @@ static lm_status cfg_rope_one(const cfg_ctx *c, const json_t *rp, lm_layer_type 
   r->proportional = t == LM_LAYER_FULL;
   const json_t *p = rp ? json_object_get(rp, tn) : NULL;
   if (!p) return LM_OK;
-  if (!json_is_object(p)) return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s must be an object", c->name, tn);
+  if (!json_is_object(p))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s must be an object", c->name, tn);
   const json_t *ty = json_object_get(p, "rope_type"), *th = json_object_get(p, "rope_theta"),
-               *pf = json_object_get(p, "partial_rotary_factor"), *fa = json_object_get(p, "factor");
-  if (ty && !json_is_string(ty)) return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.rope_type", c->name, tn);
+               *pf = json_object_get(p, "partial_rotary_factor"),
+               *fa = json_object_get(p, "factor");
+  if (ty && !json_is_string(ty))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.rope_type", c->name, tn);
   const char *tys = ty ? json_string_value(ty) : "default";
   if (!strcmp(tys, "default")) {
     r->proportional = 0;
-    r->partial_rotary_factor = 1.0; /* the default init ignores it (compute_default_rope_parameters) */
+    r->partial_rotary_factor =
+        1.0; /* the default init ignores it (compute_default_rope_parameters) */
   } else if (!strcmp(tys, "proportional")) {
     r->proportional = 1;
     r->partial_rotary_factor = 1.0;
   } else {
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: rope_parameters.%s.rope_type '%s' is not supported", c->name, tn, tys);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: rope_parameters.%s.rope_type '%s' is not supported",
+                   c->name, tn, tys);
   }
   if (th) {
-    if (!json_is_number(th)) return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.rope_theta", c->name, tn);
+    if (!json_is_number(th))
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.rope_theta", c->name, tn);
     r->theta = json_number_value(th);
   }
   if (pf && r->proportional) {
-    if (!json_is_number(pf)) return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.partial_rotary_factor", c->name, tn);
+    if (!json_is_number(pf))
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.partial_rotary_factor", c->name, tn);
     r->partial_rotary_factor = json_number_value(pf);
   }
   if (fa) {
     if (!json_is_number(fa) || json_number_value(fa) <= 0)
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.factor must be a positive number", c->name, tn);
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s.factor must be a positive number",
+                     c->name, tn);
     r->factor = json_number_value(fa);
   }
   if (!(r->theta > 0) || !(r->partial_rotary_factor >= 0 && r->partial_rotary_factor <= 1))
-    return LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters.%s has an invalid theta or partial_rotary_factor", c->name, tn);
+    return LM_ERRF(LM_ERR_CORRUPT,
+                   "%s: rope_parameters.%s has an invalid theta or partial_rotary_factor", c->name,
+                   tn);
   return LM_OK;
 }
 
@@ -218,14 +237,19 @@ static lm_status cfg_layer_types(const cfg_ctx *c, lm_model_config *m) {
     m->layers[l].type = ((l + 1) % 6) ? LM_LAYER_SLIDING : LM_LAYER_FULL;
   if (lt && !json_is_null(lt)) {
     if (!json_is_array(lt) || (int64_t)json_array_size(lt) != m->n_layers)
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", c->name,
+      return LM_ERRF(LM_ERR_CORRUPT,
+                     "%s: layer_types must be a list of num_hidden_layers (%lld) strings", c->name,
                      (long long)m->n_layers);
     for (int64_t l = 0; l < m->n_layers; l++) {
       const char *s = json_string_value(json_array_get(lt, (size_t)l));
-      if (s && !strcmp(s, "sliding_attention")) m->layers[l].type = LM_LAYER_SLIDING;
-      else if (s && !strcmp(s, "full_attention")) m->layers[l].type = LM_LAYER_FULL;
-      else return LM_ERRF(LM_ERR_CORRUPT, "%s: layer_types[%lld] must be sliding_attention or full_attention",
-                          c->name, (long long)l);
+      if (s && !strcmp(s, "sliding_attention"))
+        m->layers[l].type = LM_LAYER_SLIDING;
+      else if (s && !strcmp(s, "full_attention"))
+        m->layers[l].type = LM_LAYER_FULL;
+      else
+        return LM_ERRF(LM_ERR_CORRUPT,
+                       "%s: layer_types[%lld] must be sliding_attention or full_attention", c->name,
+                       (long long)l);
     }
   }
   m->layers[m->n_layers - 1].type = LM_LAYER_FULL; /* HF forces the last layer to full attention */
@@ -245,7 +269,8 @@ static lm_status cfg_per_layer(const cfg_ctx *c, lm_model_config *m) {
   }
   const json_t *plc = cfg_get(c, "per_layer_config");
   if (!plc || json_is_null(plc)) return LM_OK;
-  if (!json_is_object(plc)) return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config must be an object", c->name);
+  if (!json_is_object(plc))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config must be an object", c->name);
   for (int64_t l = 0; l < m->n_layers; l++) /* present: it is the whole truth for full layers */
     if (m->layers[l].type == LM_LAYER_FULL) {
       m->layers[l].head_dim = (int)m->head_dim;
@@ -257,18 +282,24 @@ static lm_status cfg_per_layer(const cfg_ctx *c, lm_model_config *m) {
     char *end;
     long idx = strtol(key, &end, 10);
     if (*key == '\0' || *end != '\0' || idx < 0 || idx >= m->n_layers)
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config key '%s' is not a layer index", c->name, key);
-    if (!json_is_object(o)) return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config.%s must be an object", c->name, key);
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config key '%s' is not a layer index", c->name,
+                     key);
+    if (!json_is_object(o))
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config.%s must be an object", c->name, key);
     const char *f;
     const json_t *v;
     json_object_foreach((json_t *)o, f, v) {
       if (!json_is_integer(v))
-        return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config.%s.%s must be an integer", c->name, key, f);
+        return LM_ERRF(LM_ERR_CORRUPT, "%s: per_layer_config.%s.%s must be an integer", c->name,
+                       key, f);
       int64_t x = json_integer_value(v);
-      if (!strcmp(f, "head_dim") && x >= 2 && x <= 8192) m->layers[idx].head_dim = (int)x;
-      else if (!strcmp(f, "num_key_value_heads") && x >= 1 && x <= m->n_heads) m->layers[idx].n_kv_heads = (int)x;
-      else return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: per_layer_config.%s.%s = %lld is not supported", c->name, key,
-                          f, (long long)x);
+      if (!strcmp(f, "head_dim") && x >= 2 && x <= 8192)
+        m->layers[idx].head_dim = (int)x;
+      else if (!strcmp(f, "num_key_value_heads") && x >= 1 && x <= m->n_heads)
+        m->layers[idx].n_kv_heads = (int)x;
+      else
+        return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: per_layer_config.%s.%s = %lld is not supported",
+                       c->name, key, f, (long long)x);
     }
   }
   return LM_OK;
@@ -282,9 +313,12 @@ static lm_status cfg_resolve(const cfg_ctx *c, lm_model_config *m) {
   for (int64_t l = 0; l < m->n_layers; l++) {
     lm_layer_config *L = &m->layers[l];
     if (m->n_heads % L->n_kv_heads)
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: layer %lld: num_attention_heads %lld is not a multiple of %d KV heads",
+      return LM_ERRF(LM_ERR_CORRUPT,
+                     "%s: layer %lld: num_attention_heads %lld is not a multiple of %d KV heads",
                      c->name, (long long)l, (long long)m->n_heads, L->n_kv_heads);
-    if (L->head_dim % 2) return LM_ERRF(LM_ERR_CORRUPT, "%s: layer %lld: head_dim %d is odd", c->name, (long long)l, L->head_dim);
+    if (L->head_dim % 2)
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: layer %lld: head_dim %d is odd", c->name, (long long)l,
+                     L->head_dim);
     L->k_eq_v = m->k_eq_v && L->type == LM_LAYER_FULL;
     L->kv_shared = m->n_kv_shared > 0 && l >= first_shared;
     L->ffn_dim = m->ffn_dim * ((m->double_wide && L->kv_shared && first_shared > 0) ? 2 : 1);
@@ -294,12 +328,15 @@ static lm_status cfg_resolve(const cfg_ctx *c, lm_model_config *m) {
       last_of[L->type] = (int)l;
     } else {
       if (last_of[L->type] < 0)
-        return LM_ERRF(LM_ERR_CORRUPT, "%s: KV-shared layer %lld has no earlier %s layer to share with", c->name,
+        return LM_ERRF(LM_ERR_CORRUPT,
+                       "%s: KV-shared layer %lld has no earlier %s layer to share with", c->name,
                        (long long)l, lm_layer_type_name(L->type));
       L->donor = last_of[L->type];
       L->cache = m->layers[L->donor].cache;
-      if (m->layers[L->donor].head_dim != L->head_dim || m->layers[L->donor].n_kv_heads != L->n_kv_heads)
-        return LM_ERRF(LM_ERR_CORRUPT, "%s: KV-shared layer %lld and its donor %d differ in geometry", c->name,
+      if (m->layers[L->donor].head_dim != L->head_dim ||
+          m->layers[L->donor].n_kv_heads != L->n_kv_heads)
+        return LM_ERRF(LM_ERR_CORRUPT,
+                       "%s: KV-shared layer %lld and its donor %d differ in geometry", c->name,
                        (long long)l, L->donor);
     }
   }
@@ -312,7 +349,8 @@ static lm_status cfg_resolve(const cfg_ctx *c, lm_model_config *m) {
     m->rope[t].dim = 0;
     for (int64_t l = 0; l < m->n_layers; l++) {
       if ((int)m->layers[l].type != t) continue;
-      if (!m->rope[t].dim) m->rope[t].dim = m->layers[l].head_dim;
+      if (!m->rope[t].dim)
+        m->rope[t].dim = m->layers[l].head_dim;
       else if (m->rope[t].dim != m->layers[l].head_dim)
         return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: %s layers with different head dims", c->name,
                        lm_layer_type_name((lm_layer_type)t));
@@ -325,7 +363,9 @@ lm_status lm_config_parse(const char *json, size_t len, const char *name, lm_mod
   memset(m, 0, sizeof *m);
   json_error_t jerr;
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at line %d column %d: %s", name, jerr.line, jerr.column, jerr.text);
+  if (!root)
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at line %d column %d: %s", name, jerr.line,
+                   jerr.column, jerr.text);
   lm_status s = LM_OK;
   if (!json_is_object(root)) {
     s = LM_ERRF(LM_ERR_CORRUPT, "%s: top level is not a JSON object", name);
@@ -333,7 +373,8 @@ lm_status lm_config_parse(const char *json, size_t len, const char *name, lm_mod
   }
   cfg_ctx c = {name, root, root};
   const json_t *tc = json_object_get(root, "text_config");
-  if (tc && json_is_object(tc)) c.text = tc;
+  if (tc && json_is_object(tc))
+    c.text = tc;
   else if (tc && !json_is_null(tc)) {
     s = LM_ERRF(LM_ERR_CORRUPT, "%s: text_config must be an object", name);
     goto done;
@@ -344,14 +385,16 @@ lm_status lm_config_parse(const char *json, size_t len, const char *name, lm_mod
     s = LM_ERRF(LM_ERR_CORRUPT, "%s: rope_parameters must be an object", name);
     goto done;
   }
-  for (int t = 0; t < LM_LAYER_TYPES && !s; t++) s = cfg_rope_one(&c, rp, (lm_layer_type)t, &m->rope[t]);
+  for (int t = 0; t < LM_LAYER_TYPES && !s; t++)
+    s = cfg_rope_one(&c, rp, (lm_layer_type)t, &m->rope[t]);
   if (s) goto done;
   m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
   if (!m->layers) {
     s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
     goto done;
   }
-  if ((s = cfg_layer_types(&c, m)) || (s = cfg_per_layer(&c, m)) || (s = cfg_resolve(&c, m))) goto done;
+  if ((s = cfg_layer_types(&c, m)) || (s = cfg_per_layer(&c, m)) || (s = cfg_resolve(&c, m)))
+    goto done;
 done:
   json_decref(root);
   if (s) lm_config_free(m);
@@ -364,12 +407,17 @@ lm_status lm_config_load(const char *path, lm_model_config *out) {
   if (!f) return LM_ERRF(LM_ERR_IO, "%s: cannot open", path);
   char *buf = NULL;
   long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= (64l << 20) && fseek(f, 0, SEEK_SET) == 0)
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= (64l << 20) &&
+      fseek(f, 0, SEEK_SET) == 0)
     buf = malloc((size_t)n + 1);
   lm_status s;
-  if (!buf) s = LM_ERRF(n > (64l << 20) ? LM_ERR_CORRUPT : LM_ERR_IO, "%s: cannot read (or larger than 64 MB)", path);
-  else if (fread(buf, 1, (size_t)n, f) != (size_t)n) s = LM_ERRF(LM_ERR_IO, "%s: read failed", path);
-  else s = lm_config_parse(buf, (size_t)n, path, out);
+  if (!buf)
+    s = LM_ERRF(n > (64l << 20) ? LM_ERR_CORRUPT : LM_ERR_IO,
+                "%s: cannot read (or larger than 64 MB)", path);
+  else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+    s = LM_ERRF(LM_ERR_IO, "%s: read failed", path);
+  else
+    s = lm_config_parse(buf, (size_t)n, path, out);
   free(buf);
   fclose(f);
   return s;

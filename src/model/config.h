@@ -7,17 +7,21 @@
 #include <stdint.h>
 #include "lumen.h"
 
-typedef enum lm_layer_type { LM_LAYER_SLIDING = 0, LM_LAYER_FULL = 1, LM_LAYER_TYPES } lm_layer_type;
+typedef enum lm_layer_type {
+  LM_LAYER_SLIDING = 0,
+  LM_LAYER_FULL = 1,
+  LM_LAYER_TYPES
+} lm_layer_type;
 
 typedef struct lm_layer_config {
   lm_layer_type type;
-  int head_dim;   /* hd_l: head_dim (sliding) or the full-layer head dim */
-  int n_kv_heads; /* kv_l */
-  int k_eq_v;     /* full layer of an attention_k_eq_v model: V = v_norm(raw k_proj output) */
-  int kv_shared;  /* reads its donor's K/V instead of computing its own */
-  int donor;      /* layer whose cache it reads (itself when not shared) */
-  int cache;      /* index of the cache it reads in a session's cache set */
-  int64_t ffn_dim;/* I_l: doubled on KV-shared layers when use_double_wide_mlp */
+  int head_dim;    /* hd_l: head_dim (sliding) or the full-layer head dim */
+  int n_kv_heads;  /* kv_l */
+  int k_eq_v;      /* full layer of an attention_k_eq_v model: V = v_norm(raw k_proj output) */
+  int kv_shared;   /* reads its donor's K/V instead of computing its own */
+  int donor;       /* layer whose cache it reads (itself when not shared) */
+  int cache;       /* index of the cache it reads in a session's cache set */
+  int64_t ffn_dim; /* I_l: doubled on KV-shared layers when use_double_wide_mlp */
 } lm_layer_config;
 
 typedef struct lm_rope_config {
@@ -35,7 +39,7 @@ typedef struct lm_model_config {
   int64_t ffn_dim;
   double rms_eps;
   int64_t sliding_window;
-  double final_softcap; /* 0: none */
+  double final_softcap;       /* 0: none */
   int64_t ple_vocab, ple_dim; /* ple_dim 0: no per-layer embeddings */
   int k_eq_v, n_kv_shared, double_wide, moe;
   int64_t n_experts, top_k, moe_dim;

@@ -26,7 +26,9 @@ static inline uint64_t load_le64(const uint8_t *p) {
   return v;
 }
 
-static inline uint64_t lane_step(uint64_t lane, uint64_t w) { return rotl(lane ^ rotl(w * K1, 31), 27) * K2 + K3; }
+static inline uint64_t lane_step(uint64_t lane, uint64_t w) {
+  return rotl(lane ^ rotl(w * K1, 31), 27) * K2 + K3;
+}
 
 /* The lanes live in locals: stores through lane[] could alias the input bytes and would force
  * the compiler to reload them every block. */
@@ -44,7 +46,8 @@ static void absorb_blocks(uint64_t lane[4], const uint8_t *p, size_t nblocks) {
 void lm_hasher_init(lm_hasher *h, uint64_t seed) {
   memset(h, 0, sizeof *h);
   h->seed = seed;
-  for (int i = 0; i < 4; i++) h->lane[i] = lm_mix64(seed + (uint64_t)(i + 1) * PHI);
+  for (int i = 0; i < 4; i++)
+    h->lane[i] = lm_mix64(seed + (uint64_t)(i + 1) * PHI);
 }
 
 void lm_hasher_update(lm_hasher *h, const void *data, size_t n) {
@@ -69,7 +72,8 @@ void lm_hasher_update(lm_hasher *h, const void *data, size_t n) {
 
 void lm_hasher_u64(lm_hasher *h, uint64_t v) {
   uint8_t b[8];
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)(v >> (8 * i));
   lm_hasher_update(h, b, 8);
 }
 
@@ -87,7 +91,8 @@ static uint64_t finish(const lm_hasher *h, uint64_t lane[4]) {
     absorb_blocks(lane, last, 1);
   }
   uint64_t c = lm_mix64(h->total * K3 ^ h->seed);
-  for (int i = 0; i < 4; i++) c = lm_mix64(c ^ lane[i]);
+  for (int i = 0; i < 4; i++)
+    c = lm_mix64(c ^ lane[i]);
   return c;
 }
 
@@ -95,7 +100,8 @@ void lm_hasher_final(const lm_hasher *h, uint8_t out[32]) {
   uint64_t lane[4], c = finish(h, lane);
   for (int j = 0; j < 4; j++) {
     uint64_t w = lm_mix64(c ^ lm_mix64(lane[j] + (uint64_t)(j + 1) * PHI));
-    for (int b = 0; b < 8; b++) out[8 * j + b] = (uint8_t)(w >> (8 * b));
+    for (int b = 0; b < 8; b++)
+      out[8 * j + b] = (uint8_t)(w >> (8 * b));
   }
 }
 
@@ -111,8 +117,8 @@ uint64_t lm_hash64(const void *data, size_t n, uint64_t seed) {
 static lm_status hash_file(lm_hasher *h, const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open for the model fingerprint: %s",
-                   path, strerror(errno));
+    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO,
+                   "%s: cannot open for the model fingerprint: %s", path, strerror(errno));
   lm_status s = LM_OK;
   char *buf = NULL;
   long len = -1;
@@ -176,6 +182,7 @@ lm_status lm_model_fingerprint(const lm_model *m, uint8_t out[LM_FINGERPRINT_BYT
 }
 
 const char *lm_fingerprint_short(const uint8_t fp[LM_FINGERPRINT_BYTES], char buf[17]) {
-  for (int i = 0; i < 8; i++) snprintf(buf + 2 * i, 3, "%02x", fp[i]);
+  for (int i = 0; i < 8; i++)
+    snprintf(buf + 2 * i, 3, "%02x", fp[i]);
   return buf;
 }

@@ -2,11 +2,12 @@
  * fingerprint that KV state files carry.
  *
  * The hash (lm_hasher) is a non-cryptographic 4-lane construction written for lumen:
- *   - state: four 64-bit lanes, seeded by the SplitMix64 finalizer of seed + i·φ (φ = 2^64/golden ratio);
- *   - input is taken in 32-byte blocks of four little-endian words; word i of a block goes to lane i:
- *       lane = rotl(lane ^ rotl(w · K1, 31), 27) · K2 + K3
- *     (an odd multiply and rotations: every input bit reaches every lane bit within two blocks, and
- *     the lanes run independently, so a block costs four parallel multiply chains);
+ *   - state: four 64-bit lanes, seeded by the SplitMix64 finalizer of seed + i·φ (φ = 2^64/golden
+ * ratio);
+ *   - input is taken in 32-byte blocks of four little-endian words; word i of a block goes to lane
+ * i: lane = rotl(lane ^ rotl(w · K1, 31), 27) · K2 + K3 (an odd multiply and rotations: every input
+ * bit reaches every lane bit within two blocks, and the lanes run independently, so a block costs
+ * four parallel multiply chains);
  *   - the tail (< 32 bytes) is zero-padded into one last block; the total length goes into the
  *     finalizer, so padding cannot collide with real zeros;
  *   - finalization chains the lanes through the SplitMix64 finalizer (h = mix(h ^ lane_i), with the

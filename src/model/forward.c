@@ -11,21 +11,21 @@
 #include "base/status.h"
 
 typedef struct lm_forward_ws {
-  lm_tensor x;        /* [T][H] residual stream */
-  lm_tensor h;        /* [T][H] normed input of a block */
-  lm_tensor a;        /* [T][H] block output before its post-norm */
-  lm_tensor d;        /* [T][H] MLP output */
-  lm_tensor q, o;     /* [T][nh*hd_max] queries, attention output */
-  lm_tensor k, v;     /* [T][kvd_max] this layer's new keys/values */
-  lm_tensor g, u;     /* [T][I_max] MLP gate/up */
+  lm_tensor x;            /* [T][H] residual stream */
+  lm_tensor h;            /* [T][H] normed input of a block */
+  lm_tensor a;            /* [T][H] block output before its post-norm */
+  lm_tensor d;            /* [T][H] MLP output */
+  lm_tensor q, o;         /* [T][nh*hd_max] queries, attention output */
+  lm_tensor k, v;         /* [T][kvd_max] this layer's new keys/values */
+  lm_tensor g, u;         /* [T][I_max] MLP gate/up */
   lm_tensor ple, ple_tok; /* [T][NL*Pd] per-layer inputs */
-  lm_tensor pg;       /* [T][Pd] per-layer gate */
+  lm_tensor pg;           /* [T][Pd] per-layer gate */
   lm_tensor z, moe_logits, moe_ids, moe_w, moe_out, moe_scratch, moe_iscratch;
   lm_tensor hl, logits; /* [n_logits][H], [n_logits][V] */
   lm_tensor next;       /* [n_logits][1] int32: greedy token of each logit row */
-  lm_tensor *dk, *dv; /* [n_caches]: persistent K/V of donors read by later (shared) layers */
-  lm_tensor kst;      /* [T][stage bytes]: quantized-cache staging of k/v */
-  lm_tensor *dst;     /* [n_caches]: staging of the donors' persistent K/V */
+  lm_tensor *dk, *dv;   /* [n_caches]: persistent K/V of donors read by later (shared) layers */
+  lm_tensor kst;        /* [T][stage bytes]: quantized-cache staging of k/v */
+  lm_tensor *dst;       /* [n_caches]: staging of the donors' persistent K/V */
 } lm_forward_ws;
 
 struct lm_forward {
@@ -63,8 +63,8 @@ static lm_tensor ws_take(ws_plan *p, int64_t rows, int64_t cols, lm_dtype dt) {
   return t;
 }
 
-static void ws_layout(const lm_model *m, int64_t T, int64_t NLg, lm_dtype act, ws_plan *p, lm_forward_ws *w,
-                      const int *has_sharers) {
+static void ws_layout(const lm_model *m, int64_t T, int64_t NLg, lm_dtype act, ws_plan *p,
+                      lm_forward_ws *w, const int *has_sharers) {
   const lm_model_config *c = &m->cfg;
   int64_t qd = 0, kvd = 0, I = 0;
   for (int64_t l = 0; l < c->n_layers; l++) {
@@ -108,18 +108,21 @@ static void ws_layout(const lm_model *m, int64_t T, int64_t NLg, lm_dtype act, w
     const lm_layer_config *L = &c->layers[c->cache_layer[i]];
     w->dk[i] = ws_take(p, T, (int64_t)L->n_kv_heads * L->head_dim, act);
     w->dv[i] = ws_take(p, T, (int64_t)L->n_kv_heads * L->head_dim, act);
-    w->dst[i] = ws_take(p, T, lm_kv_stage_row_bound((int64_t)L->n_kv_heads * L->head_dim), LM_DT_U8);
+    w->dst[i] =
+        ws_take(p, T, lm_kv_stage_row_bound((int64_t)L->n_kv_heads * L->head_dim), LM_DT_U8);
   }
 }
 
 static int *sharers_of(const lm_model *m) {
   int *hs = calloc((size_t)m->cfg.n_caches + 1, sizeof *hs);
   if (!hs) return NULL;
-  for (int i = 0; i < m->cfg.n_caches; i++) hs[i] = m->last_reader[i] != m->cfg.cache_layer[i];
+  for (int i = 0; i < m->cfg.n_caches; i++)
+    hs[i] = m->last_reader[i] != m->cfg.cache_layer[i];
   return hs;
 }
 
-int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits, lm_dtype act) {
+int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits,
+                                   lm_dtype act) {
   int *hs = sharers_of(m);
   if (!hs) return -1;
   lm_forward_ws w = {0};
@@ -133,8 +136,8 @@ int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_
   return p.off;
 }
 
-lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens, int64_t max_logits,
-                            lm_forward **out) {
+lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens,
+                            int64_t max_logits, lm_forward **out) {
   *out = NULL;
   if (max_tokens <= 0 || max_logits <= 0 || max_logits > max_tokens)
     return LM_ERRF(LM_ERR_INVALID, "forward: need 0 < max_logits <= max_tokens (got %lld, %lld)",
@@ -199,23 +202,27 @@ static lm_status check_batch(const lm_forward *f, const lm_batch *b) {
     return LM_ERRF(LM_ERR_INVALID, "batch of %d tokens (this forward takes 1..%lld)", b->n_tokens,
                    (long long)f->max_tokens);
   if (b->n_logits < 0 || b->n_logits > f->max_logits)
-    return LM_ERRF(LM_ERR_INVALID, "batch asks for %d logit rows (max %lld)", b->n_logits, (long long)f->max_logits);
+    return LM_ERRF(LM_ERR_INVALID, "batch asks for %d logit rows (max %lld)", b->n_logits,
+                   (long long)f->max_logits);
   for (int32_t s = 0; s < b->n_seqs; s++)
     if (!b->kv[s] || b->kv[s]->n != c->n_caches)
       return LM_ERRF(LM_ERR_INVALID, "sequence %d: cache set does not match the model", s);
   for (int32_t t = 0; t < b->n_tokens; t++) {
     if (b->ids[t] < 0 || b->ids[t] >= c->vocab_size || (c->ple_dim && b->ids[t] >= c->ple_vocab))
-      return LM_ERRF(LM_ERR_INVALID, "token %d: id %d is outside the vocabulary (%lld)", t, b->ids[t],
-                     (long long)c->vocab_size);
+      return LM_ERRF(LM_ERR_INVALID, "token %d: id %d is outside the vocabulary (%lld)", t,
+                     b->ids[t], (long long)c->vocab_size);
     if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
       return LM_ERRF(LM_ERR_INVALID, "token %d: sequence %d out of range", t, b->seq[t]);
     int cont = t > 0 && b->seq[t] == b->seq[t - 1];
     int64_t want = cont ? b->pos[t - 1] + 1 : lm_kv_set_len(b->kv[b->seq[t]]);
     if (b->pos[t] != want)
-      return LM_ERRF(LM_ERR_INVALID, "token %d: position %d, expected %lld (a sequence's tokens are contiguous and "
-                     "continue its cache)", t, b->pos[t], (long long)want);
+      return LM_ERRF(LM_ERR_INVALID,
+                     "token %d: position %d, expected %lld (a sequence's tokens are contiguous and "
+                     "continue its cache)",
+                     t, b->pos[t], (long long)want);
     for (int32_t u = 0; !cont && u < t; u++)
-      if (b->seq[u] == b->seq[t]) return LM_ERRF(LM_ERR_INVALID, "sequence %d is split in the batch", b->seq[t]);
+      if (b->seq[u] == b->seq[t])
+        return LM_ERRF(LM_ERR_INVALID, "sequence %d is split in the batch", b->seq[t]);
   }
   for (int32_t i = 0; i < b->n_logits; i++)
     if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
@@ -247,7 +254,8 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
   q.ld = o.ld = (int64_t)nh * hd; /* contiguous, so per-head views reshape */
   const lm_weight *rope = &m->rope_inv[c->type];
   /* input_layernorm, then q_proj; q_norm (per head) and RoPE are the attention op's first step */
-  if (!h_ready) LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_in, .eps = eps}));
+  if (!h_ready)
+    LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_in, .eps = eps}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = q, .x = h, .w = &L->q}));
   int64_t kvd = (int64_t)nkv * hd;
   lm_tensor k = f->has_sharers[c->cache] ? w->dk[c->cache] : w->k;
@@ -258,30 +266,50 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
   if (!c->kv_shared) { /* a KV-shared layer reuses its donor's K/V of this step */
     LM_TRY(op->matmul(be, &(lm_matmul_args){.out = k, .x = h, .w = &L->k}));
     if (c->k_eq_v) /* attention_k_eq_v: V is the RAW k_proj output, before k_norm and RoPE */
-      LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd), .x = lm_tensor_reshape(k, hd),
+      LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd),
+                                                .x = lm_tensor_reshape(k, hd),
                                                 .eps = eps}));
     else {
       LM_TRY(op->matmul(be, &(lm_matmul_args){.out = v, .x = h, .w = &L->v}));
-      LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd), .x = lm_tensor_reshape(v, hd),
+      LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd),
+                                                .x = lm_tensor_reshape(v, hd),
                                                 .eps = eps})); /* v_norm has no learned scale */
     }
-    LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(k, hd), .x = lm_tensor_reshape(k, hd),
-                                              .w = &L->k_norm, .eps = eps, .rope = rope, .rope_heads = nkv}));
+    LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(k, hd),
+                                              .x = lm_tensor_reshape(k, hd),
+                                              .w = &L->k_norm,
+                                              .eps = eps,
+                                              .rope = rope,
+                                              .rope_heads = nkv}));
     /* a quantized cache: attention must read what the cache will store, chunk included */
     if (op->kv_stage)
-      LM_TRY(op->kv_stage(be, &(lm_kv_stage_args){.k_new = k, .v_new = v, .stage = stage_of(f, c->cache, T),
-                                                  .cache = c->cache}));
+      LM_TRY(op->kv_stage(
+          be, &(lm_kv_stage_args){
+                  .k_new = k, .v_new = v, .stage = stage_of(f, c->cache, T), .cache = c->cache}));
   }
   int64_t window = c->type == LM_LAYER_SLIDING ? m->cfg.sliding_window : 0;
-  LM_TRY(op->attention(be, &(lm_attn_args){.out = o, .q = q, .k_new = k, .v_new = v, .cache = c->cache,
-                                           .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .window = window,
+  LM_TRY(op->attention(be, &(lm_attn_args){.out = o,
+                                           .q = q,
+                                           .k_new = k,
+                                           .v_new = v,
+                                           .cache = c->cache,
+                                           .n_heads = nh,
+                                           .n_kv_heads = nkv,
+                                           .head_dim = hd,
+                                           .window = window,
                                            .scale = 1.0f, /* Gemma 4: scaling = 1.0 */
-                                           .q_norm = &L->q_norm, .q_rope = rope, .q_eps = eps}));
+                                           .q_norm = &L->q_norm,
+                                           .q_rope = rope,
+                                           .q_eps = eps}));
   lm_tensor a = rows_of(w->a, T);
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = o, .w = &L->o}));
   /* x = x + post_attention_layernorm(o_proj(...)); h = pre_feedforward_layernorm(x), fused */
-  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a, .w = &L->ln_post_attn, .eps = eps, .residual = &x,
-                                           .next_out = h, .next_w = &L->ln_pre_ff});
+  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a,
+                                            .w = &L->ln_post_attn,
+                                            .eps = eps,
+                                            .residual = &x,
+                                            .next_out = h,
+                                            .next_w = &L->ln_pre_ff});
 }
 
 /* The routed experts, in parallel with the dense MLP; both read the same residual x. */
@@ -292,20 +320,31 @@ static lm_status moe_block(lm_forward *f, int l, int64_t T, lm_tensor d) {
   lm_backend *be = f->be;
   lm_forward_ws *w = &f->ws;
   float eps = (float)m->cfg.rms_eps;
-  lm_tensor x = rows_of(w->x, T), z = rows_of(w->z, T), h = rows_of(w->h, T), lg = rows_of(w->moe_logits, T);
+  lm_tensor x = rows_of(w->x, T), z = rows_of(w->z, T), h = rows_of(w->h, T),
+            lg = rows_of(w->moe_logits, T);
   lm_tensor ids = rows_of(w->moe_ids, T), wt = rows_of(w->moe_w, T), mo = rows_of(w->moe_out, T);
   LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = d, .x = d, .w = &L->ln_post_ff1, .eps = eps}));
   /* Gemma4TextRouter reads the un-normed residual: norm(x) * scale * H^-0.5 → proj */
   LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = z, .x = x, .w = &L->router_scale, .eps = eps}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = lg, .x = z, .w = &L->router}));
-  LM_TRY(op->moe_route(be, &(lm_moe_route_args){.ids = ids, .weights = wt, .logits = lg, .top_k = (int)m->cfg.top_k,
+  LM_TRY(op->moe_route(be, &(lm_moe_route_args){.ids = ids,
+                                                .weights = wt,
+                                                .logits = lg,
+                                                .top_k = (int)m->cfg.top_k,
                                                 .per_expert_scale = &L->expert_scale}));
   LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_pre_ff2, .eps = eps}));
-  LM_TRY(op->moe_experts(be, &(lm_moe_experts_args){.out = mo, .x = h, .ids = ids, .weights = wt, .gate = &L->ex_gate,
-                                                    .up = &L->ex_up, .down = &L->ex_down,
-                                                    .scratch = w->moe_scratch, .iscratch = w->moe_iscratch}));
+  LM_TRY(op->moe_experts(be, &(lm_moe_experts_args){.out = mo,
+                                                    .x = h,
+                                                    .ids = ids,
+                                                    .weights = wt,
+                                                    .gate = &L->ex_gate,
+                                                    .up = &L->ex_up,
+                                                    .down = &L->ex_down,
+                                                    .scratch = w->moe_scratch,
+                                                    .iscratch = w->moe_iscratch}));
   /* hidden = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts) */
-  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = mo, .w = &L->ln_post_ff2, .eps = eps, .residual = &d});
+  return op->rmsnorm(be,
+                     &(lm_rmsnorm_args){.x = mo, .w = &L->ln_post_ff2, .eps = eps, .residual = &d});
 }
 
 /* The residual norm that ends a layer: x += norm(a) * w; then, fused, the layer scalar and the
@@ -314,10 +353,15 @@ static lm_status end_of_layer(lm_forward *f, int l, int64_t T, lm_tensor a, cons
   const lm_model *m = f->m;
   lm_tensor x = rows_of(f->ws.x, T), h = rows_of(f->ws.h, T);
   int last = l + 1 == m->cfg.n_layers;
-  return f->be->ops->rmsnorm(f->be, &(lm_rmsnorm_args){.x = a, .w = w, .eps = (float)m->cfg.rms_eps, .residual = &x,
-                                                       .scaled = 1, .scale = m->layers[l].layer_scalar,
-                                                       .next_out = last ? (lm_tensor){0} : h,
-                                                       .next_w = last ? NULL : &m->layers[l + 1].ln_in});
+  return f->be->ops->rmsnorm(f->be,
+                             &(lm_rmsnorm_args){.x = a,
+                                                .w = w,
+                                                .eps = (float)m->cfg.rms_eps,
+                                                .residual = &x,
+                                                .scaled = 1,
+                                                .scale = m->layers[l].layer_scalar,
+                                                .next_out = last ? (lm_tensor){0} : h,
+                                                .next_w = last ? NULL : &m->layers[l + 1].ln_in});
 }
 
 /* h holds pre_feedforward_layernorm(x) (fused into the attention block's last norm). */
@@ -332,12 +376,15 @@ static lm_status ffn_block(lm_forward *f, int l, int64_t T) {
   lm_tensor x = rows_of(w->x, T), h = rows_of(w->h, T), d = rows_of(w->d, T);
   lm_tensor g = lm_tensor_cols(rows_of(w->g, T), 0, I), u = lm_tensor_cols(rows_of(w->u, T), 0, I);
   /* down(gelu_tanh(gate(h)) * up(h)): gate, up and the GeGLU are one op (g: its scratch) */
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u, .x = h, .w = &L->gate, .w2 = &L->up,
-                                          .epilogue = LM_EPI_GLU_PAIR, .other = g}));
+  LM_TRY(op->matmul(
+      be,
+      &(lm_matmul_args){
+          .out = u, .x = h, .w = &L->gate, .w2 = &L->up, .epilogue = LM_EPI_GLU_PAIR, .other = g}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = d, .x = u, .w = &L->down}));
   if (m->cfg.moe) LM_TRY(moe_block(f, l, T, d));
   if (!m->cfg.ple_dim) return end_of_layer(f, l, T, d, &L->ln_post_ff);
-  return op->rmsnorm(be, &(lm_rmsnorm_args){.x = d, .w = &L->ln_post_ff, .eps = eps, .residual = &x});
+  return op->rmsnorm(be,
+                     &(lm_rmsnorm_args){.x = d, .w = &L->ln_post_ff, .eps = eps, .residual = &x});
 }
 
 /* Per-layer input: x += norm(proj(gelu(gate(x)) * ple[:, l])). */
@@ -350,8 +397,9 @@ static lm_status ple_block(lm_forward *f, int l, int64_t T) {
   int64_t P = m->cfg.ple_dim;
   lm_tensor x = rows_of(w->x, T), pg = rows_of(w->pg, T), a = rows_of(w->a, T);
   lm_tensor pl = lm_tensor_cols(rows_of(w->ple, T), (int64_t)l * P, P);
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = pg, .x = x, .w = &L->ple_gate, .epilogue = LM_EPI_GLU_SELF,
-                                          .other = pl}));
+  LM_TRY(op->matmul(
+      be, &(lm_matmul_args){
+              .out = pg, .x = x, .w = &L->ple_gate, .epilogue = LM_EPI_GLU_SELF, .other = pl}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = pg, .w = &L->ple_proj}));
   return end_of_layer(f, l, T, a, &L->ln_post_ple);
 }
@@ -368,10 +416,14 @@ static lm_status ple_inputs(lm_forward *f, int64_t T, float emb_round) {
   if (emb_round) s_ple = lm_round_bf16(s_ple);
   LM_TRY(op->embed(be, &(lm_embed_args){.out = tok, .table = &m->embed_ple, .scale = s_ple}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = ple, .x = x, .w = &m->ple_model_proj}));
-  LM_TRY(op->add(be, &(lm_add_args){.out = ple, .a = ple, .scale = (float)(1.0 / sqrt((double)m->cfg.hidden))}));
+  LM_TRY(op->add(
+      be,
+      &(lm_add_args){.out = ple, .a = ple, .scale = (float)(1.0 / sqrt((double)m->cfg.hidden))}));
   lm_tensor pv = lm_tensor_reshape(ple, m->cfg.ple_dim);
-  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = pv, .x = pv, .w = &m->ple_norm, .eps = (float)m->cfg.rms_eps}));
-  return op->add(be, &(lm_add_args){.out = ple, .a = ple, .b = tok, .scale = (float)(1.0 / sqrt(2.0))});
+  LM_TRY(op->rmsnorm(
+      be, &(lm_rmsnorm_args){.out = pv, .x = pv, .w = &m->ple_norm, .eps = (float)m->cfg.rms_eps}));
+  return op->add(be,
+                 &(lm_add_args){.out = ple, .a = ple, .b = tok, .scale = (float)(1.0 / sqrt(2.0))});
 }
 
 static lm_status commit_caches(lm_forward *f, int l, int64_t T) {
@@ -380,12 +432,14 @@ static lm_status commit_caches(lm_forward *f, int l, int64_t T) {
     if (m->last_reader[c] != l) continue;
     const lm_layer_config *L = &m->cfg.layers[m->cfg.cache_layer[c]];
     int64_t kvd = (int64_t)L->n_kv_heads * L->head_dim;
-    lm_tensor k = f->has_sharers[c] ? f->ws.dk[c] : f->ws.k, v = f->has_sharers[c] ? f->ws.dv[c] : f->ws.v;
+    lm_tensor k = f->has_sharers[c] ? f->ws.dk[c] : f->ws.k,
+              v = f->has_sharers[c] ? f->ws.dv[c] : f->ws.v;
     k = lm_tensor_cols(rows_of(k, T), 0, kvd);
     v = lm_tensor_cols(rows_of(v, T), 0, kvd);
     k.ld = v.ld = kvd;
-    LM_TRY(f->be->ops->kv_append(f->be, &(lm_kv_append_args){.k_new = k, .v_new = v, .stage = stage_of(f, c, T),
-                                                              .cache = c}));
+    LM_TRY(f->be->ops->kv_append(
+        f->be,
+        &(lm_kv_append_args){.k_new = k, .v_new = v, .stage = stage_of(f, c, T), .cache = c}));
   }
   return LM_OK;
 }
@@ -400,7 +454,9 @@ static lm_status run_layers(lm_forward *f, const lm_batch *b, int greedy) {
   /* embed_tokens * sqrt(H): the scale is cast to the weight dtype first (bf16(sqrt(H)) in a
    * bf16 model); the f32 parity path uses the f32 value, as the f32 reference does. */
   float s_emb = (float)sqrt((double)m->cfg.hidden);
-  LM_TRY(op->embed(be, &(lm_embed_args){.out = x, .table = &m->embed, .scale = bf16 ? lm_round_bf16(s_emb) : s_emb}));
+  LM_TRY(op->embed(be, &(lm_embed_args){.out = x,
+                                        .table = &m->embed,
+                                        .scale = bf16 ? lm_round_bf16(s_emb) : s_emb}));
   if (m->cfg.ple_dim) LM_TRY(ple_inputs(f, T, bf16));
   for (int l = 0; l < m->cfg.n_layers; l++) {
     /* every layer but the first finds h = input_layernorm(x) made by its predecessor's last
@@ -414,11 +470,14 @@ static lm_status run_layers(lm_forward *f, const lm_batch *b, int greedy) {
   /* final norm on the wanted rows, tied LM head, softcap */
   lm_tensor hl = rows_of(f->ws.hl, b->n_logits), lg = rows_of(f->ws.logits, b->n_logits);
   LM_TRY(op->gather_logit_rows(be, &(lm_gather_args){.out = hl, .x = x}));
-  LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = hl, .x = hl, .w = &m->final_norm, .eps = (float)m->cfg.rms_eps}));
+  LM_TRY(op->rmsnorm(
+      be,
+      &(lm_rmsnorm_args){.out = hl, .x = hl, .w = &m->final_norm, .eps = (float)m->cfg.rms_eps}));
   LM_TRY(op->matmul(be, &(lm_matmul_args){.out = lg, .x = hl, .w = &m->embed}));
   if (m->cfg.final_softcap > 0)
     LM_TRY(op->softcap(be, &(lm_softcap_args){.x = lg, .cap = (float)m->cfg.final_softcap}));
-  if (greedy) LM_TRY(op->argmax(be, &(lm_argmax_args){.ids = rows_of(f->ws.next, b->n_logits), .x = lg}));
+  if (greedy)
+    LM_TRY(op->argmax(be, &(lm_argmax_args){.ids = rows_of(f->ws.next, b->n_logits), .x = lg}));
   return LM_OK;
 }
 
@@ -434,18 +493,23 @@ static lm_status issue_step(void *arg) {
 }
 
 /* One step; the backend may replay a captured plan of it (run_step). */
-static lm_status forward_step(lm_forward *f, const lm_batch *b, float *logits_out, int32_t *ids_out) {
+static lm_status forward_step(lm_forward *f, const lm_batch *b, float *logits_out,
+                              int32_t *ids_out) {
   LM_TRY(check_batch(f, b));
   for (int32_t s = 0; s < b->n_seqs; s++) {
     int32_t n = 0;
-    for (int32_t t = 0; t < b->n_tokens; t++) n += b->seq[t] == s;
+    for (int32_t t = 0; t < b->n_tokens; t++)
+      n += b->seq[t] == s;
     LM_TRY(lm_kv_set_reserve(b->kv[s], n));
   }
   lm_backend *be = f->be;
   LM_TRY(be->ops->begin_step(be, b));
   step_call call = {f, b, ids_out != NULL && b->n_logits > 0};
-  lm_status s = be->ops->run_step ? be->ops->run_step(be, &(lm_step_fn){.issue = issue_step, .arg = &call, .owner = f,
-                                                                         .batch = b, .flags = call.greedy})
+  lm_status s = be->ops->run_step ? be->ops->run_step(be, &(lm_step_fn){.issue = issue_step,
+                                                                        .arg = &call,
+                                                                        .owner = f,
+                                                                        .batch = b,
+                                                                        .flags = call.greedy})
                                   : issue_step(&call);
   lm_status e = be->ops->end_step(be);
   if (s) return s;
@@ -462,14 +526,16 @@ lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out) {
   return forward_step(f, b, logits_out, NULL);
 }
 
-lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_out, int32_t *ids_out) {
+lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_out,
+                                int32_t *ids_out) {
   return forward_step(f, b, logits_out, ids_out);
 }
 
-lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step, float *out) {
+lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step,
+                          float *out) {
   if (step < 1 || step > f->max_tokens || (out && step > f->max_logits))
-    return LM_ERRF(LM_ERR_INVALID, "feed: step %lld does not fit this forward (max %lld tokens)", (long long)step,
-                   (long long)f->max_tokens);
+    return LM_ERRF(LM_ERR_INVALID, "feed: step %lld does not fit this forward (max %lld tokens)",
+                   (long long)step, (long long)f->max_tokens);
   int32_t pos[step], seq[step], rows[step];
   int64_t V = f->m->cfg.vocab_size;
   for (int64_t i = 0; i < n; i += step) {
@@ -479,8 +545,14 @@ lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int6
       seq[j] = 0;
       rows[j] = j;
     }
-    lm_batch b = {.n_tokens = m, .ids = ids + i, .pos = pos, .seq = seq, .n_seqs = 1, .kv = &kv,
-                  .n_logits = out ? m : 0, .logit_rows = rows};
+    lm_batch b = {.n_tokens = m,
+                  .ids = ids + i,
+                  .pos = pos,
+                  .seq = seq,
+                  .n_seqs = 1,
+                  .kv = &kv,
+                  .n_logits = out ? m : 0,
+                  .logit_rows = rows};
     LM_TRY(lm_forward_run(f, &b, out ? out + i * V : NULL));
   }
   return LM_OK;

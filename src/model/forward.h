@@ -13,8 +13,8 @@ typedef struct lm_forward lm_forward;
  * A model is bound to one device backend at a time (lm_weight.backend holds one handle). */
 lm_status lm_model_prepare(lm_model *m, lm_backend *be);
 
-lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens, int64_t max_logits,
-                            lm_forward **out);
+lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens,
+                            int64_t max_logits, lm_forward **out);
 void lm_forward_free(lm_forward *f);
 
 /* Runs the batch: validates it, reserves cache room, runs every layer, and copies the logits
@@ -23,11 +23,14 @@ lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out);
 /* The same, and also the greedy token (argmax, lowest id on ties) of every logit row, computed
  * on the backend: ids_out [n_logits] (host). Only the ids cross to the host when logits_out
  * is NULL. */
-lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_out, int32_t *ids_out);
+lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_out,
+                                int32_t *ids_out);
 
 /* Teacher-forces one sequence: feeds ids[0..n) into kv in steps of `step` tokens and writes
- * every position's logits to out[n][vocab] (host; may be NULL). step <= the forward's max_tokens. */
-lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step, float *out);
+ * every position's logits to out[n][vocab] (host; may be NULL). step <= the forward's max_tokens.
+ */
+lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step,
+                          float *out);
 
 /* Cache specs of a session for this model: one per donor layer (plain for full layers, a
  * ring of sliding_window for sliding layers). specs must hold m->cfg.n_caches entries. */
@@ -35,6 +38,7 @@ void lm_model_kv_specs(const lm_model *m, lm_kv_spec *specs);
 
 /* Bytes of workspace the forward allocates for these limits on a backend whose activations
  * are `act` (the backend's act_dtype). */
-int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits, lm_dtype act);
+int64_t lm_forward_workspace_bytes(const lm_model *m, int64_t max_tokens, int64_t max_logits,
+                                   lm_dtype act);
 
 #endif

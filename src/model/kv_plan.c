@@ -11,11 +11,14 @@
 
 static lm_status quantize_spec(lm_kv_spec *s, int bits, int group, const char *where) {
   if (bits != 4 && bits != 8)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: %d-bit KV caches are not supported (4 or 8)", where, bits);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: %d-bit KV caches are not supported (4 or 8)", where,
+                   bits);
   if (group != 32 && group != 64 && group != 128)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: KV group size %d is not supported (32, 64, 128)", where, group);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: KV group size %d is not supported (32, 64, 128)", where,
+                   group);
   if (s->head_dim % group)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: group %d does not divide head dim %d", where, group, s->head_dim);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: group %d does not divide head dim %d", where, group,
+                   s->head_dim);
   s->kind = s->kind == LM_KV_ROTATING_PLAIN ? LM_KV_ROTATING_QUANT : LM_KV_QUANT;
   s->bits = bits;
   s->group = group;
@@ -27,7 +30,8 @@ static lm_status apply_config(const lm_model *m, const char *path, lm_kv_spec *s
   json_t *root;
   LM_TRY(lm_json_load_file(path, 1 << 20, &root));
   lm_status s = LM_OK;
-  if (!json_is_array(root)) s = LM_ERRF(LM_ERR_CORRUPT, "%s: expected a list of {layer_idx, bits, group_size}", path);
+  if (!json_is_array(root))
+    s = LM_ERRF(LM_ERR_CORRUPT, "%s: expected a list of {layer_idx, bits, group_size}", path);
   size_t i;
   json_t *e;
   json_array_foreach(root, i, e) {
@@ -41,11 +45,11 @@ static lm_status apply_config(const lm_model *m, const char *path, lm_kv_spec *s
     if (!s) s = lm_json_get_int(e, "group_size", &group, 0, where);
     if (s) break;
     if (layer < 0 || layer >= m->cfg.n_layers)
-      s = LM_ERRF(LM_ERR_INVALID, "%s: layer_idx %lld does not exist (%lld layers)", where, (long long)layer,
-                  (long long)m->cfg.n_layers);
+      s = LM_ERRF(LM_ERR_INVALID, "%s: layer_idx %lld does not exist (%lld layers)", where,
+                  (long long)layer, (long long)m->cfg.n_layers);
     else if (m->cfg.layers[layer].kv_shared)
-      s = LM_ERRF(LM_ERR_INVALID, "%s: layer %lld has no cache of its own (it reads layer %d's)", where,
-                  (long long)layer, m->cfg.layers[layer].donor);
+      s = LM_ERRF(LM_ERR_INVALID, "%s: layer %lld has no cache of its own (it reads layer %d's)",
+                  where, (long long)layer, m->cfg.layers[layer].donor);
     else
       s = quantize_spec(&specs[m->cfg.layers[layer].cache], (int)bits, (int)group, where);
   }
@@ -78,8 +82,10 @@ static lm_status plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *spe
   }
   if (!strcmp(mode, "config")) {
     char path[4096];
-    if (o->config_path) snprintf(path, sizeof path, "%s", o->config_path);
-    else snprintf(path, sizeof path, "%s/kv_config.json", m->dir);
+    if (o->config_path)
+      snprintf(path, sizeof path, "%s", o->config_path);
+    else
+      snprintf(path, sizeof path, "%s/kv_config.json", m->dir);
     return apply_config(m, path, specs);
   }
   return LM_ERRF(LM_ERR_INVALID, "--kv-quant must be off, 4, 8 or config (got '%s')", mode);

@@ -12,7 +12,8 @@ typedef struct lm_kv_options {
   const char *mode;        /* NULL/"off", "4", "8" or "config" */
   int group;               /* uniform 4/8: group size (0 → 64) */
   const char *config_path; /* "config": kv_config.json (NULL → MODEL_DIR/kv_config.json) */
-  int64_t quant_start;     /* quantized caches convert once they hold this many tokens (0: from the start) */
+  int64_t quant_start;     /* quantized caches convert once they hold this many tokens (0: from the
+                              start) */
 } lm_kv_options;
 
 /* Fills specs[m->cfg.n_caches]. Errors name the file and entry (unknown layer, a KV-shared

@@ -17,24 +17,29 @@ static int valid_group(int64_t g) { return g == 32 || g == 64 || g == 128; }
 static lm_status check_mode(const json_t *o, const char *path, const char *where) {
   const json_t *mode = json_object_get(o, "mode");
   if (!mode) return LM_OK;
-  if (!json_is_string(mode)) return LM_ERRF(LM_ERR_CORRUPT, "%s: quantization %s: mode must be a string", path, where);
+  if (!json_is_string(mode))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: quantization %s: mode must be a string", path, where);
   if (strcmp(json_string_value(mode), "affine"))
-    return LM_ERRF(LM_ERR_UNSUPPORTED,
-                   "%s: quantization mode '%s' (%s) is not supported; lumen reads MLX affine quantization", path,
-                   json_string_value(mode), where);
+    return LM_ERRF(
+        LM_ERR_UNSUPPORTED,
+        "%s: quantization mode '%s' (%s) is not supported; lumen reads MLX affine quantization",
+        path, json_string_value(mode), where);
   return LM_OK;
 }
 
-static lm_status parse_params(const json_t *o, const char *path, const char *where, int *bits, int *group) {
+static lm_status parse_params(const json_t *o, const char *path, const char *where, int *bits,
+                              int *group) {
   int64_t b = *bits, g = *group;
   LM_TRY(check_mode(o, path, where));
   LM_TRY(lm_json_get_int(o, "bits", &b, 0, where));
   LM_TRY(lm_json_get_int(o, "group_size", &g, 0, where));
   if (!valid_bits(b))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: quantization %s: %lld bits is not supported (2, 3, 4, 5, 6, 8)", path,
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "%s: quantization %s: %lld bits is not supported (2, 3, 4, 5, 6, 8)", path,
                    where, (long long)b);
   if (!valid_group(g))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: quantization %s: group size %lld is not supported (32, 64, 128)", path,
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "%s: quantization %s: group size %lld is not supported (32, 64, 128)", path,
                    where, (long long)g);
   *bits = (int)b;
   *group = (int)g;
@@ -42,10 +47,12 @@ static lm_status parse_params(const json_t *o, const char *path, const char *whe
 }
 
 static lm_status parse_block(const json_t *blk, const char *path, lm_quant_config *q) {
-  if (!json_is_object(blk)) return LM_ERRF(LM_ERR_CORRUPT, "%s: quantization must be an object", path);
+  if (!json_is_object(blk))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: quantization must be an object", path);
   const json_t *qm = json_object_get(blk, "quant_method");
   if (qm) /* transformers-style quantizers (gptq, awq, fp8, bitsandbytes, ...) */
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: quant_method '%s' is not supported; lumen reads MLX affine quantization",
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "%s: quant_method '%s' is not supported; lumen reads MLX affine quantization",
                    path, json_is_string(qm) ? json_string_value(qm) : "?");
   q->present = 1;
   q->bits = 4;
@@ -88,7 +95,8 @@ lm_status lm_quant_config_parse(const char *config_path, lm_quant_config *q) {
 
 void lm_quant_config_free(lm_quant_config *q) {
   if (!q) return;
-  for (int i = 0; i < q->n; i++) free(q->entries[i].path);
+  for (int i = 0; i < q->n; i++)
+    free(q->entries[i].path);
   free(q->entries);
   memset(q, 0, sizeof *q);
 }

@@ -20,7 +20,7 @@
 typedef struct q_item {
   const lm_weight *w;
   int bits, group;
-  int part;         /* 0 codes, 1 scales, 2 biases (one item per output tensor) */
+  int part; /* 0 codes, 1 scales, 2 biases (one item per output tensor) */
 } q_item;
 
 typedef struct q_plan {
@@ -43,7 +43,9 @@ static q_item *plan_push(q_plan *p, q_item it) {
 }
 
 /* Rows of all experts, in order, for a (possibly fused-view) stacked weight. */
-static int64_t total_rows(const lm_weight *w) { return (w->n_experts ? w->n_experts : 1) * w->rows; }
+static int64_t total_rows(const lm_weight *w) {
+  return (w->n_experts ? w->n_experts : 1) * w->rows;
+}
 
 static void dequant_global_row(const lm_weight *w, int64_t r, float *out) {
   lm_weight_dequant_row(w, r / w->rows, r % w->rows, out);
@@ -114,7 +116,8 @@ static lm_status add_matrix(lm_st_writer *wr, q_plan *p, const lm_weight *w, con
     bits = r->bits;
     group = r->group ? r->group : group;
   }
-  if (bits && w->cols % group) bits = 0; /* mlx-lm leaves a module alone when its width does not divide */
+  if (bits && w->cols % group)
+    bits = 0; /* mlx-lm leaves a module alone when its width does not divide */
   char full[300], name[320];
   snprintf(full, sizeof full, MLX_PREFIX "%s", module);
   int64_t nd = w->n_experts ? 3 : 2, shape[3] = {w->n_experts, w->rows, w->cols};
@@ -127,15 +130,16 @@ static lm_status add_matrix(lm_st_writer *wr, q_plan *p, const lm_weight *w, con
     return lm_st_writer_add_fn(wr, name, LM_DT_BF16, (int)nd, sh, fill_dense, it);
   }
   if (bits != o->bits || group != o->group)
-    json_object_set_new(p->overrides, full, json_pack("{s:i,s:i}", "group_size", group, "bits", bits));
+    json_object_set_new(p->overrides, full,
+                        json_pack("{s:i,s:i}", "group_size", group, "bits", bits));
   static const char *suffix[3] = {".weight", ".scales", ".biases"};
   for (int part = 0; part < 3; part++) {
     q_item *it = plan_push(p, (q_item){.w = w, .bits = bits, .group = group, .part = part});
     if (!it) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
     int64_t s2[3] = {shape[0], shape[1], part ? w->cols / group : w->cols * bits / 32};
     snprintf(name, sizeof name, "%s%s", full, suffix[part]);
-    LM_TRY(lm_st_writer_add_fn(wr, name, part ? LM_DT_BF16 : LM_DT_U32, (int)nd, w->n_experts ? s2 : s2 + 1,
-                               fill, it));
+    LM_TRY(lm_st_writer_add_fn(wr, name, part ? LM_DT_BF16 : LM_DT_U32, (int)nd,
+                               w->n_experts ? s2 : s2 + 1, fill, it));
   }
   return LM_OK;
 }
@@ -150,7 +154,8 @@ static lm_status add_vector(lm_st_writer *wr, const lm_model *m, const lm_weight
 }
 
 /* Module path under the model prefix, without ".weight", in MLX's naming. */
-static void module_of(const lm_model *m, const lm_weight *w, const char *mlx_module, char *buf, size_t n) {
+static void module_of(const lm_model *m, const lm_weight *w, const char *mlx_module, char *buf,
+                      size_t n) {
   if (mlx_module) {
     snprintf(buf, n, "%s", mlx_module);
     return;
@@ -161,11 +166,12 @@ static void module_of(const lm_model *m, const lm_weight *w, const char *mlx_mod
   snprintf(buf, n, "%.*s", (int)len, s);
 }
 
-static lm_status add_layer(lm_st_writer *wr, q_plan *p, const lm_model *m, int l, const lm_quantize_opts *o) {
+static lm_status add_layer(lm_st_writer *wr, q_plan *p, const lm_model *m, int l,
+                           const lm_quantize_opts *o) {
   const lm_layer_weights *L = &m->layers[l];
   char mod[256], ex[3][128];
-  const lm_weight *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->ple_gate, &L->ple_proj,
-                             &L->router};
+  const lm_weight *mats[] = {&L->q,  &L->k,    &L->v,        &L->o,        &L->gate,
+                             &L->up, &L->down, &L->ple_gate, &L->ple_proj, &L->router};
   for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) {
     if (!mats[i]->data) continue;
     module_of(m, mats[i], NULL, mod, sizeof mod);
@@ -175,12 +181,14 @@ static lm_status add_layer(lm_st_writer *wr, q_plan *p, const lm_model *m, int l
   static const char *names[3] = {"gate_proj", "up_proj", "down_proj"};
   for (int i = 0; i < 3; i++) {
     if (!exs[i]->data) continue;
-    snprintf(ex[i], sizeof ex[i], "layers.%d.experts.switch_glu.%s", l, names[i]); /* HF fused gate_up is split */
+    snprintf(ex[i], sizeof ex[i], "layers.%d.experts.switch_glu.%s", l,
+             names[i]); /* HF fused gate_up is split */
     LM_TRY(add_matrix(wr, p, exs[i], ex[i], o));
   }
-  const lm_weight *vecs[] = {&L->q_norm, &L->k_norm, &L->ln_in, &L->ln_post_attn, &L->ln_pre_ff, &L->ln_post_ff,
-                             &L->scalar, &L->ln_post_ple, &L->router_scale, &L->expert_scale, &L->ln_pre_ff2,
-                             &L->ln_post_ff1, &L->ln_post_ff2};
+  const lm_weight *vecs[] = {&L->q_norm,       &L->k_norm,       &L->ln_in,      &L->ln_post_attn,
+                             &L->ln_pre_ff,    &L->ln_post_ff,   &L->scalar,     &L->ln_post_ple,
+                             &L->router_scale, &L->expert_scale, &L->ln_pre_ff2, &L->ln_post_ff1,
+                             &L->ln_post_ff2};
   for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
     if (vecs[i]->data) LM_TRY(add_vector(wr, m, vecs[i]));
   return LM_OK;
@@ -203,7 +211,8 @@ static lm_status copy_file(const char *src_dir, const char *dst_dir, const char 
   return s;
 }
 
-static lm_status write_config(const lm_model *m, const char *out_dir, const lm_quantize_opts *o, json_t *overrides) {
+static lm_status write_config(const lm_model *m, const char *out_dir, const lm_quantize_opts *o,
+                              json_t *overrides) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", m->dir);
   json_t *cfg;
@@ -211,38 +220,47 @@ static lm_status write_config(const lm_model *m, const char *out_dir, const lm_q
   json_t *q = json_pack("{s:i,s:i,s:s}", "group_size", o->group, "bits", o->bits, "mode", "affine");
   json_object_update(q, overrides);
   json_object_set(cfg, "quantization", q);
-  json_object_set_new(cfg, "quantization_config", q); /* the duplicate mlx-lm writes for HF tooling */
+  json_object_set_new(cfg, "quantization_config",
+                      q); /* the duplicate mlx-lm writes for HF tooling */
   snprintf(path, sizeof path, "%s/config.json", out_dir);
-  lm_status s = json_dump_file(cfg, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) ? LM_ERRF(LM_ERR_IO, "%s: cannot write", path)
-                                                                                 : LM_OK;
+  lm_status s = json_dump_file(cfg, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER)
+                    ? LM_ERRF(LM_ERR_IO, "%s: cannot write", path)
+                    : LM_OK;
   json_decref(cfg);
   return s;
 }
 
 lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_quantize_opts *o) {
   if (!m->st) return LM_ERRF(LM_ERR_INVALID, "quantize: the source must be a checkpoint on disk");
-  if (m->quant.present) return LM_ERRF(LM_ERR_UNSUPPORTED, "quantize: %s is already quantized", m->dir);
-  if (o->bits < 2 || o->bits > 8 || o->bits == 7 || (o->group != 32 && o->group != 64 && o->group != 128))
+  if (m->quant.present)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "quantize: %s is already quantized", m->dir);
+  if (o->bits < 2 || o->bits > 8 || o->bits == 7 ||
+      (o->group != 32 && o->group != 64 && o->group != 128))
     return LM_ERRF(LM_ERR_INVALID, "quantize: bits must be 2..8 (not 7) and group 32, 64 or 128");
-  if (mkdir(out_dir, 0755) && errno != EEXIST) return LM_ERRF(LM_ERR_IO, "%s: cannot create", out_dir);
+  if (mkdir(out_dir, 0755) && errno != EEXIST)
+    return LM_ERRF(LM_ERR_IO, "%s: cannot create", out_dir);
   lm_st_writer *wr = NULL;
   q_plan p = {.overrides = json_object()};
   lm_status s = lm_st_writer_create(&wr);
   if (!s) s = add_matrix(wr, &p, &m->embed, "embed_tokens", o);
   if (!s && m->embed_ple.data) s = add_matrix(wr, &p, &m->embed_ple, "embed_tokens_per_layer", o);
-  if (!s && m->ple_model_proj.data) s = add_matrix(wr, &p, &m->ple_model_proj, "per_layer_model_projection", o);
+  if (!s && m->ple_model_proj.data)
+    s = add_matrix(wr, &p, &m->ple_model_proj, "per_layer_model_projection", o);
   if (!s && m->ple_norm.data) s = add_vector(wr, m, &m->ple_norm);
   if (!s) s = add_vector(wr, m, &m->final_norm);
-  for (int l = 0; !s && l < m->cfg.n_layers; l++) s = add_layer(wr, &p, m, l, o);
+  for (int l = 0; !s && l < m->cfg.n_layers; l++)
+    s = add_layer(wr, &p, m, l, o);
   char path[4096];
   snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
   if (!s) s = lm_st_writer_write(wr, path);
   if (!s) s = write_config(m, out_dir, o, p.overrides);
   static const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
                                 "chat_template.jinja", "special_tokens_map.json"};
-  for (size_t i = 0; !s && i < sizeof extra / sizeof *extra; i++) s = copy_file(m->dir, out_dir, extra[i]);
+  for (size_t i = 0; !s && i < sizeof extra / sizeof *extra; i++)
+    s = copy_file(m->dir, out_dir, extra[i]);
   lm_st_writer_free(wr);
-  for (int i = 0; i < p.n; i++) free(p.items[i]);
+  for (int i = 0; i < p.n; i++)
+    free(p.items[i]);
   free(p.items);
   json_decref(p.overrides);
   return s;

@@ -14,7 +14,7 @@ typedef struct lm_quantize_rule {
 } lm_quantize_rule;
 
 typedef struct lm_quantize_opts {
-  int bits, group;              /* defaults: 4, 64 */
+  int bits, group;               /* defaults: 4, 64 */
   const lm_quantize_rule *rules; /* first match wins */
   int n_rules;
 } lm_quantize_opts;

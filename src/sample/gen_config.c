@@ -18,14 +18,17 @@ void lm_gen_config_clear(lm_gen_config *g) {
 }
 
 /* A token id list: an int or an array of ints, each in [0, INT32_MAX]. */
-static lm_status get_ids(const json_t *root, const char *key, const char *name, int32_t **out, int32_t *n) {
+static lm_status get_ids(const json_t *root, const char *key, const char *name, int32_t **out,
+                         int32_t *n) {
   const json_t *v = json_object_get(root, key);
   if (!v || json_is_null(v)) return LM_OK;
   size_t cnt = json_is_array(v) ? json_array_size(v) : 1;
   if (!json_is_array(v) && !json_is_integer(v))
-    return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": expected an integer or a list of integers, got %s", name, key,
+    return LM_ERRF(LM_ERR_CORRUPT,
+                   "%s: field \"%s\": expected an integer or a list of integers, got %s", name, key,
                    lm_json_type_name(v));
-  if (cnt > 1u << 20) return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %zu ids is too many", name, key, cnt);
+  if (cnt > 1u << 20)
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %zu ids is too many", name, key, cnt);
   int32_t *ids = malloc((cnt ? cnt : 1) * sizeof *ids);
   if (!ids) return LM_ERRF(LM_ERR_NOMEM, "%s: out of memory", name);
   for (size_t i = 0; i < cnt; i++) {
@@ -34,10 +37,10 @@ static lm_status get_ids(const json_t *root, const char *key, const char *name, 
     if (!json_is_integer(e) || x < 0 || x > INT32_MAX) {
       free(ids);
       if (!json_is_integer(e))
-        return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\"[%zu]: expected an integer, got %s", name, key, i,
-                       lm_json_type_name(e));
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\"[%zu]: token id %lld is outside [0, %d]", name, key, i,
-                     (long long)x, INT32_MAX);
+        return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\"[%zu]: expected an integer, got %s", name,
+                       key, i, lm_json_type_name(e));
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\"[%zu]: token id %lld is outside [0, %d]",
+                     name, key, i, (long long)x, INT32_MAX);
     }
     ids[i] = (int32_t)x;
   }
@@ -47,14 +50,14 @@ static lm_status get_ids(const json_t *root, const char *key, const char *name, 
 }
 
 /* An optional number in [lo, hi] (open at lo when lo_open). */
-static lm_status get_num(const json_t *root, const char *key, const char *name, double lo, int lo_open, double hi,
-                         float *out) {
+static lm_status get_num(const json_t *root, const char *key, const char *name, double lo,
+                         int lo_open, double hi, float *out) {
   double x = *out;
   LM_TRY(lm_json_get_double(root, key, &x, 0, name));
   float f = (float)x; /* checked after the rounding to float: 1e-50 is not a top_p > 0 */
   if (!isfinite(x) || f < lo || (lo_open && f == lo) || f > hi)
-    return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %g is outside %c%g, %g]", name, key, x, lo_open ? '(' : '[', lo,
-                   hi);
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: field \"%s\": %g is outside %c%g, %g]", name, key, x,
+                   lo_open ? '(' : '[', lo, hi);
   *out = f;
   return LM_OK;
 }
@@ -79,12 +82,15 @@ static lm_status parse_sampling(const json_t *root, const char *name, lm_gen_con
 static lm_status parse_root(json_t *root, const char *name, lm_gen_config *g) {
   lm_status s = LM_OK;
   if (!json_is_object(root))
-    s = LM_ERRF(LM_ERR_CORRUPT, "%s: expected a JSON object, got %s", name, lm_json_type_name(root));
+    s = LM_ERRF(LM_ERR_CORRUPT, "%s: expected a JSON object, got %s", name,
+                lm_json_type_name(root));
   if (!s) s = parse_sampling(root, name, g);
   if (!s) s = get_ids(root, "eos_token_id", name, &g->eos, &g->n_eos);
   json_decref(root);
-  if (s) lm_gen_config_clear(g);
-  else g->found = 1;
+  if (s)
+    lm_gen_config_clear(g);
+  else
+    g->found = 1;
   return s;
 }
 
@@ -114,8 +120,8 @@ static int cmp_i32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-lm_status lm_gen_stop_ids(const int *cfg_eos, int n_cfg, const lm_gen_config *g, int32_t tokenizer_eos,
-                          int32_t **ids, int32_t *n) {
+lm_status lm_gen_stop_ids(const int *cfg_eos, int n_cfg, const lm_gen_config *g,
+                          int32_t tokenizer_eos, int32_t **ids, int32_t *n) {
   *ids = NULL;
   *n = 0;
   int64_t cap = (int64_t)n_cfg + (g ? g->n_eos : 0) + 1;
@@ -124,7 +130,8 @@ lm_status lm_gen_stop_ids(const int *cfg_eos, int n_cfg, const lm_gen_config *g,
   int32_t k = 0;
   for (int i = 0; i < n_cfg; i++)
     if (cfg_eos[i] >= 0) v[k++] = cfg_eos[i];
-  for (int32_t i = 0; g && i < g->n_eos; i++) v[k++] = g->eos[i];
+  for (int32_t i = 0; g && i < g->n_eos; i++)
+    v[k++] = g->eos[i];
   if (tokenizer_eos >= 0) v[k++] = tokenizer_eos;
   qsort(v, (size_t)k, sizeof *v, cmp_i32);
   int32_t u = 0;

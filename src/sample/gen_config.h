@@ -21,8 +21,8 @@
 #include "sample/sampler.h"
 
 typedef struct lm_gen_config {
-  int found;              /* 1 when generation_config.json exists */
-  lm_sampling sampling;   /* the defaults (owns its suppress list) */
+  int found;            /* 1 when generation_config.json exists */
+  lm_sampling sampling; /* the defaults (owns its suppress list) */
   int32_t n_eos;
   int32_t *eos;           /* [n_eos] eos_token_id, as listed */
   int64_t max_new_tokens; /* 0: not set */
@@ -39,7 +39,7 @@ void lm_gen_config_clear(lm_gen_config *g);
 
 /* The sorted, duplicate-free union of cfg_eos[0..n_cfg), g's eos ids (g may be NULL) and
  * tokenizer_eos (ignored when < 0). *ids is malloc'ed (free it; NULL when *n is 0). */
-lm_status lm_gen_stop_ids(const int *cfg_eos, int n_cfg, const lm_gen_config *g, int32_t tokenizer_eos,
-                          int32_t **ids, int32_t *n);
+lm_status lm_gen_stop_ids(const int *cfg_eos, int n_cfg, const lm_gen_config *g,
+                          int32_t tokenizer_eos, int32_t **ids, int32_t *n);
 
 #endif

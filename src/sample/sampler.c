@@ -71,7 +71,8 @@ nomem:
 
 lm_status lm_sampling_add_bias(lm_sampling *s, int32_t id, float bias) {
   if (id < 0) return LM_ERRF(LM_ERR_INVALID, "logit bias: id %d is negative", id);
-  if (isnan(bias) || bias == INFINITY) return LM_ERRF(LM_ERR_INVALID, "logit bias of id %d: %g is not allowed", id, bias);
+  if (isnan(bias) || bias == INFINITY)
+    return LM_ERRF(LM_ERR_INVALID, "logit bias of id %d: %g is not allowed", id, bias);
   lm_logit_bias *b = realloc(s->bias, (size_t)(s->n_bias + 1) * sizeof *b);
   if (!b) return LM_ERRF(LM_ERR_NOMEM, "logit bias: out of memory");
   s->bias = b;
@@ -90,24 +91,32 @@ lm_status lm_sampling_add_suppress(lm_sampling *s, int32_t id) {
 
 lm_status lm_sampling_validate(const lm_sampling *s) {
   if (!isfinite(s->temperature) || s->temperature < 0)
-    return LM_ERRF(LM_ERR_INVALID, "temperature must be a finite number >= 0 (got %g)", s->temperature);
+    return LM_ERRF(LM_ERR_INVALID, "temperature must be a finite number >= 0 (got %g)",
+                   s->temperature);
   if (s->top_k < 0) return LM_ERRF(LM_ERR_INVALID, "top_k must be >= 0 (got %d)", s->top_k);
-  if (!(s->top_p > 0 && s->top_p <= 1)) return LM_ERRF(LM_ERR_INVALID, "top_p must be in (0, 1] (got %g)", s->top_p);
-  if (!(s->min_p >= 0 && s->min_p <= 1)) return LM_ERRF(LM_ERR_INVALID, "min_p must be in [0, 1] (got %g)", s->min_p);
+  if (!(s->top_p > 0 && s->top_p <= 1))
+    return LM_ERRF(LM_ERR_INVALID, "top_p must be in (0, 1] (got %g)", s->top_p);
+  if (!(s->min_p >= 0 && s->min_p <= 1))
+    return LM_ERRF(LM_ERR_INVALID, "min_p must be in [0, 1] (got %g)", s->min_p);
   if (!isfinite(s->repeat_penalty) || s->repeat_penalty <= 0)
-    return LM_ERRF(LM_ERR_INVALID, "repeat_penalty must be a finite number > 0 (got %g)", s->repeat_penalty);
+    return LM_ERRF(LM_ERR_INVALID, "repeat_penalty must be a finite number > 0 (got %g)",
+                   s->repeat_penalty);
   if (!isfinite(s->presence_penalty) || !isfinite(s->frequency_penalty))
     return LM_ERRF(LM_ERR_INVALID, "presence/frequency penalties must be finite");
   if (s->repeat_last_n < -1 || s->penalty_last_n < -1)
-    return LM_ERRF(LM_ERR_INVALID, "penalty windows must be -1 (all), 0 (off) or a count (got %d, %d)",
+    return LM_ERRF(LM_ERR_INVALID,
+                   "penalty windows must be -1 (all), 0 (off) or a count (got %d, %d)",
                    s->repeat_last_n, s->penalty_last_n);
-  if ((s->n_bias && !s->bias) || (s->n_suppress && !s->suppress) || s->n_bias < 0 || s->n_suppress < 0)
+  if ((s->n_bias && !s->bias) || (s->n_suppress && !s->suppress) || s->n_bias < 0 ||
+      s->n_suppress < 0)
     return LM_ERRF(LM_ERR_INVALID, "sampling: bias/suppress lists do not match their counts");
   for (int32_t i = 0; i < s->n_bias; i++)
     if (s->bias[i].id < 0 || isnan(s->bias[i].bias) || s->bias[i].bias == INFINITY)
-      return LM_ERRF(LM_ERR_INVALID, "logit bias %d: id %d, bias %g is not allowed", i, s->bias[i].id, s->bias[i].bias);
+      return LM_ERRF(LM_ERR_INVALID, "logit bias %d: id %d, bias %g is not allowed", i,
+                     s->bias[i].id, s->bias[i].bias);
   for (int32_t i = 0; i < s->n_suppress; i++)
-    if (s->suppress[i] < 0) return LM_ERRF(LM_ERR_INVALID, "suppress_tokens[%d] = %d is negative", i, s->suppress[i]);
+    if (s->suppress[i] < 0)
+      return LM_ERRF(LM_ERR_INVALID, "suppress_tokens[%d] = %d is negative", i, s->suppress[i]);
   return LM_OK;
 }
 
@@ -159,14 +168,17 @@ static int reserve(lm_sampler *s, int64_t vocab) {
 }
 
 lm_status lm_sampler_reserve(lm_sampler *s, int64_t vocab) {
-  if (reserve(s, vocab)) return LM_ERRF(LM_ERR_NOMEM, "sampler: out of memory for a vocabulary of %lld", (long long)vocab);
+  if (reserve(s, vocab))
+    return LM_ERRF(LM_ERR_NOMEM, "sampler: out of memory for a vocabulary of %lld",
+                   (long long)vocab);
   return LM_OK;
 }
 
 /* ---- 1-4: penalties, bias, suppression ------------------------------------------------------- */
 
 /* Counts the ids of the window into s->count; returns how many distinct ids were touched. */
-static int64_t count_window(lm_sampler *s, const int32_t *h, int64_t n, int32_t last_n, int64_t vocab) {
+static int64_t count_window(lm_sampler *s, const int32_t *h, int64_t n, int32_t last_n,
+                            int64_t vocab) {
   int64_t from = last_n < 0 || last_n >= n ? 0 : n - last_n, nt = 0;
   for (int64_t i = from; i < n; i++) {
     int32_t id = h[i];
@@ -177,7 +189,8 @@ static int64_t count_window(lm_sampler *s, const int32_t *h, int64_t n, int32_t 
 }
 
 static void uncount(lm_sampler *s, int64_t nt) {
-  for (int64_t i = 0; i < nt; i++) s->count[s->touched[i]] = 0;
+  for (int64_t i = 0; i < nt; i++)
+    s->count[s->touched[i]] = 0;
 }
 
 static void apply_penalties(lm_sampler *s, float *x, int64_t vocab, const int32_t *h, int64_t n) {
@@ -218,8 +231,11 @@ static int32_t argmax(const float *x, int64_t vocab) {
  * same weights, so the cut points do not depend on the path taken. The draw walks the kept tokens
  * in id order, whichever truncation ran. */
 
-/* a before b: higher logit first, the lower id on ties (a total order, so sorts are deterministic). */
-static int before(const cand *a, const cand *b) { return a->logit > b->logit || (a->logit == b->logit && a->id < b->id); }
+/* a before b: higher logit first, the lower id on ties (a total order, so sorts are deterministic).
+ */
+static int before(const cand *a, const cand *b) {
+  return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
 
 static int cmp_cand(const void *pa, const void *pb) {
   const cand *a = pa, *b = pb;
@@ -254,7 +270,8 @@ static int64_t top_k_sorted(const float *x, int64_t vocab, int64_t k, cand *h) {
     if (n < k) {
       h[n++] = c;
       if (n == k)
-        for (int64_t j = k / 2; j-- > 0;) sift_down(h, n, j);
+        for (int64_t j = k / 2; j-- > 0;)
+          sift_down(h, n, j);
     } else if (before(&c, &h[0])) {
       h[0] = c;
       sift_down(h, n, 0);
@@ -274,14 +291,16 @@ static int64_t all_finite(const float *x, int64_t vocab, cand *c) {
 
 static float max_logit(const cand *c, int64_t n) {
   float m = c[0].logit;
-  for (int64_t i = 1; i < n; i++) m = c[i].logit > m ? c[i].logit : m;
+  for (int64_t i = 1; i < n; i++)
+    m = c[i].logit > m ? c[i].logit : m;
   return m;
 }
 
 /* w[i] = expf(c[i].logit - m); returns their sum. */
 static double weigh(const cand *c, int64_t n, float m, float *w) {
   double z = 0;
-  for (int64_t i = 0; i < n; i++) z += w[i] = expf(c[i].logit - m);
+  for (int64_t i = 0; i < n; i++)
+    z += w[i] = expf(c[i].logit - m);
   return z;
 }
 
@@ -289,8 +308,10 @@ static double weigh(const cand *c, int64_t n, float m, float *w) {
  * < target = top_p * z, starting from `cum` (the mass of what comes before c). At least one. */
 static int64_t cut_sorted(const cand *c, const float *w, int64_t n, double cum, double target) {
   for (int64_t i = 0; i < n; i++)
-    if (cum >= target) return i > 0 ? i : 1;
-    else cum += w[i];
+    if (cum >= target)
+      return i > 0 ? i : 1;
+    else
+      cum += w[i];
   return n;
 }
 
@@ -309,20 +330,24 @@ static int64_t top_p_sorted(cand *c, int64_t n, float top_p, float *w) {
  * c is filtered in place (id order kept). `t` is scratch for that bucket. */
 static int64_t nucleus(cand *c, int64_t n, float top_p, float *w, cand *t) {
   float m = max_logit(c, n), lo = m;
-  for (int64_t i = 0; i < n; i++) lo = c[i].logit < lo ? c[i].logit : lo;
+  for (int64_t i = 0; i < n; i++)
+    lo = c[i].logit < lo ? c[i].logit : lo;
   float scale = m > lo ? (float)(LM_SAMPLE_BUCKETS - 1) / (m - lo) : 0.0f;
 #define BUCKET(l) ((int)fminf((m - (l)) * scale, (float)(LM_SAMPLE_BUCKETS - 1)))
   double z = weigh(c, n, m, w), mass[LM_SAMPLE_BUCKETS] = {0}, target = (double)top_p * z, cum = 0;
-  for (int64_t i = 0; i < n; i++) mass[BUCKET(c[i].logit)] += w[i];
+  for (int64_t i = 0; i < n; i++)
+    mass[BUCKET(c[i].logit)] += w[i];
   int b = 0;
-  while (b < LM_SAMPLE_BUCKETS - 1 && cum + mass[b] < target) cum += mass[b++];
+  while (b < LM_SAMPLE_BUCKETS - 1 && cum + mass[b] < target)
+    cum += mass[b++];
   int64_t nt = 0;
   for (int64_t i = 0; i < n; i++)
     if (BUCKET(c[i].logit) == b) t[nt++] = c[i];
   if (!nt) return n; /* the mass never reached the target: rounding; keep everything */
   qsort(t, (size_t)nt, sizeof *t, cmp_cand);
   float *wt = w; /* the bucket's weights, in its sorted order (w is free again) */
-  for (int64_t i = 0; i < nt; i++) wt[i] = expf(t[i].logit - m);
+  for (int64_t i = 0; i < nt; i++)
+    wt[i] = expf(t[i].logit - m);
   cand last = t[cut_sorted(t, wt, nt, cum, target) - 1];
   int64_t k = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -354,7 +379,8 @@ static int32_t draw(lm_sampler *s, const cand *c, int64_t n) {
   return c[n - 1].id; /* u rounded onto the total */
 }
 
-int32_t lm_sampler_sample(lm_sampler *s, float *logits, int64_t vocab, const int32_t *history, int64_t n) {
+int32_t lm_sampler_sample(lm_sampler *s, float *logits, int64_t vocab, const int32_t *history,
+                          int64_t n) {
   const lm_sampling *p = &s->p;
   if (vocab < 1 || !logits || (n > 0 && !history)) {
     lm_err_set(LM_ERR_INVALID, "sample: bad arguments (vocab %lld)", (long long)vocab);
@@ -371,13 +397,16 @@ int32_t lm_sampler_sample(lm_sampler *s, float *logits, int64_t vocab, const int
     return id;
   }
   float inv_t = 1.0f / p->temperature;
-  for (int64_t i = 0; i < vocab; i++) logits[i] *= inv_t;
+  for (int64_t i = 0; i < vocab; i++)
+    logits[i] *= inv_t;
   cand *c = s->cand;
   int64_t nc;
   if (p->top_k > 0 && p->top_k < vocab) {
     nc = top_k_sorted(logits, vocab, p->top_k, c);
-    if (nc && p->top_p < 1) nc = top_p_sorted(c, nc, p->top_p, s->w);
-    else qsort(c, (size_t)nc, sizeof *c, cmp_id);
+    if (nc && p->top_p < 1)
+      nc = top_p_sorted(c, nc, p->top_p, s->w);
+    else
+      qsort(c, (size_t)nc, sizeof *c, cmp_id);
   } else {
     nc = all_finite(logits, vocab, c);
     if (nc && p->top_p < 1) nc = nucleus(c, nc, p->top_p, s->w, s->tmp);

@@ -49,18 +49,20 @@ typedef struct lm_sampling {
   int32_t penalty_last_n;  /* window of presence/frequency (default 64) */
   uint64_t seed;
   int32_t n_bias;
-  lm_logit_bias *bias;     /* [n_bias]; a repeated id adds up */
+  lm_logit_bias *bias; /* [n_bias]; a repeated id adds up */
   int32_t n_suppress;
-  int32_t *suppress;       /* [n_suppress] */
+  int32_t *suppress; /* [n_suppress] */
 } lm_sampling;
 
 /* Neutral parameters: temperature 1, every processor off, windows 64, seed 0, no lists. */
 void lm_sampling_init(lm_sampling *s);
 /* Frees the lists and re-initializes. NULL is a no-op. */
 void lm_sampling_clear(lm_sampling *s);
-/* Deep copy into dst (which must not own lists: initialize or clear it first). Errors: LM_ERR_NOMEM. */
+/* Deep copy into dst (which must not own lists: initialize or clear it first). Errors:
+ * LM_ERR_NOMEM. */
 lm_status lm_sampling_copy(lm_sampling *dst, const lm_sampling *src);
-/* Appends one bias / one suppressed id. Errors: LM_ERR_INVALID (negative id, NaN or +inf bias), NOMEM. */
+/* Appends one bias / one suppressed id. Errors: LM_ERR_INVALID (negative id, NaN or +inf bias),
+ * NOMEM. */
 lm_status lm_sampling_add_bias(lm_sampling *s, int32_t id, float bias);
 lm_status lm_sampling_add_suppress(lm_sampling *s, int32_t id);
 /* Checks every range documented above; LM_ERR_INVALID naming the field. */
@@ -84,6 +86,7 @@ lm_status lm_sampler_reserve(lm_sampler *s, int64_t vocab);
  * are ignored there, as are bias / suppress ids >= vocab). logits is overwritten (processed in
  * place). Returns the id, or -1 with lm_errmsg() set: LM_ERR_INVALID when no id has a finite logit
  * after the processors, LM_ERR_NOMEM. */
-int32_t lm_sampler_sample(lm_sampler *s, float *logits, int64_t vocab, const int32_t *history, int64_t n);
+int32_t lm_sampler_sample(lm_sampler *s, float *logits, int64_t vocab, const int32_t *history,
+                          int64_t n);
 
 #endif

@@ -39,9 +39,11 @@ static void apply_defaults(lm_server_opts *o) {
 
 static char *base_name(const char *dir) {
   size_t n = strlen(dir);
-  while (n > 1 && dir[n - 1] == '/') n--;
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
   size_t b = n;
-  while (b > 0 && dir[b - 1] != '/') b--;
+  while (b > 0 && dir[b - 1] != '/')
+    b--;
   return strndup(dir + b, n - b);
 }
 
@@ -69,9 +71,10 @@ static lm_status load_text(lm_server *s) {
   LM_TRY(lm_tokenizer_load(dir, &s->tok));
   if (lm_chat_template_load(dir, &s->tmpl)) return lm_err_prefix(LM_ERR_CORRUPT, "chat template");
   LM_TRY(lm_gen_config_load(dir, &s->gc));
-  LM_TRY(lm_gen_stop_ids(s->m->cfg.eos_ids, s->m->cfg.n_eos, &s->gc, lm_tokenizer_eos(s->tok), &s->stop_ids,
-                         &s->n_stop_ids));
-  if (!(s->bos = token_string(s->tok, lm_tokenizer_bos(s->tok))) || !(s->eos = token_string(s->tok, lm_tokenizer_eos(s->tok))))
+  LM_TRY(lm_gen_stop_ids(s->m->cfg.eos_ids, s->m->cfg.n_eos, &s->gc, lm_tokenizer_eos(s->tok),
+                         &s->stop_ids, &s->n_stop_ids));
+  if (!(s->bos = token_string(s->tok, lm_tokenizer_bos(s->tok))) ||
+      !(s->eos = token_string(s->tok, lm_tokenizer_eos(s->tok))))
     return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   s->gemma4 = lm_parser_tokens_from_tokenizer(s->tok, &s->ptok) == LM_OK;
   if (!s->gemma4) {
@@ -79,8 +82,8 @@ static lm_status load_text(lm_server *s) {
     s->ptok.eos = lm_tokenizer_eos(s->tok);
   }
   if (lm_tokenizer_vocab_size(s->tok) > s->m->cfg.vocab_size)
-    return LM_ERRF(LM_ERR_INVALID, "%s: the tokenizer has %d ids, the model %lld", dir, lm_tokenizer_vocab_size(s->tok),
-                   (long long)s->m->cfg.vocab_size);
+    return LM_ERRF(LM_ERR_INVALID, "%s: the tokenizer has %d ids, the model %lld", dir,
+                   lm_tokenizer_vocab_size(s->tok), (long long)s->m->cfg.vocab_size);
   LM_TRY(lm_sampling_copy(&s->defaults, s->o.sampling ? s->o.sampling : &s->gc.sampling));
   return LM_OK;
 }
@@ -89,19 +92,22 @@ static lm_status load_text(lm_server *s) {
 static lm_status size_budget(lm_server *s) {
   const lm_server_opts *o = &s->o;
   s->weight_bytes = s->m->weight_bytes;
-  s->workspace_bytes = lm_forward_workspace_bytes(s->m, o->chunk + o->parallel, o->parallel, s->be->act_dtype) +
-                       (int64_t)o->parallel * s->m->cfg.vocab_size * 4;
+  s->workspace_bytes =
+      lm_forward_workspace_bytes(s->m, o->chunk + o->parallel, o->parallel, s->be->act_dtype) +
+      (int64_t)o->parallel * s->m->cfg.vocab_size * 4;
   if (o->kv_budget_bytes > 0) {
     s->kv_budget = o->kv_budget_bytes;
     return LM_OK;
   }
-  double total = o->memory_budget_gb > 0 ? o->memory_budget_gb * 1e9
-                                         : 0.75 * (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  double total = o->memory_budget_gb > 0
+                     ? o->memory_budget_gb * 1e9
+                     : 0.75 * (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
   s->kv_budget = (int64_t)total - s->weight_bytes - s->workspace_bytes;
   if (s->kv_budget <= 0)
-    return LM_ERRF(LM_ERR_INVALID, "a memory budget of %.2f GB does not cover the weights (%.2f GB) and the step "
-                   "workspace (%.2f GB): raise --memory-budget or lower --parallel/--chunk", total / 1e9,
-                   (double)s->weight_bytes / 1e9, (double)s->workspace_bytes / 1e9);
+    return LM_ERRF(LM_ERR_INVALID,
+                   "a memory budget of %.2f GB does not cover the weights (%.2f GB) and the step "
+                   "workspace (%.2f GB): raise --memory-budget or lower --parallel/--chunk",
+                   total / 1e9, (double)s->weight_bytes / 1e9, (double)s->workspace_bytes / 1e9);
   return LM_OK;
 }
 
@@ -113,22 +119,30 @@ static lm_status plan(lm_server *s) {
   int64_t mp = max_positions(s->model_dir);
   s->max_ctx = s->o.ctx > 0 ? s->o.ctx : mp > 0 ? mp : 8192;
   if (mp > 0 && s->max_ctx > mp)
-    return LM_ERRF(LM_ERR_INVALID, "--ctx %lld exceeds the model's max_position_embeddings (%lld)", (long long)s->max_ctx,
-                   (long long)mp);
+    return LM_ERRF(LM_ERR_INVALID, "--ctx %lld exceeds the model's max_position_embeddings (%lld)",
+                   (long long)s->max_ctx, (long long)mp);
   return size_budget(s);
 }
 
 static lm_status make_sched(lm_server *s) {
   int32_t keep[8];
   int32_t nk = 0;
-  const int32_t ct[] = {s->ptok.channel_open,    s->ptok.channel_close,      s->ptok.tool_call_open,
-                        s->ptok.tool_call_close, s->ptok.tool_response_open, lm_tokenizer_find(s->tok, "<|\"|>", 5)};
+  const int32_t ct[] = {s->ptok.channel_open,       s->ptok.channel_close,
+                        s->ptok.tool_call_open,     s->ptok.tool_call_close,
+                        s->ptok.tool_response_open, lm_tokenizer_find(s->tok, "<|\"|>", 5)};
   for (int i = 0; i < 6; i++)
     if (ct[i] >= 0) keep[nk++] = ct[i];
-  lm_srv_sched_opts so = {.parallel = s->o.parallel, .chunk = s->o.chunk, .queue_cap = s->o.queue_size,
-                          .kv_budget = s->kv_budget, .max_ctx = s->max_ctx, .prompt_cache = s->o.prompt_cache,
-                          .specs = s->specs, .stop_ids = s->stop_ids, .n_stop_ids = s->n_stop_ids,
-                          .keep_special = keep, .n_keep_special = nk};
+  lm_srv_sched_opts so = {.parallel = s->o.parallel,
+                          .chunk = s->o.chunk,
+                          .queue_cap = s->o.queue_size,
+                          .kv_budget = s->kv_budget,
+                          .max_ctx = s->max_ctx,
+                          .prompt_cache = s->o.prompt_cache,
+                          .specs = s->specs,
+                          .stop_ids = s->stop_ids,
+                          .n_stop_ids = s->n_stop_ids,
+                          .keep_special = keep,
+                          .n_keep_special = nk};
   return lm_srv_sched_create(s->m, s->be, s->tok, &so, &s->sched);
 }
 
@@ -149,8 +163,10 @@ static lm_status copy_strings(lm_server *s, const lm_server_opts *o) {
 
 lm_status lm_server_create(lm_model *m, lm_backend *be, const lm_server_opts *o, lm_server **out) {
   *out = NULL;
-  if (!m || !be || !o || !o->model_dir) return LM_ERRF(LM_ERR_INVALID, "lm_server_create: NULL argument");
-  if (o->port < 0 || o->port > 65535) return LM_ERRF(LM_ERR_INVALID, "--port must be 0..65535 (got %d)", o->port);
+  if (!m || !be || !o || !o->model_dir)
+    return LM_ERRF(LM_ERR_INVALID, "lm_server_create: NULL argument");
+  if (o->port < 0 || o->port > 65535)
+    return LM_ERRF(LM_ERR_INVALID, "--port must be 0..65535 (got %d)", o->port);
   if (o->api_key && !*o->api_key) return LM_ERRF(LM_ERR_INVALID, "--api-key must not be empty");
   lm_server *s = calloc(1, sizeof *s);
   if (!s) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
@@ -208,21 +224,26 @@ void lm_server_describe(const lm_server *s, char *buf, size_t n) {
   plan_summary(s, caches, sizeof caches);
   const lm_srv_admit *a = lm_srv_sched_admit(s->sched);
   snprintf(buf, n,
-           "model %s (%s, %.1fM parameters, %.1f MB of weights) on %s; tokenizer %d ids, chat template %s, "
+           "model %s (%s, %.1fM parameters, %.1f MB of weights) on %s; tokenizer %d ids, chat "
+           "template %s, "
            "%s output parser\n"
-           "%d parallel sequences, context %lld, prefill chunk %lld, queue %d, prompt cache %d entries, timeout %.0f s%s\n"
-           "KV budget %.1f MiB (%lld bytes/token below the sliding window; at most %lld tokens per sequence); caches: %s",
-           s->model_id, s->m->cfg.model_type, (double)s->m->n_params / 1e6, (double)s->weight_bytes / 1e6,
-           s->be->ops->name, lm_tokenizer_vocab_size(s->tok), s->tmpl ? "yes" : "none (completions only)",
-           s->gemma4 ? "Gemma 4" : "ChatML/Hermes", s->o.parallel, (long long)s->max_ctx, (long long)s->o.chunk,
-           s->o.queue_size, s->o.prompt_cache, s->o.timeout_s, s->api_key ? ", API key required" : "",
+           "%d parallel sequences, context %lld, prefill chunk %lld, queue %d, prompt cache %d "
+           "entries, timeout %.0f s%s\n"
+           "KV budget %.1f MiB (%lld bytes/token below the sliding window; at most %lld tokens per "
+           "sequence); caches: %s",
+           s->model_id, s->m->cfg.model_type, (double)s->m->n_params / 1e6,
+           (double)s->weight_bytes / 1e6, s->be->ops->name, lm_tokenizer_vocab_size(s->tok),
+           s->tmpl ? "yes" : "none (completions only)", s->gemma4 ? "Gemma 4" : "ChatML/Hermes",
+           s->o.parallel, (long long)s->max_ctx, (long long)s->o.chunk, s->o.queue_size,
+           s->o.prompt_cache, s->o.timeout_s, s->api_key ? ", API key required" : "",
            (double)s->kv_budget / 1048576.0, (long long)lm_srv_admit_bytes_per_token(a),
            (long long)lm_srv_admit_max_context(a), caches);
 }
 
 void lm_server_free(lm_server *s) {
   if (!s) return;
-  lm_srv_sched_stop(s->sched); /* running requests end now; new ones get 503 until the daemon stops */
+  lm_srv_sched_stop(
+      s->sched); /* running requests end now; new ones get 503 until the daemon stops */
   lm_srv_http_stop(s);
   lm_srv_sched_free(s->sched);
   lm_srv_metrics_destroy(&s->metrics);

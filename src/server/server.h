@@ -19,26 +19,26 @@
 #include "sample/sampler.h"
 
 typedef struct lm_server_opts {
-  const char *model_dir;      /* tokenizer.json, chat_template.jinja, generation_config.json */
-  const char *model_id;       /* the id /v1/models reports (NULL: the directory's base name) */
-  const char *host;           /* NULL: 127.0.0.1 */
-  int port;                   /* 0: an ephemeral port (lm_server_port tells which) */
-  int parallel;               /* sequences in the batch (0: 4) */
-  int64_t ctx;                /* per-sequence context limit (0: the model's max_position_embeddings) */
-  int64_t chunk;              /* prompt tokens per step (0: 512) */
-  double memory_budget_gb;    /* weights + workspace + KV (0: 75% of physical memory) */
-  int64_t kv_budget_bytes;    /* > 0: the KV budget itself, overriding memory_budget_gb */
-  int queue_size;             /* waiting requests beyond which 429 (0: 64) */
-  int prompt_cache;           /* finished sequences kept for prefix reuse (-1: off, 0: = parallel) */
-  const char *api_key;        /* bearer token required on every endpoint but /health (NULL: none) */
-  int64_t max_body;           /* request body cap in bytes (0: 8 MiB) */
-  double timeout_s;           /* per-request deadline (0: 600 s; < 0: none) */
-  int64_t max_tokens;         /* default max_tokens (0: 512) */
-  const lm_sampling *sampling;/* default sampling (NULL: generation_config.json's) */
-  int has_seed;               /* sampling->seed applies to requests without a seed */
-  lm_kv_options kv;           /* --kv-quant plan */
-  int max_connections;        /* 0: 256 */
-  int log_requests;           /* one line per request on stderr */
+  const char *model_dir;   /* tokenizer.json, chat_template.jinja, generation_config.json */
+  const char *model_id;    /* the id /v1/models reports (NULL: the directory's base name) */
+  const char *host;        /* NULL: 127.0.0.1 */
+  int port;                /* 0: an ephemeral port (lm_server_port tells which) */
+  int parallel;            /* sequences in the batch (0: 4) */
+  int64_t ctx;             /* per-sequence context limit (0: the model's max_position_embeddings) */
+  int64_t chunk;           /* prompt tokens per step (0: 512) */
+  double memory_budget_gb; /* weights + workspace + KV (0: 75% of physical memory) */
+  int64_t kv_budget_bytes; /* > 0: the KV budget itself, overriding memory_budget_gb */
+  int queue_size;          /* waiting requests beyond which 429 (0: 64) */
+  int prompt_cache;        /* finished sequences kept for prefix reuse (-1: off, 0: = parallel) */
+  const char *api_key;     /* bearer token required on every endpoint but /health (NULL: none) */
+  int64_t max_body;        /* request body cap in bytes (0: 8 MiB) */
+  double timeout_s;        /* per-request deadline (0: 600 s; < 0: none) */
+  int64_t max_tokens;      /* default max_tokens (0: 512) */
+  const lm_sampling *sampling; /* default sampling (NULL: generation_config.json's) */
+  int has_seed;                /* sampling->seed applies to requests without a seed */
+  lm_kv_options kv;            /* --kv-quant plan */
+  int max_connections;         /* 0: 256 */
+  int log_requests;            /* one line per request on stderr */
 } lm_server_opts;
 
 void lm_server_opts_init(lm_server_opts *o);

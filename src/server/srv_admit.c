@@ -5,10 +5,11 @@
 
 #include "base/status.h"
 
-lm_status lm_srv_admit_init(lm_srv_admit *a, const lm_kv_spec *specs, int n_caches, lm_dtype act, int64_t budget,
-                            int64_t max_ctx) {
+lm_status lm_srv_admit_init(lm_srv_admit *a, const lm_kv_spec *specs, int n_caches, lm_dtype act,
+                            int64_t budget, int64_t max_ctx) {
   memset(a, 0, sizeof *a);
-  if (n_caches > 64) return LM_ERRF(LM_ERR_UNSUPPORTED, "server: %d caches per sequence (max 64)", n_caches);
+  if (n_caches > 64)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "server: %d caches per sequence (max 64)", n_caches);
   a->n_caches = n_caches;
   for (int i = 0; i < n_caches; i++) {
     a->bpt[i] = lm_kv_spec_bytes_per_token(&specs[i], act);
@@ -21,13 +22,15 @@ lm_status lm_srv_admit_init(lm_srv_admit *a, const lm_kv_spec *specs, int n_cach
 
 int64_t lm_srv_admit_bytes(const lm_srv_admit *a, int64_t n) {
   int64_t b = 0;
-  for (int i = 0; i < a->n_caches; i++) b += a->bpt[i] * (n < a->cap[i] ? n : a->cap[i]);
+  for (int i = 0; i < a->n_caches; i++)
+    b += a->bpt[i] * (n < a->cap[i] ? n : a->cap[i]);
   return b;
 }
 
 int64_t lm_srv_admit_bytes_per_token(const lm_srv_admit *a) {
   int64_t b = 0;
-  for (int i = 0; i < a->n_caches; i++) b += a->bpt[i];
+  for (int i = 0; i < a->n_caches; i++)
+    b += a->bpt[i];
   return b;
 }
 
@@ -37,8 +40,10 @@ int64_t lm_srv_admit_max_context(const lm_srv_admit *a) {
   if (lm_srv_admit_bytes(a, hi) <= a->budget) return hi;
   while (lo < hi) {
     int64_t mid = lo + (hi - lo + 1) / 2;
-    if (lm_srv_admit_bytes(a, mid) <= a->budget) lo = mid;
-    else hi = mid - 1;
+    if (lm_srv_admit_bytes(a, mid) <= a->budget)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }

@@ -16,16 +16,16 @@
 
 typedef struct lm_srv_admit {
   int n_caches;
-  int64_t bpt[64];        /* bytes per token of each cache */
-  int64_t cap[64];        /* capacity of each cache (LM_KV_UNBOUNDED or the window) */
-  int64_t budget;         /* bytes the KV caches may use in all */
-  int64_t max_ctx;        /* per-sequence context limit (tokens) */
+  int64_t bpt[64]; /* bytes per token of each cache */
+  int64_t cap[64]; /* capacity of each cache (LM_KV_UNBOUNDED or the window) */
+  int64_t budget;  /* bytes the KV caches may use in all */
+  int64_t max_ctx; /* per-sequence context limit (tokens) */
 } lm_srv_admit;
 
 /* Fills a from the cache specs of the model's plan; act is the backend's activation dtype.
  * Errors: LM_ERR_UNSUPPORTED when the model has more than 64 caches. */
-lm_status lm_srv_admit_init(lm_srv_admit *a, const lm_kv_spec *specs, int n_caches, lm_dtype act, int64_t budget,
-                            int64_t max_ctx);
+lm_status lm_srv_admit_init(lm_srv_admit *a, const lm_kv_spec *specs, int n_caches, lm_dtype act,
+                            int64_t budget, int64_t max_ctx);
 /* Bytes the caches of one sequence hold at n tokens. */
 int64_t lm_srv_admit_bytes(const lm_srv_admit *a, int64_t n);
 /* The longest context (tokens, <= max_ctx) one sequence can have within the whole budget. */

@@ -16,7 +16,9 @@
 
 /* ---- request translation --------------------------------------------------------------------- */
 
-static int bad(lm_srv_err *e, const char *param, const char *msg) { return lm_srv_err_bad(e, param, "%s", msg); }
+static int bad(lm_srv_err *e, const char *param, const char *msg) {
+  return lm_srv_err_bad(e, param, "%s", msg);
+}
 
 /* Text of a string or a list of text blocks; NULL when it is neither. */
 static json_t *block_text(const json_t *c) {
@@ -44,7 +46,8 @@ static int user_blocks(const json_t *blocks, size_t mi, json_t *out, lm_srv_err 
     snprintf(param, sizeof param, "messages[%zu].content[%zu]", mi, i);
     const char *type = json_string_value(json_object_get(b, "type"));
     if (type && !strcmp(type, "text") && json_is_string(json_object_get(b, "text"))) {
-      json_array_append_new(text, json_pack("{s:s,s:O}", "type", "text", "text", json_object_get(b, "text")));
+      json_array_append_new(
+          text, json_pack("{s:s,s:O}", "type", "text", "text", json_object_get(b, "text")));
     } else if (type && !strcmp(type, "tool_result")) {
       const json_t *id = json_object_get(b, "tool_use_id"), *c = json_object_get(b, "content");
       json_t *body = c ? block_text(c) : json_string("");
@@ -62,19 +65,24 @@ static int user_blocks(const json_t *blocks, size_t mi, json_t *out, lm_srv_err 
           free(s);
         }
       }
-      json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", body));
+      json_array_append_new(
+          out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", body));
     } else {
       json_decref(text);
-      return lm_srv_err_bad(e, param, "unsupported content block type '%.32s' in a user message", type ? type : "?");
+      return lm_srv_err_bad(e, param, "unsupported content block type '%.32s' in a user message",
+                            type ? type : "?");
     }
   }
-  if (json_array_size(text)) json_array_append_new(out, json_pack("{s:s,s:o}", "role", "user", "content", text));
-  else json_decref(text);
+  if (json_array_size(text))
+    json_array_append_new(out, json_pack("{s:s,s:o}", "role", "user", "content", text));
+  else
+    json_decref(text);
   return 0;
 }
 
 static int assistant_blocks(const json_t *blocks, size_t mi, json_t *out, lm_srv_err *e) {
-  json_t *m = json_pack("{s:s}", "role", "assistant"), *text = json_array(), *calls = json_array(), *b;
+  json_t *m = json_pack("{s:s}", "role", "assistant"), *text = json_array(), *calls = json_array(),
+         *b;
   size_t i;
   char param[96];
   json_array_foreach(blocks, i, b) {
@@ -88,21 +96,26 @@ static int assistant_blocks(const json_t *blocks, size_t mi, json_t *out, lm_srv
     } else if (type && !strcmp(type, "redacted_thinking")) {
       continue;
     } else if (type && !strcmp(type, "tool_use") && json_is_string(json_object_get(b, "id")) &&
-               json_is_string(json_object_get(b, "name")) && json_is_object(json_object_get(b, "input"))) {
-      json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(b, "id"), "type", "function",
-                                             "function", "name", json_object_get(b, "name"), "arguments",
-                                             json_object_get(b, "input")));
+               json_is_string(json_object_get(b, "name")) &&
+               json_is_object(json_object_get(b, "input"))) {
+      json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id",
+                                             json_object_get(b, "id"), "type", "function",
+                                             "function", "name", json_object_get(b, "name"),
+                                             "arguments", json_object_get(b, "input")));
     } else {
       json_decref(m);
       json_decref(text);
       json_decref(calls);
-      return lm_srv_err_bad(e, param, "unsupported or malformed content block '%.32s' in an assistant message",
-                            type ? type : "?");
+      return lm_srv_err_bad(
+          e, param, "unsupported or malformed content block '%.32s' in an assistant message",
+          type ? type : "?");
     }
   }
   json_object_set_new(m, "content", text);
-  if (json_array_size(calls)) json_object_set_new(m, "tool_calls", calls);
-  else json_decref(calls);
+  if (json_array_size(calls))
+    json_object_set_new(m, "tool_calls", calls);
+  else
+    json_decref(calls);
   json_array_append_new(out, m);
   return 0;
 }
@@ -114,7 +127,8 @@ static int translate_messages(const json_t *req, json_t *out, lm_srv_err *e) {
     if (!t) return bad(e, "system", "system must be a string or a list of text blocks");
     json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content", t));
   }
-  if (!json_is_array(ms) || !json_array_size(ms)) return bad(e, "messages", "messages must be a non-empty array");
+  if (!json_is_array(ms) || !json_array_size(ms))
+    return bad(e, "messages", "messages must be a non-empty array");
   size_t i;
   char param[64];
   json_array_foreach(ms, i, m) {
@@ -128,7 +142,8 @@ static int translate_messages(const json_t *req, json_t *out, lm_srv_err *e) {
       json_array_append_new(out, json_pack("{s:s,s:O}", "role", role, "content", c));
       continue;
     }
-    if (!json_is_array(c)) return bad(e, param, "content must be a string or a list of content blocks");
+    if (!json_is_array(c))
+      return bad(e, param, "content must be a string or a list of content blocks");
     int r = !strcmp(role, "user") ? user_blocks(c, i, out, e) : assistant_blocks(c, i, out, e);
     if (r) return r;
   }
@@ -136,7 +151,8 @@ static int translate_messages(const json_t *req, json_t *out, lm_srv_err *e) {
 }
 
 static int translate_tools(const json_t *req, json_t *out, lm_srv_err *e) {
-  const json_t *tools = json_object_get(req, "tools"), *t, *tc = json_object_get(req, "tool_choice");
+  const json_t *tools = json_object_get(req, "tools"), *t,
+               *tc = json_object_get(req, "tool_choice");
   if (tools && !json_is_null(tools)) {
     if (!json_is_array(tools)) return bad(e, "tools", "tools must be an array");
     json_t *a = json_array();
@@ -145,10 +161,13 @@ static int translate_tools(const json_t *req, json_t *out, lm_srv_err *e) {
       const json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
       if (!json_is_string(name) || (schema && !json_is_object(schema))) {
         json_decref(a);
-        return bad(e, "tools", "each tool needs a name and an input_schema object (server tools are not supported)");
+        return bad(
+            e, "tools",
+            "each tool needs a name and an input_schema object (server tools are not supported)");
       }
       json_t *fn = json_pack("{s:O}", "name", name);
-      if (json_is_string(json_object_get(t, "description"))) json_object_set(fn, "description", json_object_get(t, "description"));
+      if (json_is_string(json_object_get(t, "description")))
+        json_object_set(fn, "description", json_object_get(t, "description"));
       if (schema) json_object_set(fn, "parameters", (json_t *)schema);
       json_array_append_new(a, json_pack("{s:s,s:o}", "type", "function", "function", fn));
     }
@@ -156,13 +175,18 @@ static int translate_tools(const json_t *req, json_t *out, lm_srv_err *e) {
   }
   if (!tc || json_is_null(tc)) return 0;
   const char *type = json_string_value(json_object_get(tc, "type"));
-  if (type && !strcmp(type, "auto")) json_object_set_new(out, "tool_choice", json_string("auto"));
-  else if (type && !strcmp(type, "any")) json_object_set_new(out, "tool_choice", json_string("required"));
-  else if (type && !strcmp(type, "none")) json_object_set_new(out, "tool_choice", json_string("none"));
+  if (type && !strcmp(type, "auto"))
+    json_object_set_new(out, "tool_choice", json_string("auto"));
+  else if (type && !strcmp(type, "any"))
+    json_object_set_new(out, "tool_choice", json_string("required"));
+  else if (type && !strcmp(type, "none"))
+    json_object_set_new(out, "tool_choice", json_string("none"));
   else if (type && !strcmp(type, "tool") && json_is_string(json_object_get(tc, "name")))
-    json_object_set_new(out, "tool_choice", json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name",
-                                                      json_object_get(tc, "name")));
-  else return bad(e, "tool_choice", "tool_choice type must be auto, any, tool or none");
+    json_object_set_new(out, "tool_choice",
+                        json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name",
+                                  json_object_get(tc, "name")));
+  else
+    return bad(e, "tool_choice", "tool_choice type must be auto, any, tool or none");
   return 0;
 }
 
@@ -172,10 +196,12 @@ int lm_srv_anthropic_request(const json_t *req, json_t **out, lm_srv_err *e) {
   if (!mt || json_is_null(mt)) return bad(e, "max_tokens", "max_tokens is required");
   json_t *o = json_object(), *msgs = json_array();
   *out = o;
-  static const char *const pass[] = {"model", "max_tokens", "temperature", "top_p", "top_k", "stream", "ignore_eos"};
+  static const char *const pass[] = {"model", "max_tokens", "temperature", "top_p",
+                                     "top_k", "stream",     "ignore_eos"};
   for (int i = 0; i < 7; i++)
     if (json_object_get(req, pass[i])) json_object_set(o, pass[i], json_object_get(req, pass[i]));
-  if (json_object_get(req, "stop_sequences")) json_object_set(o, "stop", json_object_get(req, "stop_sequences"));
+  if (json_object_get(req, "stop_sequences"))
+    json_object_set(o, "stop", json_object_get(req, "stop_sequences"));
   const json_t *th = json_object_get(req, "thinking");
   if (th && !json_is_null(th)) {
     const char *type = json_string_value(json_object_get(th, "type"));
@@ -183,7 +209,8 @@ int lm_srv_anthropic_request(const json_t *req, json_t **out, lm_srv_err *e) {
       json_decref(msgs);
       return bad(e, "thinking", "thinking.type must be enabled or disabled");
     }
-    json_object_set_new(o, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", !strcmp(type, "enabled")));
+    json_object_set_new(o, "chat_template_kwargs",
+                        json_pack("{s:b}", "enable_thinking", !strcmp(type, "enabled")));
   }
   json_object_set_new(o, "messages", msgs);
   int r = translate_messages(req, msgs, e);
@@ -212,15 +239,17 @@ static const char *stop_reason(const ant *a) {
 
 static json_t *stop_sequence(const ant *a) {
   int i = a->g->fin.stop_index;
-  return a->g->fin.kind == LM_SRV_FIN_STOP_STR && i >= 0 && i < a->n_stops ? json_string(a->stops[i]) : json_null();
+  return a->g->fin.kind == LM_SRV_FIN_STOP_STR && i >= 0 && i < a->n_stops
+             ? json_string(a->stops[i])
+             : json_null();
 }
 
 static json_t *usage_json(const ant *a, int final) {
   const lm_srv_finish *f = &a->g->fin;
   int64_t cached = final ? f->cached_tokens : 0, prompt = final ? f->prompt_tokens : a->g->n_prompt;
-  return json_pack("{s:I,s:I,s:I,s:i}", "input_tokens", (json_int_t)(prompt - cached), "output_tokens",
-                   (json_int_t)(final ? f->completion_tokens : 0), "cache_read_input_tokens", (json_int_t)cached,
-                   "cache_creation_input_tokens", 0);
+  return json_pack("{s:I,s:I,s:I,s:i}", "input_tokens", (json_int_t)(prompt - cached),
+                   "output_tokens", (json_int_t)(final ? f->completion_tokens : 0),
+                   "cache_read_input_tokens", (json_int_t)cached, "cache_creation_input_tokens", 0);
 }
 
 static json_t *tool_use_json(const lm_srv_call *c) {
@@ -235,69 +264,81 @@ static json_t *message_body(const ant *a) {
   const char *content = lm_srv_gen_content(g, &nc), *reasoning = lm_srv_gen_reasoning(g, &nr);
   json_t *blocks = json_array();
   if (reasoning)
-    json_array_append_new(blocks, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking", json_stringn(reasoning, nr),
-                                            "signature", ""));
+    json_array_append_new(blocks, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking",
+                                            json_stringn(reasoning, nr), "signature", ""));
   if (nc || (!reasoning && !g->n_calls))
-    json_array_append_new(blocks, json_pack("{s:s,s:o}", "type", "text", "text", json_stringn(content, nc)));
-  for (int i = 0; i < g->n_calls; i++) json_array_append_new(blocks, tool_use_json(&g->calls[i]));
-  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", g->id, "type", "message", "role", "assistant", "model",
-                   a->srv->model_id, "content", blocks, "stop_reason", stop_reason(a), "stop_sequence",
-                   stop_sequence(a), "usage", usage_json(a, 1));
+    json_array_append_new(
+        blocks, json_pack("{s:s,s:o}", "type", "text", "text", json_stringn(content, nc)));
+  for (int i = 0; i < g->n_calls; i++)
+    json_array_append_new(blocks, tool_use_json(&g->calls[i]));
+  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", g->id, "type", "message", "role",
+                   "assistant", "model", a->srv->model_id, "content", blocks, "stop_reason",
+                   stop_reason(a), "stop_sequence", stop_sequence(a), "usage", usage_json(a, 1));
 }
 
 /* ---- streaming ------------------------------------------------------------------------------- */
 
-static lm_status ev(ant *a, const char *name, json_t *obj) { return lm_srv_sse_event(&a->base.out, name, obj); }
+static lm_status ev(ant *a, const char *name, json_t *obj) {
+  return lm_srv_sse_event(&a->base.out, name, obj);
+}
 
 static lm_status close_block(ant *a) {
   if (!a->open) return LM_OK;
   a->open = BLOCK_NONE;
-  return ev(a, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", a->index++));
+  return ev(a, "content_block_stop",
+            json_pack("{s:s,s:i}", "type", "content_block_stop", "index", a->index++));
 }
 
 static lm_status open_block(ant *a, int kind) {
   if (a->open == kind) return LM_OK;
   LM_TRY(close_block(a));
   a->open = kind;
-  json_t *b = kind == BLOCK_TEXT ? json_pack("{s:s,s:s}", "type", "text", "text", "")
-                                 : json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "");
-  return ev(a, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", a->index,
-                                                 "content_block", b));
+  json_t *b = kind == BLOCK_TEXT
+                  ? json_pack("{s:s,s:s}", "type", "text", "text", "")
+                  : json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "");
+  return ev(a, "content_block_start",
+            json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", a->index,
+                      "content_block", b));
 }
 
 static lm_status on_content(void *u, const char *t, size_t n) {
   ant *a = u;
   if (!n) return LM_OK;
   LM_TRY(open_block(a, BLOCK_TEXT));
-  return ev(a, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index",
-                                                 a->index, "delta", "type", "text_delta", "text", json_stringn(t, n)));
+  return ev(a, "content_block_delta",
+            json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", a->index,
+                      "delta", "type", "text_delta", "text", json_stringn(t, n)));
 }
 
 static lm_status on_reasoning(void *u, const char *t, size_t n) {
   ant *a = u;
   if (!n) return LM_OK;
   LM_TRY(open_block(a, BLOCK_THINKING));
-  return ev(a, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index",
-                                                 a->index, "delta", "type", "thinking_delta", "thinking",
-                                                 json_stringn(t, n)));
+  return ev(a, "content_block_delta",
+            json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", a->index,
+                      "delta", "type", "thinking_delta", "thinking", json_stringn(t, n)));
 }
 
-static lm_status on_tool_call(void *u, int index, const char *id, const char *name, const char *args) {
+static lm_status on_tool_call(void *u, int index, const char *id, const char *name,
+                              const char *args) {
   ant *a = u;
   (void)index;
   LM_TRY(close_block(a));
   LM_TRY(ev(a, "content_block_start",
-            json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start", "index", a->index,
-                      "content_block", "type", "tool_use", "id", id, "name", name, "input")));
-  LM_TRY(ev(a, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index",
-                                                 a->index, "delta", "type", "input_json_delta", "partial_json", args)));
-  return ev(a, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", a->index++));
+            json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start", "index",
+                      a->index, "content_block", "type", "tool_use", "id", id, "name", name,
+                      "input")));
+  LM_TRY(ev(a, "content_block_delta",
+            json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", a->index,
+                      "delta", "type", "input_json_delta", "partial_json", args)));
+  return ev(a, "content_block_stop",
+            json_pack("{s:s,s:i}", "type", "content_block_stop", "index", a->index++));
 }
 
 static lm_status stream_start(ant *a) {
-  json_t *msg = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}", "id", a->g->id, "type", "message", "role", "assistant",
-                          "model", a->srv->model_id, "content", "stop_reason", "stop_sequence", "usage",
-                          usage_json(a, 0));
+  json_t *msg = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}", "id", a->g->id, "type", "message",
+                          "role", "assistant", "model", a->srv->model_id, "content", "stop_reason",
+                          "stop_sequence", "usage", usage_json(a, 0));
   LM_TRY(ev(a, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg)));
   return ev(a, "ping", json_pack("{s:s}", "type", "ping"));
 }
@@ -305,13 +346,15 @@ static lm_status stream_start(ant *a) {
 static lm_status stream_end(ant *a) {
   lm_srv_err e;
   if (lm_srv_gen_error(a->g, &e))
-    return ev(a, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
-                                    lm_srv_err_anthropic_type(e.http), "message", e.message));
+    return ev(a, "error",
+              json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                        lm_srv_err_anthropic_type(e.http), "message", e.message));
   LM_TRY(close_block(a));
   const lm_srv_finish *f = &a->g->fin;
-  LM_TRY(ev(a, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:{s:I}}", "type", "message_delta", "delta", "stop_reason",
-                                          stop_reason(a), "stop_sequence", stop_sequence(a), "usage", "output_tokens",
-                                          (json_int_t)f->completion_tokens)));
+  LM_TRY(ev(a, "message_delta",
+            json_pack("{s:s,s:{s:s,s:o},s:{s:I}}", "type", "message_delta", "delta", "stop_reason",
+                      stop_reason(a), "stop_sequence", stop_sequence(a), "usage", "output_tokens",
+                      (json_int_t)f->completion_tokens)));
   return ev(a, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
@@ -329,7 +372,8 @@ static int produce(lm_srv_stream *st, int timeout_ms) {
 static void ant_free(ant *a) {
   if (!a) return;
   lm_srv_gen_free(a->g);
-  for (int i = 0; i < a->n_stops; i++) free(a->stops[i]);
+  for (int i = 0; i < a->n_stops; i++)
+    free(a->stops[i]);
   free(a->stops);
   lm_srv_buf_free(&a->base.out);
   free(a);
@@ -349,8 +393,8 @@ static ant *ant_new(lm_server *s, const lm_srv_params *p) {
   return a;
 }
 
-static void run(const lm_srv_http_req *rq, lm_srv_params *p, int32_t *ids, int64_t n, const char *forced, int sr,
-                lm_srv_reply *rp) {
+static void run(const lm_srv_http_req *rq, lm_srv_params *p, int32_t *ids, int64_t n,
+                const char *forced, int sr, lm_srv_reply *rp) {
   lm_srv_err e;
   ant *a = ant_new(rq->srv, p);
   if (!a) {
@@ -375,10 +419,14 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, int32_t *ids, int64
     return;
   }
   int r = lm_srv_wait(rq, a->g);
-  if (r == 0) rp->dropped = 1;
-  else if (r < 0) lm_srv_reply_error(rp, &(lm_srv_err){.http = 500, .message = "output failed"}, 1);
-  else if (lm_srv_gen_error(a->g, &e)) lm_srv_reply_error(rp, &e, 1);
-  else lm_srv_reply_json(rp, 200, message_body(a));
+  if (r == 0)
+    rp->dropped = 1;
+  else if (r < 0)
+    lm_srv_reply_error(rp, &(lm_srv_err){.http = 500, .message = "output failed"}, 1);
+  else if (lm_srv_gen_error(a->g, &e))
+    lm_srv_reply_error(rp, &e, 1);
+  else
+    lm_srv_reply_json(rp, 200, message_body(a));
   ant_free(a);
 }
 
@@ -392,7 +440,8 @@ void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm
   int64_t n = 0;
   char *forced = NULL;
   int sr = 0;
-  if (lm_srv_anthropic_request(body, &req, &e) || lm_srv_parse_common(req, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
+  if (lm_srv_anthropic_request(body, &req, &e) ||
+      lm_srv_parse_common(req, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
       lm_srv_parse_chat(req, &p, &e) || lm_srv_gen_chat_prompt(s, &p, &ids, &n, &forced, &sr, &e)) {
     free(ids);
     lm_srv_reply_error(rp, &e, 1);

@@ -43,7 +43,8 @@ void lm_srv_tok_clear(lm_srv_tok *t) {
 }
 
 void lm_srv_toks_free(lm_srv_tok *ev, size_t n) {
-  for (size_t i = 0; i < n; i++) lm_srv_tok_clear(&ev[i]);
+  for (size_t i = 0; i < n; i++)
+    lm_srv_tok_clear(&ev[i]);
   free(ev);
 }
 
@@ -91,11 +92,10 @@ void lm_srv_chan_finish(lm_srv_chan *c, const lm_srv_finish *f) {
 
 int lm_srv_chan_cancelled(lm_srv_chan *c) { return atomic_load(&c->cancel); }
 
-void lm_srv_chan_cancel(lm_srv_chan *c) {
-  atomic_store(&c->cancel, 1);
-}
+void lm_srv_chan_cancel(lm_srv_chan *c) { atomic_store(&c->cancel, 1); }
 
-int lm_srv_chan_take(lm_srv_chan *c, int timeout_ms, lm_srv_tok **ev, size_t *n, lm_srv_finish *fin) {
+int lm_srv_chan_take(lm_srv_chan *c, int timeout_ms, lm_srv_tok **ev, size_t *n,
+                     lm_srv_finish *fin) {
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += timeout_ms / 1000;

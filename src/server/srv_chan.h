@@ -23,11 +23,11 @@
 /* One sampled token. */
 typedef struct lm_srv_tok {
   int32_t id;
-  int is_stop;             /* a stop id (not part of the answer; its text is what the stop flushed) */
-  char *text;              /* final text released with this token (malloc'ed, may be NULL when len 0) */
+  int is_stop; /* a stop id (not part of the answer; its text is what the stop flushed) */
+  char *text;  /* final text released with this token (malloc'ed, may be NULL when len 0) */
   size_t len;
-  float logprob;           /* log-probability of id under the model (valid when the job asked) */
-  int n_top;               /* top alternatives recorded */
+  float logprob; /* log-probability of id under the model (valid when the job asked) */
+  int n_top;     /* top alternatives recorded */
   int32_t top_id[LM_SRV_TOP_MAX];
   float top_lp[LM_SRV_TOP_MAX];
 } lm_srv_tok;
@@ -44,11 +44,12 @@ typedef enum lm_srv_finish_kind {
 
 typedef struct lm_srv_finish {
   lm_srv_finish_kind kind;
-  int32_t stop_id;       /* FIN_STOP */
-  int stop_index;        /* FIN_STOP_STR */
+  int32_t stop_id; /* FIN_STOP */
+  int stop_index;  /* FIN_STOP_STR */
   int64_t prompt_tokens, cached_tokens, completion_tokens;
-  double queue_s, prefill_s, ttft_s, decode_s; /* queue wait, prefill, first token since submit, decode */
-  char message[256];     /* FIN_ERROR / FIN_TIMEOUT */
+  double queue_s, prefill_s, ttft_s,
+      decode_s;      /* queue wait, prefill, first token since submit, decode */
+  char message[256]; /* FIN_ERROR / FIN_TIMEOUT */
 } lm_srv_finish;
 
 typedef struct lm_srv_chan lm_srv_chan;
@@ -69,7 +70,8 @@ void lm_srv_chan_cancel(lm_srv_chan *c);
 /* Waits up to timeout_ms for events or the end; moves the pending events to *ev (malloc'ed
  * array of *n events; free each with lm_srv_tok_clear and the array with free). Returns 1 when
  * the response has ended and every event has been taken (*fin filled), else 0. */
-int lm_srv_chan_take(lm_srv_chan *c, int timeout_ms, lm_srv_tok **ev, size_t *n, lm_srv_finish *fin);
+int lm_srv_chan_take(lm_srv_chan *c, int timeout_ms, lm_srv_tok **ev, size_t *n,
+                     lm_srv_finish *fin);
 
 void lm_srv_tok_clear(lm_srv_tok *t);
 void lm_srv_toks_free(lm_srv_tok *ev, size_t n);

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static int set_v(lm_srv_err *e, int http, const char *type, const char *code, const char *param, const char *fmt,
-                 va_list ap) {
+static int set_v(lm_srv_err *e, int http, const char *type, const char *code, const char *param,
+                 const char *fmt, va_list ap) {
   e->http = http;
   e->type = type;
   e->code = code;
@@ -16,8 +16,8 @@ static int set_v(lm_srv_err *e, int http, const char *type, const char *code, co
   return http;
 }
 
-int lm_srv_err_set(lm_srv_err *e, int http, const char *type, const char *code, const char *param, const char *fmt,
-                   ...) {
+int lm_srv_err_set(lm_srv_err *e, int http, const char *type, const char *code, const char *param,
+                   const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   set_v(e, http, type, code, param, fmt, ap);
@@ -40,9 +40,10 @@ static json_t *safe_string(const char *s) {
 }
 
 char *lm_srv_err_openai_json(const lm_srv_err *e) {
-  json_t *o = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", safe_string(e->message), "type",
-                        e->type ? e->type : "server_error", "param", e->param[0] ? safe_string(e->param) : json_null(),
-                        "code", e->code ? json_string(e->code) : json_null());
+  json_t *o = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", safe_string(e->message),
+                        "type", e->type ? e->type : "server_error", "param",
+                        e->param[0] ? safe_string(e->param) : json_null(), "code",
+                        e->code ? json_string(e->code) : json_null());
   char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
   return s;
@@ -63,8 +64,11 @@ const char *lm_srv_err_anthropic_type(int http) {
 }
 
 char *lm_srv_err_anthropic_json(const lm_srv_err *e) {
-  const char *type = e->type && !strcmp(e->type, "memory_admission") ? e->type : lm_srv_err_anthropic_type(e->http);
-  json_t *o = json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", type, "message", safe_string(e->message));
+  const char *type = e->type && !strcmp(e->type, "memory_admission")
+                         ? e->type
+                         : lm_srv_err_anthropic_type(e->http);
+  json_t *o = json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", type, "message",
+                        safe_string(e->message));
   char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
   return s;

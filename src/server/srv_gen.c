@@ -24,16 +24,20 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* The opening of a forced call: "<|tool_call>call:" (+ "NAME{" for a named tool). */
 static char *forced_call(const lm_server *s, const lm_srv_params *p) {
-  if (!s->gemma4 || (p->tool_choice != LM_SRV_TOOLS_REQUIRED && p->tool_choice != LM_SRV_TOOLS_NAMED)) return NULL;
+  if (!s->gemma4 ||
+      (p->tool_choice != LM_SRV_TOOLS_REQUIRED && p->tool_choice != LM_SRV_TOOLS_NAMED))
+    return NULL;
   size_t n;
   const char *open = lm_tokenizer_piece(s->tok, s->ptok.tool_call_open, &n);
   char buf[256];
-  snprintf(buf, sizeof buf, "%.*scall:%s%s", (int)n, open ? open : "", p->tool_choice == LM_SRV_TOOLS_NAMED ? p->tool_name : "",
+  snprintf(buf, sizeof buf, "%.*scall:%s%s", (int)n, open ? open : "",
+           p->tool_choice == LM_SRV_TOOLS_NAMED ? p->tool_name : "",
            p->tool_choice == LM_SRV_TOOLS_NAMED ? "{" : "");
   return strdup(buf);
 }
 
-static int tokenize(lm_server *s, const char *text, int bos, int32_t **ids, int64_t *n, lm_srv_err *e) {
+static int tokenize(lm_server *s, const char *text, int bos, int32_t **ids, int64_t *n,
+                    lm_srv_err *e) {
   size_t k = 0;
   if (lm_tokenizer_encode(s->tok, text, strlen(text), bos, ids, &k))
     return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "tokenizer: %s", lm_errmsg());
@@ -42,12 +46,14 @@ static int tokenize(lm_server *s, const char *text, int bos, int32_t **ids, int6
   return 0;
 }
 
-int lm_srv_gen_chat_prompt(lm_server *s, const lm_srv_params *p, int32_t **ids, int64_t *n, char **forced,
-                           int *start_reasoning, lm_srv_err *e) {
+int lm_srv_gen_chat_prompt(lm_server *s, const lm_srv_params *p, int32_t **ids, int64_t *n,
+                           char **forced, int *start_reasoning, lm_srv_err *e) {
   *ids = NULL;
   *forced = NULL;
   *start_reasoning = 0;
-  if (!s->tmpl) return lm_srv_err_bad(e, "messages", "this checkpoint has no chat template: use /v1/completions");
+  if (!s->tmpl)
+    return lm_srv_err_bad(e, "messages",
+                          "this checkpoint has no chat template: use /v1/completions");
   char *prompt = NULL;
   if (lm_chat_render(s->tmpl, p->messages, p->tools, p->kwargs, 1, s->bos, s->eos, &prompt))
     return lm_srv_err_bad(e, "messages", "chat template: %s", lm_errmsg());
@@ -68,7 +74,8 @@ int lm_srv_gen_chat_prompt(lm_server *s, const lm_srv_params *p, int32_t **ids, 
   return r;
 }
 
-int lm_srv_gen_raw_prompt(lm_server *s, lm_srv_params *p, int32_t **ids, int64_t *n, lm_srv_err *e) {
+int lm_srv_gen_raw_prompt(lm_server *s, lm_srv_params *p, int32_t **ids, int64_t *n,
+                          lm_srv_err *e) {
   if (p->prompt_ids) {
     *ids = p->prompt_ids;
     *n = p->n_prompt_ids;
@@ -82,7 +89,8 @@ int lm_srv_gen_raw_prompt(lm_server *s, lm_srv_params *p, int32_t **ids, int64_t
 /* ---- starting -------------------------------------------------------------------------------- */
 
 /* max_tokens: the request's, else the server default clamped to the context left. */
-static int pick_max_tokens(lm_server *s, const lm_srv_params *p, int64_t n, int64_t *out, lm_srv_err *e) {
+static int pick_max_tokens(lm_server *s, const lm_srv_params *p, int64_t n, int64_t *out,
+                           lm_srv_err *e) {
   if (p->max_tokens > 0) {
     *out = p->max_tokens;
     return 0;
@@ -90,7 +98,8 @@ static int pick_max_tokens(lm_server *s, const lm_srv_params *p, int64_t n, int6
   int64_t left = s->max_ctx - n;
   if (left < 1)
     return lm_srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
-                          "the prompt has %lld tokens; the context limit is %lld", (long long)n, (long long)s->max_ctx);
+                          "the prompt has %lld tokens; the context limit is %lld", (long long)n,
+                          (long long)s->max_ctx);
   *out = s->o.max_tokens < left ? s->o.max_tokens : left;
   return 0;
 }
@@ -99,8 +108,10 @@ static int admission(lm_server *s, int64_t n, int64_t max_tokens, lm_srv_err *e)
   char msg[512];
   lm_srv_admission a = lm_srv_sched_check(s->sched, n, max_tokens, msg, sizeof msg);
   if (a == LM_SRV_ADMIT_CONTEXT)
-    return lm_srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens", "%s", msg);
-  if (a == LM_SRV_ADMIT_MEMORY) return lm_srv_err_set(e, 400, "memory_admission", "context_over_budget", NULL, "%s", msg);
+    return lm_srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
+                          "%s", msg);
+  if (a == LM_SRV_ADMIT_MEMORY)
+    return lm_srv_err_set(e, 400, "memory_admission", "context_over_budget", NULL, "%s", msg);
   return 0;
 }
 
@@ -113,7 +124,8 @@ static int make_parser(lm_srv_gen *g, int start_reasoning, const char *forced, l
                        .start_in_reasoning = start_reasoning,
                        .emit = sink_parse_event,
                        .user = g};
-  if (lm_parser_create(&po, &g->parser)) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "%s", lm_errmsg());
+  if (lm_parser_create(&po, &g->parser))
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "%s", lm_errmsg());
   if (!forced) return 0;
   /* the prompt opened the call: the parser sees it as if the model had written it */
   size_t n = strlen(forced), k = 0;
@@ -125,7 +137,8 @@ static int make_parser(lm_srv_gen *g, int start_reasoning, const char *forced, l
 
 static int fill_job(lm_server *s, lm_srv_params *p, lm_srv_job *j, int chat, lm_srv_err *e) {
   lm_sampling_clear(&j->sampling);
-  if (lm_sampling_copy(&j->sampling, &p->sampling)) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  if (lm_sampling_copy(&j->sampling, &p->sampling))
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   if (!p->has_seed && !s->o.has_seed)
     j->sampling.seed = lm_mix64(atomic_fetch_add(&s->seq, 1) ^ (uint64_t)(now_s() * 1e9)) >> 1;
   j->stops = p->stops;
@@ -144,8 +157,10 @@ static int submit(lm_server *s, lm_srv_job *j, lm_srv_err *e) {
   lm_status st = lm_srv_sched_submit(s->sched, j);
   if (st == LM_OK) return 0;
   if (st == LM_ERR_STATE)
-    return lm_srv_err_set(e, 429, "rate_limit_error", "queue_full", NULL, "%s; retry later", lm_errmsg());
-  if (st == LM_ERR_CANCELLED) return lm_srv_err_set(e, 503, "server_error", NULL, NULL, "%s", lm_errmsg());
+    return lm_srv_err_set(e, 429, "rate_limit_error", "queue_full", NULL, "%s; retry later",
+                          lm_errmsg());
+  if (st == LM_ERR_CANCELLED)
+    return lm_srv_err_set(e, 503, "server_error", NULL, NULL, "%s", lm_errmsg());
   return lm_srv_err_bad(e, NULL, "%s", lm_errmsg());
 }
 
@@ -154,9 +169,10 @@ static void make_id(lm_server *s, const char *prefix, char *out, size_t n) {
   snprintf(out, n, "%s%016llx", prefix, (unsigned long long)a);
 }
 
-int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, int chat, const char *forced,
-                     int start_reasoning, const lm_srv_sink *sink, const char *id_prefix, const char *call_prefix,
-                     lm_srv_gen **out, lm_srv_err *e) {
+int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, int chat,
+                     const char *forced, int start_reasoning, const lm_srv_sink *sink,
+                     const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
+                     lm_srv_err *e) {
   *out = NULL;
   int64_t max_tokens = 0;
   int r = pick_max_tokens(s, p, n, &max_tokens, e);
@@ -164,7 +180,8 @@ int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, in
   lm_srv_gen *g = r ? NULL : calloc(1, sizeof *g);
   if (!r && !g) r = lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   lm_srv_job *j = NULL;
-  if (!r && lm_srv_job_create(&j, &g->ch)) r = lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  if (!r && lm_srv_job_create(&j, &g->ch))
+    r = lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   if (r) {
     free(ids);
     free(g);
@@ -219,7 +236,8 @@ static lm_status sink_parse_event(void *user, const lm_parse_event *ev) {
   case LM_PARSE_REASONING: return k->reasoning ? k->reasoning(k->u, ev->text, ev->len) : LM_OK;
   case LM_PARSE_TOOL_CALL:
     LM_TRY(add_call(g, ev));
-    return k->tool_call ? k->tool_call(k->u, g->n_calls - 1, g->calls[g->n_calls - 1].id, ev->name, ev->arguments)
+    return k->tool_call ? k->tool_call(k->u, g->n_calls - 1, g->calls[g->n_calls - 1].id, ev->name,
+                                       ev->arguments)
                         : LM_OK;
   }
   return LM_OK;
@@ -229,7 +247,8 @@ static lm_status raw_text(lm_srv_gen *g, const char *t, size_t n) {
   if (!n) return LM_OK;
   if (g->n_text + n + 1 > g->cap_text) {
     size_t cap = g->cap_text ? g->cap_text : 256;
-    while (cap < g->n_text + n + 1) cap *= 2;
+    while (cap < g->n_text + n + 1)
+      cap *= 2;
     char *p = realloc(g->text, cap);
     if (!p) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
     g->text = p;
@@ -249,8 +268,8 @@ static lm_status feed(lm_srv_gen *g, const lm_srv_tok *t) {
 
 static void finish_metrics(lm_srv_gen *g) {
   const lm_srv_finish *f = &g->fin;
-  lm_srv_metrics_generation(&g->srv->metrics, f->prompt_tokens, f->cached_tokens, f->completion_tokens, f->ttft_s,
-                            now_s() - g->t0);
+  lm_srv_metrics_generation(&g->srv->metrics, f->prompt_tokens, f->cached_tokens,
+                            f->completion_tokens, f->ttft_s, now_s() - g->t0);
 }
 
 int lm_srv_gen_pump(lm_srv_gen *g, int timeout_ms) {
@@ -260,7 +279,8 @@ int lm_srv_gen_pump(lm_srv_gen *g, int timeout_ms) {
   lm_srv_finish fin;
   int done = lm_srv_chan_take(g->ch, timeout_ms, &ev, &n, &fin);
   lm_status st = LM_OK;
-  for (size_t i = 0; i < n && !st; i++) st = feed(g, &ev[i]);
+  for (size_t i = 0; i < n && !st; i++)
+    st = feed(g, &ev[i]);
   lm_srv_toks_free(ev, n);
   if (!st && done && g->parser) st = lm_parser_finish(g->parser);
   if (st) {
@@ -312,9 +332,12 @@ const char *lm_srv_gen_finish_reason(const lm_srv_gen *g) {
 
 int lm_srv_gen_error(const lm_srv_gen *g, lm_srv_err *e) {
   switch (g->fin.kind) {
-  case LM_SRV_FIN_TIMEOUT: return lm_srv_err_set(e, 504, "timeout", "timeout", NULL, "%s", g->fin.message);
-  case LM_SRV_FIN_ERROR: return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "%s", g->fin.message);
-  case LM_SRV_FIN_CANCELLED: return lm_srv_err_set(e, 503, "server_error", NULL, NULL, "%s", g->fin.message);
+  case LM_SRV_FIN_TIMEOUT:
+    return lm_srv_err_set(e, 504, "timeout", "timeout", NULL, "%s", g->fin.message);
+  case LM_SRV_FIN_ERROR:
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "%s", g->fin.message);
+  case LM_SRV_FIN_CANCELLED:
+    return lm_srv_err_set(e, 503, "server_error", NULL, NULL, "%s", g->fin.message);
   default: return 0;
   }
 }

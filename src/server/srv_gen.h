@@ -14,7 +14,8 @@ typedef struct lm_srv_sink {
   lm_status (*content)(void *u, const char *t, size_t n);
   lm_status (*reasoning)(void *u, const char *t, size_t n);
   lm_status (*tool_call)(void *u, int index, const char *id, const char *name, const char *args);
-  lm_status (*token)(void *u, const lm_srv_tok *t); /* every sampled token but a stop id (logprobs) */
+  lm_status (*token)(void *u,
+                     const lm_srv_tok *t); /* every sampled token but a stop id (logprobs) */
   void *u;
 } lm_srv_sink;
 
@@ -26,9 +27,9 @@ typedef struct lm_srv_call {
 typedef struct lm_srv_gen {
   lm_server *srv;
   lm_srv_chan *ch;
-  lm_parser *parser;       /* chat: the output parser; NULL for raw completions */
+  lm_parser *parser; /* chat: the output parser; NULL for raw completions */
   lm_srv_sink sink;
-  char *text;              /* raw mode: the whole text */
+  char *text; /* raw mode: the whole text */
   size_t n_text, cap_text;
   lm_srv_call *calls;
   int n_calls;
@@ -36,9 +37,9 @@ typedef struct lm_srv_gen {
   int done;
   lm_srv_finish fin;
   double t0;
-  char id[48];             /* chatcmpl-… / cmpl-… / msg_… */
-  char call_prefix[8];     /* "call_" (OpenAI) or "toolu_" (Anthropic) */
-  long long created;       /* unix seconds */
+  char id[48];         /* chatcmpl-… / cmpl-… / msg_… */
+  char call_prefix[8]; /* "call_" (OpenAI) or "toolu_" (Anthropic) */
+  long long created;   /* unix seconds */
 } lm_srv_gen;
 
 /* The prompt of a chat request: p->messages rendered with the checkpoint's template and tokenized
@@ -46,17 +47,18 @@ typedef struct lm_srv_gen {
  * the opening of the call is appended (the model continues inside it) and returned in *forced for
  * the parser. *start_reasoning: the prompt ends inside an open reasoning channel. Returns 0 or the
  * HTTP status. */
-int lm_srv_gen_chat_prompt(lm_server *s, const lm_srv_params *p, int32_t **ids, int64_t *n, char **forced,
-                           int *start_reasoning, lm_srv_err *e);
+int lm_srv_gen_chat_prompt(lm_server *s, const lm_srv_params *p, int32_t **ids, int64_t *n,
+                           char **forced, int *start_reasoning, lm_srv_err *e);
 /* The prompt of a completion: the text tokenized with the tokenizer's BOS, or the ids given. */
 int lm_srv_gen_raw_prompt(lm_server *s, lm_srv_params *p, int32_t **ids, int64_t *n, lm_srv_err *e);
 
 /* Checks admission and queues the job (takes ids). chat: parse the output (forced text and
  * start_reasoning as from lm_srv_gen_chat_prompt). On 0, *out runs; else the HTTP status of e
  * (400 context/memory, 429 queue full, 503 stopping). */
-int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, int chat, const char *forced,
-                     int start_reasoning, const lm_srv_sink *sink, const char *id_prefix, const char *call_prefix,
-                     lm_srv_gen **out, lm_srv_err *e);
+int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, int chat,
+                     const char *forced, int start_reasoning, const lm_srv_sink *sink,
+                     const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
+                     lm_srv_err *e);
 /* Takes what the engine produced (waiting up to timeout_ms) through the parser into the sink.
  * Returns 1 when the response has ended (g->fin is final), 0 when it goes on, -1 when the sink
  * failed (the job is cancelled). */

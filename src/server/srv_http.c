@@ -36,7 +36,7 @@ typedef struct conn_state {
 typedef struct stream_ctx {
   lm_srv_stream *st;
   int fd;
-  double last;   /* when bytes were last handed to MHD */
+  double last; /* when bytes were last handed to MHD */
 } stream_ctx;
 
 static double now_s(void) {
@@ -46,7 +46,8 @@ static double now_s(void) {
 }
 
 static int conn_fd(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   return ci ? (int)ci->connect_fd : -1;
 }
 
@@ -80,7 +81,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     int r = st->produce(st, 100);
     if (r < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
     if (r == 1) st->ended = 1;
-    if (b->off == b->n && !st->ended && now_s() - sc->last > LM_SRV_PING_S && lm_srv_sse_raw(b, ": ping\n\n"))
+    if (b->off == b->n && !st->ended && now_s() - sc->last > LM_SRV_PING_S &&
+        lm_srv_sse_raw(b, ": ping\n\n"))
       return MHD_CONTENT_READER_END_WITH_ERROR;
   }
 }
@@ -130,7 +132,8 @@ static enum MHD_Result send_reply(conn_state *cs, lm_srv_reply *rp) {
   return ok;
 }
 
-static enum MHD_Result send_error(conn_state *cs, int status, const char *code, const char *fmt, long long x) {
+static enum MHD_Result send_error(conn_state *cs, int status, const char *code, const char *fmt,
+                                  long long x) {
   lm_srv_err e;
   lm_srv_err_set(&e, status, "invalid_request_error", code, NULL, fmt, x);
   lm_srv_reply rp = {0};
@@ -148,7 +151,8 @@ static enum MHD_Result append_body(conn_state *cs, const char *data, size_t n) {
   }
   if (cs->n + n + 1 > cs->cap) {
     size_t c = cs->cap ? cs->cap : 4096;
-    while (c < cs->n + n + 1) c *= 2;
+    while (c < cs->n + n + 1)
+      c *= 2;
     char *p = realloc(cs->body, c);
     if (!p) return MHD_NO;
     cs->body = p;
@@ -161,7 +165,8 @@ static enum MHD_Result append_body(conn_state *cs, const char *data, size_t n) {
 }
 
 /* First call: headers only. A declared body over the cap is refused before it is read. */
-static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const char *method, void **con_cls) {
+static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const char *method,
+                                  void **con_cls) {
   conn_state *cs = calloc(1, sizeof *cs);
   if (!cs) return MHD_NO;
   cs->srv = s;
@@ -172,14 +177,15 @@ static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const 
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (cl && strtoll(cl, NULL, 10) > s->o.max_body) {
     cs->too_big = 1;
-    return send_error(cs, 413, "request_too_large", "the request body exceeds the limit of %lld bytes",
-                      (long long)s->o.max_body);
+    return send_error(cs, 413, "request_too_large",
+                      "the request body exceeds the limit of %lld bytes", (long long)s->o.max_body);
   }
   return MHD_YES;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
   (void)version;
   lm_server *s = cls;
   conn_state *cs = *con_cls;
@@ -191,12 +197,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   if (cs->status) return MHD_YES; /* already answered (413 at the headers) */
   if (cs->too_big)
-    return send_error(cs, 413, "request_too_large", "the request body exceeds the limit of %lld bytes",
-                      (long long)s->o.max_body);
-  lm_srv_http_req rq = {.srv = s, .method = method, .path = url, .body = cs->body, .len = cs->n,
-                        .authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+    return send_error(cs, 413, "request_too_large",
+                      "the request body exceeds the limit of %lld bytes", (long long)s->o.max_body);
+  lm_srv_http_req rq = {.srv = s,
+                        .method = method,
+                        .path = url,
+                        .body = cs->body,
+                        .len = cs->n,
+                        .authorization =
+                            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
                         .x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
-                        .gone = gone_cb, .gone_ctx = c};
+                        .gone = gone_cb,
+                        .gone_ctx = c};
   lm_srv_reply rp;
   lm_srv_route(&rq, &rp);
   lm_srv_metrics_request(&s->metrics, lm_srv_metrics_endpoint(url), rp.dropped ? 499 : rp.status);
@@ -208,7 +220,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   return send_reply(cs, &rp);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode code) {
   (void)c;
   lm_server *s = cls;
   conn_state *cs = *con_cls;
@@ -231,7 +244,10 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 /* ---- the daemon ------------------------------------------------------------------------------ */
 
 static lm_status resolve(const char *host, int port, struct sockaddr_storage *sa, int *v6) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV},
+                  *res;
   char ps[16];
   snprintf(ps, sizeof ps, "%d", port);
   int rc = getaddrinfo(host, ps, &hints, &res);
@@ -246,17 +262,20 @@ lm_status lm_srv_http_start(lm_server *s) {
   struct sockaddr_storage sa;
   int v6 = 0;
   LM_TRY(resolve(s->host, s->o.port, &sa, &v6));
-  /* MHD's idle timeout also runs while a handler waits for a long non-streamed answer: keep it above
-   * the request deadline (none when requests have none) */
+  /* MHD's idle timeout also runs while a handler waits for a long non-streamed answer: keep it
+   * above the request deadline (none when requests have none) */
   unsigned idle = s->o.timeout_s > 0 ? (unsigned)s->o.timeout_s + 60u : 0u;
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
-                   (v6 ? MHD_USE_IPv6 : 0);
-  s->d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                          (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
-                          MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                          MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-                          MHD_OPTION_END);
-  if (!s->d) return LM_ERRF(LM_ERR_IO, "could not listen on %s:%d (in use, or not an address of this machine)", s->host, s->o.port);
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
+                   MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+  s->d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, on_request, s,
+                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
+                          (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER,
+                          on_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+  if (!s->d)
+    return LM_ERRF(LM_ERR_IO,
+                   "could not listen on %s:%d (in use, or not an address of this machine)", s->host,
+                   s->o.port);
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
   s->port = di ? di->port : s->o.port;
   return LM_OK;

@@ -11,8 +11,14 @@
 
 static const double bounds[LM_SRV_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                    2.5,   5,    10,    20,   30,  60,   120, 300};
-static const char *const ep_names[LM_SRV_EP_N] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
-                                                  "/v1/models", "/health", "/stats", "/metrics", "other"};
+static const char *const ep_names[LM_SRV_EP_N] = {"/v1/chat/completions",
+                                                  "/v1/completions",
+                                                  "/v1/messages",
+                                                  "/v1/models",
+                                                  "/health",
+                                                  "/stats",
+                                                  "/metrics",
+                                                  "other"};
 static const char *const class_names[6] = {"2xx", "400", "401", "404", "429", "5xx"};
 
 void lm_srv_metrics_init(lm_srv_metrics *m) {
@@ -46,15 +52,16 @@ void lm_srv_metrics_request(lm_srv_metrics *m, lm_srv_ep ep, int status) {
 
 static void observe(lm_srv_hist *h, double x) {
   int b = 0;
-  while (b < LM_SRV_HIST_BUCKETS && x > bounds[b]) b++;
+  while (b < LM_SRV_HIST_BUCKETS && x > bounds[b])
+    b++;
   h->count[b]++;
   h->recent[h->n % LM_SRV_SAMPLES] = x;
   h->n++;
   h->sum += x;
 }
 
-void lm_srv_metrics_generation(lm_srv_metrics *m, int64_t prompt, int64_t cached, int64_t completion, double ttft,
-                               double latency) {
+void lm_srv_metrics_generation(lm_srv_metrics *m, int64_t prompt, int64_t cached,
+                               int64_t completion, double ttft, double latency) {
   pthread_mutex_lock(&m->mu);
   m->prompt_tokens += (uint64_t)prompt;
   m->cached_tokens += (uint64_t)cached;
@@ -114,8 +121,8 @@ static void put_hist(tbuf *b, const char *name, const char *help, const lm_srv_h
     put(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
   }
   cum += h->count[LM_SRV_HIST_BUCKETS];
-  put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name, h->sum,
-      name, (unsigned long long)h->n);
+  put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum,
+      name, h->sum, name, (unsigned long long)h->n);
 }
 
 static void put_gauge(tbuf *b, const char *name, const char *type, const char *help, double v) {
@@ -124,27 +131,42 @@ static void put_gauge(tbuf *b, const char *name, const char *type, const char *h
 
 static void put_sched(tbuf *b, const lm_srv_sched_stats *st) {
   put_gauge(b, "lumen_sequences_active", "gauge", "Sequences in the running batch.", st->active);
-  put_gauge(b, "lumen_sequences_prefilling", "gauge", "Active sequences still prefilling their prompt.", st->prefilling);
+  put_gauge(b, "lumen_sequences_prefilling", "gauge",
+            "Active sequences still prefilling their prompt.", st->prefilling);
   put_gauge(b, "lumen_queue_length", "gauge", "Requests waiting for a slot.", st->queued);
-  put_gauge(b, "lumen_queue_capacity", "gauge", "Requests the queue holds before answering 429.", st->queue_cap);
-  put_gauge(b, "lumen_kv_budget_bytes", "gauge", "Bytes the KV caches may use.", (double)st->kv_budget);
-  put_gauge(b, "lumen_kv_reserved_bytes", "gauge", "KV bytes reserved by admitted requests and the prompt cache.",
+  put_gauge(b, "lumen_queue_capacity", "gauge", "Requests the queue holds before answering 429.",
+            st->queue_cap);
+  put_gauge(b, "lumen_kv_budget_bytes", "gauge", "Bytes the KV caches may use.",
+            (double)st->kv_budget);
+  put_gauge(b, "lumen_kv_reserved_bytes", "gauge",
+            "KV bytes reserved by admitted requests and the prompt cache.",
             (double)st->kv_reserved);
-  put_gauge(b, "lumen_kv_held_bytes", "gauge", "KV bytes the caches hold now.", (double)st->kv_held);
-  put_gauge(b, "lumen_prompt_cache_entries", "gauge", "Finished sequences kept for prefix reuse.", st->pc_entries);
-  put_gauge(b, "lumen_prompt_cache_hits_total", "counter", "Requests that reused a cached prefix.", (double)st->pc_hits);
-  put_gauge(b, "lumen_prompt_cache_misses_total", "counter", "Requests that found no cached prefix.", (double)st->pc_misses);
-  put_gauge(b, "lumen_prompt_cache_reused_tokens_total", "counter", "Prompt tokens served from the prompt cache.",
-            (double)st->pc_tokens_reused);
+  put_gauge(b, "lumen_kv_held_bytes", "gauge", "KV bytes the caches hold now.",
+            (double)st->kv_held);
+  put_gauge(b, "lumen_prompt_cache_entries", "gauge", "Finished sequences kept for prefix reuse.",
+            st->pc_entries);
+  put_gauge(b, "lumen_prompt_cache_hits_total", "counter", "Requests that reused a cached prefix.",
+            (double)st->pc_hits);
+  put_gauge(b, "lumen_prompt_cache_misses_total", "counter",
+            "Requests that found no cached prefix.", (double)st->pc_misses);
+  put_gauge(b, "lumen_prompt_cache_reused_tokens_total", "counter",
+            "Prompt tokens served from the prompt cache.", (double)st->pc_tokens_reused);
   put_gauge(b, "lumen_steps_total", "counter", "Forward steps run.", (double)st->steps);
-  put_gauge(b, "lumen_step_tokens_total", "counter", "Tokens fed through forward steps.", (double)st->step_tokens);
-  put_gauge(b, "lumen_prefill_tokens_total", "counter", "Prompt tokens prefilled.", (double)st->prefill_tokens);
-  put_gauge(b, "lumen_sampled_tokens_total", "counter", "Tokens sampled.", (double)st->decode_tokens);
-  put_gauge(b, "lumen_engine_busy_seconds_total", "counter", "Time the engine spent in steps.", st->busy_s);
-  put(b, "# HELP lumen_jobs_total Generations ended, by outcome.\n# TYPE lumen_jobs_total counter\n");
-  put(b, "lumen_jobs_total{outcome=\"done\"} %lld\nlumen_jobs_total{outcome=\"cancelled\"} %lld\n"
-         "lumen_jobs_total{outcome=\"timeout\"} %lld\nlumen_jobs_total{outcome=\"error\"} %lld\n",
-      (long long)st->jobs_done, (long long)st->jobs_cancelled, (long long)st->jobs_timeout, (long long)st->jobs_failed);
+  put_gauge(b, "lumen_step_tokens_total", "counter", "Tokens fed through forward steps.",
+            (double)st->step_tokens);
+  put_gauge(b, "lumen_prefill_tokens_total", "counter", "Prompt tokens prefilled.",
+            (double)st->prefill_tokens);
+  put_gauge(b, "lumen_sampled_tokens_total", "counter", "Tokens sampled.",
+            (double)st->decode_tokens);
+  put_gauge(b, "lumen_engine_busy_seconds_total", "counter", "Time the engine spent in steps.",
+            st->busy_s);
+  put(b,
+      "# HELP lumen_jobs_total Generations ended, by outcome.\n# TYPE lumen_jobs_total counter\n");
+  put(b,
+      "lumen_jobs_total{outcome=\"done\"} %lld\nlumen_jobs_total{outcome=\"cancelled\"} %lld\n"
+      "lumen_jobs_total{outcome=\"timeout\"} %lld\nlumen_jobs_total{outcome=\"error\"} %lld\n",
+      (long long)st->jobs_done, (long long)st->jobs_cancelled, (long long)st->jobs_timeout,
+      (long long)st->jobs_failed);
 }
 
 char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_srv_sched_stats *st) {
@@ -155,14 +177,18 @@ char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_srv_sched_stats *st) {
   for (int e = 0; e < LM_SRV_EP_N; e++)
     for (int c = 0; c < 6; c++)
       if (m->requests[e][c])
-        put(&b, "lumen_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", ep_names[e], class_names[c],
-            (unsigned long long)m->requests[e][c]);
-  put_gauge(&b, "lumen_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", (double)m->prompt_tokens);
-  put_gauge(&b, "lumen_cached_prompt_tokens_total", "counter", "Prompt tokens that came from the prompt cache.",
-            (double)m->cached_tokens);
-  put_gauge(&b, "lumen_completion_tokens_total", "counter", "Tokens generated.", (double)m->completion_tokens);
-  put_hist(&b, "lumen_time_to_first_token_seconds", "Time from the request to its first token.", &m->ttft);
-  put_hist(&b, "lumen_request_latency_seconds", "Time from the request to its last token.", &m->latency);
+        put(&b, "lumen_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", ep_names[e],
+            class_names[c], (unsigned long long)m->requests[e][c]);
+  put_gauge(&b, "lumen_prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
+            (double)m->prompt_tokens);
+  put_gauge(&b, "lumen_cached_prompt_tokens_total", "counter",
+            "Prompt tokens that came from the prompt cache.", (double)m->cached_tokens);
+  put_gauge(&b, "lumen_completion_tokens_total", "counter", "Tokens generated.",
+            (double)m->completion_tokens);
+  put_hist(&b, "lumen_time_to_first_token_seconds", "Time from the request to its first token.",
+           &m->ttft);
+  put_hist(&b, "lumen_request_latency_seconds", "Time from the request to its last token.",
+           &m->latency);
   pthread_mutex_unlock(&m->mu);
   put_sched(&b, st);
   return b.p;

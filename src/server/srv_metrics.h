@@ -9,8 +9,15 @@
 #include "server/srv_sched.h"
 
 typedef enum lm_srv_ep {
-  LM_SRV_EP_CHAT = 0, LM_SRV_EP_COMPLETIONS, LM_SRV_EP_MESSAGES, LM_SRV_EP_MODELS, LM_SRV_EP_HEALTH,
-  LM_SRV_EP_STATS, LM_SRV_EP_METRICS, LM_SRV_EP_OTHER, LM_SRV_EP_N
+  LM_SRV_EP_CHAT = 0,
+  LM_SRV_EP_COMPLETIONS,
+  LM_SRV_EP_MESSAGES,
+  LM_SRV_EP_MODELS,
+  LM_SRV_EP_HEALTH,
+  LM_SRV_EP_STATS,
+  LM_SRV_EP_METRICS,
+  LM_SRV_EP_OTHER,
+  LM_SRV_EP_N
 } lm_srv_ep;
 
 #define LM_SRV_HIST_BUCKETS 16
@@ -20,12 +27,12 @@ typedef struct lm_srv_hist {
   uint64_t count[LM_SRV_HIST_BUCKETS + 1]; /* per bucket (not cumulative); the last is +Inf */
   double sum;
   uint64_t n;
-  double recent[LM_SRV_SAMPLES];           /* ring of the latest samples (percentiles in /stats) */
+  double recent[LM_SRV_SAMPLES]; /* ring of the latest samples (percentiles in /stats) */
 } lm_srv_hist;
 
 typedef struct lm_srv_metrics {
   pthread_mutex_t mu;
-  uint64_t requests[LM_SRV_EP_N][6];       /* by status class: 2xx, 400, 401/403, 404/405, 413/429, 5xx */
+  uint64_t requests[LM_SRV_EP_N][6]; /* by status class: 2xx, 400, 401/403, 404/405, 413/429, 5xx */
   uint64_t prompt_tokens, cached_tokens, completion_tokens;
   lm_srv_hist ttft, latency;
 } lm_srv_metrics;
@@ -35,8 +42,8 @@ void lm_srv_metrics_destroy(lm_srv_metrics *m);
 lm_srv_ep lm_srv_metrics_endpoint(const char *path);
 void lm_srv_metrics_request(lm_srv_metrics *m, lm_srv_ep ep, int status);
 /* A finished generation: its token counts, time to first token and whole latency (seconds). */
-void lm_srv_metrics_generation(lm_srv_metrics *m, int64_t prompt, int64_t cached, int64_t completion, double ttft,
-                               double latency);
+void lm_srv_metrics_generation(lm_srv_metrics *m, int64_t prompt, int64_t cached,
+                               int64_t completion, double ttft, double latency);
 /* The p-th percentile (0..100) of the recent samples of h (0 when none). Takes m->mu. */
 double lm_srv_metrics_percentile(lm_srv_metrics *m, const lm_srv_hist *h, double p);
 /* The Prometheus text exposition (malloc'ed). */

@@ -13,20 +13,21 @@
 #include "server/srv_route.h"
 
 typedef struct oai {
-  lm_srv_stream base;      /* when streaming */
+  lm_srv_stream base; /* when streaming */
   lm_server *srv;
   lm_srv_gen *g;
   int chat, include_usage, sent_role;
-  json_t *lp;              /* chat: entries not yet sent (stream) or all (body) */
+  json_t *lp; /* chat: entries not yet sent (stream) or all (body) */
   json_t *lp_tokens, *lp_values, *lp_tops, *lp_offsets; /* completions */
-  size_t offset;           /* completions: text offset of the next token */
+  size_t offset; /* completions: text offset of the next token */
 } oai;
 
 /* ---- log-probabilities ----------------------------------------------------------------------- */
 
 static json_t *byte_list(const char *t, size_t n) {
   json_t *a = json_array();
-  for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)t[i]));
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(a, json_integer((unsigned char)t[i]));
   return a;
 }
 
@@ -48,7 +49,8 @@ static json_t *chat_lp_entry(lm_server *s, int32_t id, float lp) {
 
 static lm_status chat_token(oai *o, const lm_srv_tok *t) {
   json_t *e = chat_lp_entry(o->srv, t->id, t->logprob), *tops = json_array();
-  for (int k = 0; k < t->n_top; k++) json_array_append_new(tops, chat_lp_entry(o->srv, t->top_id[k], t->top_lp[k]));
+  for (int k = 0; k < t->n_top; k++)
+    json_array_append_new(tops, chat_lp_entry(o->srv, t->top_id[k], t->top_lp[k]));
   json_object_set_new(e, "top_logprobs", tops);
   return json_array_append_new(o->lp, e) ? LM_ERRF(LM_ERR_NOMEM, "out of memory") : LM_OK;
 }
@@ -79,13 +81,14 @@ static lm_status on_token(void *u, const lm_srv_tok *t) {
 static json_t *take_logprobs(oai *o) {
   if (o->chat) {
     if (!o->lp) return json_null();
-    json_t *v = json_pack("{s:o}", "content", o->lp); /* the arrays move into the value; new ones collect on */
+    json_t *v = json_pack("{s:o}", "content",
+                          o->lp); /* the arrays move into the value; new ones collect on */
     o->lp = json_array();
     return v;
   }
   if (!o->lp_tokens) return json_null();
-  json_t *v = json_pack("{s:o,s:o,s:o,s:o}", "tokens", o->lp_tokens, "token_logprobs", o->lp_values, "top_logprobs",
-                        o->lp_tops, "text_offset", o->lp_offsets);
+  json_t *v = json_pack("{s:o,s:o,s:o,s:o}", "tokens", o->lp_tokens, "token_logprobs", o->lp_values,
+                        "top_logprobs", o->lp_tops, "text_offset", o->lp_offsets);
   o->lp_tokens = json_array();
   o->lp_values = json_array();
   o->lp_tops = json_array();
@@ -97,21 +100,24 @@ static json_t *take_logprobs(oai *o) {
 
 static json_t *usage_json(const lm_srv_gen *g) {
   const lm_srv_finish *f = &g->fin;
-  return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)f->prompt_tokens, "completion_tokens",
-                   (json_int_t)f->completion_tokens, "total_tokens", (json_int_t)(f->prompt_tokens + f->completion_tokens),
-                   "prompt_tokens_details", "cached_tokens", (json_int_t)f->cached_tokens);
+  return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)f->prompt_tokens,
+                   "completion_tokens", (json_int_t)f->completion_tokens, "total_tokens",
+                   (json_int_t)(f->prompt_tokens + f->completion_tokens), "prompt_tokens_details",
+                   "cached_tokens", (json_int_t)f->cached_tokens);
 }
 
 static json_t *envelope(oai *o, const char *object, json_t *choices) {
-  return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", o->g->id, "object", object, "created", (json_int_t)o->g->created,
-                   "model", o->srv->model_id, "system_fingerprint", "lumen-" LUMEN_VERSION, "choices", choices);
+  return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", o->g->id, "object", object, "created",
+                   (json_int_t)o->g->created, "model", o->srv->model_id, "system_fingerprint",
+                   "lumen-" LUMEN_VERSION, "choices", choices);
 }
 
 static json_t *calls_json(const lm_srv_gen *g) {
   json_t *a = json_array();
   for (int i = 0; i < g->n_calls; i++)
-    json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", g->calls[i].id, "type", "function", "function",
-                                       "name", g->calls[i].name, "arguments", g->calls[i].arguments));
+    json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", g->calls[i].id, "type",
+                                       "function", "function", "name", g->calls[i].name,
+                                       "arguments", g->calls[i].arguments));
   return a;
 }
 
@@ -123,8 +129,8 @@ static json_t *chat_body(oai *o) {
   json_object_set_new(msg, "content", nc || !g->n_calls ? json_stringn(content, nc) : json_null());
   if (reasoning) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, nr));
   if (g->n_calls) json_object_set_new(msg, "tool_calls", calls_json(g));
-  json_t *choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs", take_logprobs(o),
-                             "finish_reason", lm_srv_gen_finish_reason(g));
+  json_t *choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs",
+                             take_logprobs(o), "finish_reason", lm_srv_gen_finish_reason(g));
   json_t *body = envelope(o, "chat.completion", json_pack("[o]", choice));
   json_object_set_new(body, "usage", usage_json(g));
   return body;
@@ -133,8 +139,9 @@ static json_t *chat_body(oai *o) {
 static json_t *completion_body(oai *o) {
   size_t n;
   const char *text = lm_srv_gen_content(o->g, &n);
-  json_t *choice = json_pack("{s:o,s:i,s:o,s:s}", "text", json_stringn(text, n), "index", 0, "logprobs",
-                             take_logprobs(o), "finish_reason", lm_srv_gen_finish_reason(o->g));
+  json_t *choice =
+      json_pack("{s:o,s:i,s:o,s:s}", "text", json_stringn(text, n), "index", 0, "logprobs",
+                take_logprobs(o), "finish_reason", lm_srv_gen_finish_reason(o->g));
   json_t *body = envelope(o, "text_completion", json_pack("[o]", choice));
   json_object_set_new(body, "usage", usage_json(o->g));
   return body;
@@ -143,17 +150,19 @@ static json_t *completion_body(oai *o) {
 /* ---- streaming ------------------------------------------------------------------------------- */
 
 static lm_status send_chunk(oai *o, json_t *delta, const char *finish) {
-  json_t *choice, *lp = (o->lp && !json_array_size(o->lp)) || (o->lp_tokens && !json_array_size(o->lp_tokens))
-                            ? json_null()
-                            : take_logprobs(o);
+  json_t *choice,
+      *lp = (o->lp && !json_array_size(o->lp)) || (o->lp_tokens && !json_array_size(o->lp_tokens))
+                ? json_null()
+                : take_logprobs(o);
   if (o->chat) {
-    choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason",
-                       finish ? json_string(finish) : json_null());
+    choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp,
+                       "finish_reason", finish ? json_string(finish) : json_null());
   } else {
-    choice = json_pack("{s:o,s:i,s:o,s:o}", "text", delta, "index", 0, "logprobs", lp, "finish_reason",
-                       finish ? json_string(finish) : json_null());
+    choice = json_pack("{s:o,s:i,s:o,s:o}", "text", delta, "index", 0, "logprobs", lp,
+                       "finish_reason", finish ? json_string(finish) : json_null());
   }
-  json_t *c = envelope(o, o->chat ? "chat.completion.chunk" : "text_completion", json_pack("[o]", choice));
+  json_t *c =
+      envelope(o, o->chat ? "chat.completion.chunk" : "text_completion", json_pack("[o]", choice));
   if (o->include_usage) json_object_set_new(c, "usage", json_null());
   return lm_srv_sse_data(&o->base.out, c);
 }
@@ -161,7 +170,8 @@ static lm_status send_chunk(oai *o, json_t *delta, const char *finish) {
 static lm_status on_content(void *u, const char *t, size_t n) {
   oai *o = u;
   if (!n) return LM_OK;
-  return send_chunk(o, o->chat ? json_pack("{s:o}", "content", json_stringn(t, n)) : json_stringn(t, n), NULL);
+  return send_chunk(
+      o, o->chat ? json_pack("{s:o}", "content", json_stringn(t, n)) : json_stringn(t, n), NULL);
 }
 
 static lm_status on_reasoning(void *u, const char *t, size_t n) {
@@ -170,10 +180,11 @@ static lm_status on_reasoning(void *u, const char *t, size_t n) {
   return send_chunk(o, json_pack("{s:o}", "reasoning_content", json_stringn(t, n)), NULL);
 }
 
-static lm_status on_tool_call(void *u, int index, const char *id, const char *name, const char *args) {
+static lm_status on_tool_call(void *u, int index, const char *id, const char *name,
+                              const char *args) {
   oai *o = u;
-  json_t *call = json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", index, "id", id, "type", "function", "function",
-                           "name", name, "arguments", args);
+  json_t *call = json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", index, "id", id, "type",
+                           "function", "function", "name", name, "arguments", args);
   return send_chunk(o, json_pack("{s:[o]}", "tool_calls", call), NULL);
 }
 
@@ -243,8 +254,8 @@ static oai *oai_new(lm_server *s, int chat, const lm_srv_params *p) {
 }
 
 /* Runs a parsed request: starts the generation, then streams it or waits for the whole body. */
-static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, int32_t *ids, int64_t n, const char *forced,
-                int start_reasoning, lm_srv_reply *rp) {
+static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, int32_t *ids, int64_t n,
+                const char *forced, int start_reasoning, lm_srv_reply *rp) {
   lm_srv_err e;
   oai *o = oai_new(rq->srv, chat, p);
   if (!o) {
@@ -259,8 +270,8 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, int32_t *
     sink.reasoning = on_reasoning;
     sink.tool_call = on_tool_call;
   }
-  if (lm_srv_gen_start(rq->srv, p, ids, n, chat, forced, start_reasoning, &sink, chat ? "chatcmpl-" : "cmpl-", "call_",
-                       &o->g, &e)) {
+  if (lm_srv_gen_start(rq->srv, p, ids, n, chat, forced, start_reasoning, &sink,
+                       chat ? "chatcmpl-" : "cmpl-", "call_", &o->g, &e)) {
     oai_free(o);
     lm_srv_reply_error(rp, &e, 0);
     return;
@@ -270,10 +281,15 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, int32_t *
     return;
   }
   int r = lm_srv_wait(rq, o->g);
-  if (r == 0) rp->dropped = 1;
-  else if (r < 0) lm_srv_reply_error(rp, &(lm_srv_err){.http = 500, .type = "server_error", .message = "output failed"}, 0);
-  else if (lm_srv_gen_error(o->g, &e)) lm_srv_reply_error(rp, &e, 0);
-  else lm_srv_reply_json(rp, 200, chat ? chat_body(o) : completion_body(o));
+  if (r == 0)
+    rp->dropped = 1;
+  else if (r < 0)
+    lm_srv_reply_error(
+        rp, &(lm_srv_err){.http = 500, .type = "server_error", .message = "output failed"}, 0);
+  else if (lm_srv_gen_error(o->g, &e))
+    lm_srv_reply_error(rp, &e, 0);
+  else
+    lm_srv_reply_json(rp, 200, chat ? chat_body(o) : completion_body(o));
   oai_free(o);
 }
 
@@ -286,7 +302,8 @@ void lm_srv_openai_chat(const lm_srv_http_req *rq, const json_t *body, lm_srv_re
   int64_t n = 0;
   char *forced = NULL;
   int start_reasoning = 0;
-  if (lm_srv_parse_common(body, &s->defaults, s->m->cfg.vocab_size, &p, &e) || lm_srv_parse_chat(body, &p, &e) ||
+  if (lm_srv_parse_common(body, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
+      lm_srv_parse_chat(body, &p, &e) ||
       lm_srv_gen_chat_prompt(s, &p, &ids, &n, &forced, &start_reasoning, &e)) {
     free(ids);
     lm_srv_reply_error(rp, &e, 0);
@@ -305,7 +322,8 @@ void lm_srv_openai_completions(const lm_srv_http_req *rq, const json_t *body, lm
   int32_t *ids = NULL;
   int64_t n = 0;
   if (lm_srv_parse_common(body, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
-      lm_srv_parse_completion(body, s->m->cfg.vocab_size, &p, &e) || lm_srv_gen_raw_prompt(s, &p, &ids, &n, &e)) {
+      lm_srv_parse_completion(body, s->m->cfg.vocab_size, &p, &e) ||
+      lm_srv_gen_raw_prompt(s, &p, &ids, &n, &e)) {
     free(ids);
     lm_srv_reply_error(rp, &e, 0);
   } else {
@@ -315,8 +333,9 @@ void lm_srv_openai_completions(const lm_srv_http_req *rq, const json_t *body, lm
 }
 
 static json_t *model_json(const lm_server *s) {
-  return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", s->model_id, "object", "model", "created", (json_int_t)s->t_created,
-                   "owned_by", "lumen", "context_window", (json_int_t)s->max_ctx);
+  return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", s->model_id, "object", "model", "created",
+                   (json_int_t)s->t_created, "owned_by", "lumen", "context_window",
+                   (json_int_t)s->max_ctx);
 }
 
 void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp) {
@@ -327,8 +346,8 @@ void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp) {
       return;
     }
     lm_srv_err e;
-    lm_srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model", "the model '%.200s' does not exist",
-                   rq->path + 11);
+    lm_srv_err_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                   "the model '%.200s' does not exist", rq->path + 11);
     lm_srv_reply_error(rp, &e, 0);
     return;
   }

@@ -18,7 +18,8 @@ void lm_srv_params_init(lm_srv_params *p) {
 
 void lm_srv_params_clear(lm_srv_params *p) {
   lm_sampling_clear(&p->sampling);
-  for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
+  for (int i = 0; i < p->n_stops; i++)
+    free(p->stops[i]);
   free(p->stops);
   json_decref(p->messages);
   json_decref(p->tools);
@@ -43,7 +44,8 @@ int lm_srv_parse_body(const char *body, size_t len, json_t **out, lm_srv_err *e)
   json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!j)
     return lm_srv_err_set(e, 400, "invalid_request_error", "invalid_json", NULL,
-                          "the request body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+                          "the request body is not valid JSON: %s (line %d, column %d)", je.text,
+                          je.line, je.column);
   if (!json_is_object(j)) {
     json_decref(j);
     return lm_srv_err_bad(e, NULL, "the request body must be a JSON object");
@@ -62,44 +64,52 @@ static int get_bool(const json_t *o, const char *k, int *out, lm_srv_err *e) {
   return 0;
 }
 
-static int get_num(const json_t *o, const char *k, double lo, double hi, double *out, int *given, lm_srv_err *e) {
+static int get_num(const json_t *o, const char *k, double lo, double hi, double *out, int *given,
+                   lm_srv_err *e) {
   const json_t *v = json_object_get(o, k);
   if (given) *given = 0;
   if (!v || json_is_null(v)) return 0;
   if (!json_is_number(v)) return lm_srv_err_bad(e, k, "%s must be a number", k);
   double x = json_number_value(v);
-  if (!(x >= lo && x <= hi)) return lm_srv_err_bad(e, k, "%s must be between %g and %g (got %g)", k, lo, hi, x);
+  if (!(x >= lo && x <= hi))
+    return lm_srv_err_bad(e, k, "%s must be between %g and %g (got %g)", k, lo, hi, x);
   *out = x;
   if (given) *given = 1;
   return 0;
 }
 
-static int get_int(const json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *given, lm_srv_err *e) {
+static int get_int(const json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *given,
+                   lm_srv_err *e) {
   const json_t *v = json_object_get(o, k);
   if (given) *given = 0;
   if (!v || json_is_null(v)) return 0;
-  if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15)
+  if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+      fabs(json_real_value(v)) < 9e15)
     v = json_integer((json_int_t)json_real_value(v)); /* 5.0 is an integer to JavaScript clients */
-  else if (!json_is_integer(v)) return lm_srv_err_bad(e, k, "%s must be an integer", k);
-  else json_incref((json_t *)v);
+  else if (!json_is_integer(v))
+    return lm_srv_err_bad(e, k, "%s must be an integer", k);
+  else
+    json_incref((json_t *)v);
   int64_t x = json_integer_value(v);
   json_decref((json_t *)v);
   if (x < lo || x > hi)
-    return lm_srv_err_bad(e, k, "%s must be between %lld and %lld (got %lld)", k, (long long)lo, (long long)hi,
-                          (long long)x);
+    return lm_srv_err_bad(e, k, "%s must be between %lld and %lld (got %lld)", k, (long long)lo,
+                          (long long)hi, (long long)x);
   *out = x;
   if (given) *given = 1;
   return 0;
 }
 
-static int get_float(const json_t *o, const char *k, double lo, double hi, float *out, lm_srv_err *e) {
+static int get_float(const json_t *o, const char *k, double lo, double hi, float *out,
+                     lm_srv_err *e) {
   double x = *out;
   int r = get_num(o, k, lo, hi, &x, NULL, e);
   *out = (float)x;
   return r;
 }
 
-static int get_i32(const json_t *o, const char *k, int64_t lo, int64_t hi, int32_t *out, lm_srv_err *e) {
+static int get_i32(const json_t *o, const char *k, int64_t lo, int64_t hi, int32_t *out,
+                   lm_srv_err *e) {
   int64_t x = *out;
   int r = get_int(o, k, lo, hi, &x, NULL, e);
   *out = (int32_t)x;
@@ -109,13 +119,16 @@ static int get_i32(const json_t *o, const char *k, int64_t lo, int64_t hi, int32
 /* ---- the shared generation fields ------------------------------------------------------------ */
 
 static int add_stop(lm_srv_params *p, const json_t *v, const char *param, lm_srv_err *e) {
-  if (!json_is_string(v)) return lm_srv_err_bad(e, param, "stop must be a string or an array of strings");
+  if (!json_is_string(v))
+    return lm_srv_err_bad(e, param, "stop must be a string or an array of strings");
   if (!json_string_length(v)) return lm_srv_err_bad(e, param, "stop strings must not be empty");
-  if (p->n_stops == LM_SRV_MAX_STOPS) return lm_srv_err_bad(e, param, "at most %d stop strings", LM_SRV_MAX_STOPS);
+  if (p->n_stops == LM_SRV_MAX_STOPS)
+    return lm_srv_err_bad(e, param, "at most %d stop strings", LM_SRV_MAX_STOPS);
   char **s = realloc(p->stops, (size_t)(p->n_stops + 1) * sizeof *s);
   if (!s) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   p->stops = s;
-  if (!(s[p->n_stops] = strdup(json_string_value(v)))) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  if (!(s[p->n_stops] = strdup(json_string_value(v))))
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   p->n_stops++;
   return 0;
 }
@@ -136,13 +149,16 @@ static int parse_logit_bias(const json_t *req, int64_t vocab, lm_srv_params *p, 
   const json_t *v = json_object_get(req, "logit_bias"), *x;
   const char *k;
   if (!v || json_is_null(v)) return 0;
-  if (!json_is_object(v)) return lm_srv_err_bad(e, "logit_bias", "logit_bias must be an object of token id -> bias");
-  if (json_object_size(v) > LM_SRV_MAX_BIAS) return lm_srv_err_bad(e, "logit_bias", "at most %d logit_bias entries", LM_SRV_MAX_BIAS);
+  if (!json_is_object(v))
+    return lm_srv_err_bad(e, "logit_bias", "logit_bias must be an object of token id -> bias");
+  if (json_object_size(v) > LM_SRV_MAX_BIAS)
+    return lm_srv_err_bad(e, "logit_bias", "at most %d logit_bias entries", LM_SRV_MAX_BIAS);
   json_object_foreach((json_t *)v, k, x) {
     char *end;
     long long id = strtoll(k, &end, 10);
     if (!*k || *end || id < 0 || id >= vocab)
-      return lm_srv_err_bad(e, "logit_bias", "logit_bias key '%.64s' is not a token id (0..%lld)", k, (long long)vocab - 1);
+      return lm_srv_err_bad(e, "logit_bias", "logit_bias key '%.64s' is not a token id (0..%lld)",
+                            k, (long long)vocab - 1);
     if (!json_is_number(x) || !(json_number_value(x) >= -100 && json_number_value(x) <= 100))
       return lm_srv_err_bad(e, "logit_bias", "logit_bias values must be numbers in [-100, 100]");
     if (lm_sampling_add_bias(&p->sampling, (int32_t)id, (float)json_number_value(x)))
@@ -156,7 +172,8 @@ static int parse_stream(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   if (r) return r;
   const json_t *so = json_object_get(req, "stream_options");
   if (!so || json_is_null(so)) return 0;
-  if (!json_is_object(so)) return lm_srv_err_bad(e, "stream_options", "stream_options must be an object");
+  if (!json_is_object(so))
+    return lm_srv_err_bad(e, "stream_options", "stream_options must be an object");
   r = get_bool(so, "include_usage", &p->include_usage, e);
   if (r) snprintf(e->param, sizeof e->param, "stream_options.include_usage");
   return r;
@@ -168,7 +185,8 @@ static int parse_max_tokens(const json_t *req, lm_srv_params *p, lm_srv_err *e) 
     const json_t *v = json_object_get(req, keys[i]);
     if (!v || json_is_null(v)) continue;
     if (json_is_number(v) && json_number_value(v) <= 0)
-      return lm_srv_err_bad(e, keys[i], "%s must be at least 1 (got %g)", keys[i], json_number_value(v));
+      return lm_srv_err_bad(e, keys[i], "%s must be at least 1 (got %g)", keys[i],
+                            json_number_value(v));
     int given;
     int r = get_int(req, keys[i], 1, INT32_MAX, &p->max_tokens, &given, e);
     if (r || given) return r;
@@ -203,12 +221,14 @@ static int parse_sampling(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   return 0;
 }
 
-int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab, lm_srv_params *p,
-                        lm_srv_err *e) {
+int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab,
+                        lm_srv_params *p, lm_srv_err *e) {
   lm_sampling_clear(&p->sampling);
-  if (lm_sampling_copy(&p->sampling, defaults)) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  if (lm_sampling_copy(&p->sampling, defaults))
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   const json_t *model = json_object_get(req, "model");
-  if (model && !json_is_string(model) && !json_is_null(model)) return lm_srv_err_bad(e, "model", "model must be a string");
+  if (model && !json_is_string(model) && !json_is_null(model))
+    return lm_srv_err_bad(e, "model", "model must be a string");
   int r;
   if ((r = parse_stream(req, p, e))) return r;
   if ((r = parse_max_tokens(req, p, e))) return r;
@@ -229,13 +249,17 @@ static int check_parts(const json_t *c, size_t mi, lm_srv_err *e) {
   json_array_foreach(c, k, part) {
     snprintf(param, sizeof param, "messages[%zu].content[%zu]", mi, k);
     const char *type = json_string_value(json_object_get(part, "type"));
-    if (!json_is_object(part) || !type) return lm_srv_err_bad(e, param, "content parts must be objects with a type");
+    if (!json_is_object(part) || !type)
+      return lm_srv_err_bad(e, param, "content parts must be objects with a type");
     if (!strcmp(type, "text") || !strcmp(type, "input_text")) {
-      if (!json_is_string(json_object_get(part, "text"))) return lm_srv_err_bad(e, param, "a text part needs a text string");
+      if (!json_is_string(json_object_get(part, "text")))
+        return lm_srv_err_bad(e, param, "a text part needs a text string");
       continue;
     }
-    if (!strcmp(type, "image_url") || !strcmp(type, "input_audio") || !strcmp(type, "image") || !strcmp(type, "file"))
-      return lm_srv_err_bad(e, param, "%s parts are not supported: this server runs a text-only model", type);
+    if (!strcmp(type, "image_url") || !strcmp(type, "input_audio") || !strcmp(type, "image") ||
+        !strcmp(type, "file"))
+      return lm_srv_err_bad(e, param,
+                            "%s parts are not supported: this server runs a text-only model", type);
     return lm_srv_err_bad(e, param, "unknown content part type '%.32s'", type);
   }
   return 0;
@@ -246,8 +270,8 @@ static json_t *content_copy(const json_t *c) {
   if (!json_is_array(c)) return json_deep_copy(c);
   json_t *out = json_array(), *part;
   size_t k;
-  json_array_foreach(c, k, part) json_array_append_new(out, json_pack("{s:s,s:O}", "type", "text", "text",
-                                                                       json_object_get(part, "text")));
+  json_array_foreach(c, k, part) json_array_append_new(
+      out, json_pack("{s:s,s:O}", "type", "text", "text", json_object_get(part, "text")));
   return out;
 }
 
@@ -286,15 +310,18 @@ static int copy_message(const json_t *m, size_t mi, json_t *out, lm_srv_err *e) 
   if (!json_is_string(rv)) return lm_srv_err_bad(e, param, "every message needs a role string");
   const char *role = known_role(json_string_value(rv));
   if (!role)
-    return lm_srv_err_bad(e, param, "unknown role '%.32s' (system, developer, user, assistant or tool)",
+    return lm_srv_err_bad(e, param,
+                          "unknown role '%.32s' (system, developer, user, assistant or tool)",
                           json_string_value(rv));
   int r = check_content(m, role, mi, e);
   if (r) return r;
   json_t *c = json_object();
   json_object_set_new(c, "role", json_string(role));
   const json_t *content = json_object_get(m, "content");
-  json_object_set_new(c, "content", content && !json_is_null(content) ? content_copy(content) : json_string(""));
-  static const char *const keys[] = {"name", "tool_calls", "tool_call_id", "reasoning_content", "reasoning"};
+  json_object_set_new(c, "content",
+                      content && !json_is_null(content) ? content_copy(content) : json_string(""));
+  static const char *const keys[] = {"name", "tool_calls", "tool_call_id", "reasoning_content",
+                                     "reasoning"};
   for (int k = 0; k < 5; k++) {
     const json_t *v = json_object_get(m, keys[k]);
     if (!v || json_is_null(v)) continue;
@@ -327,7 +354,8 @@ static int copy_messages(const json_t *req, json_t **out, lm_srv_err *e) {
 static int valid_name(const char *s) {
   if (!s || !*s || strlen(s) > 120) return 0;
   for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || strchr("_.:-", *s)))
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          strchr("_.:-", *s)))
       return 0;
   return 1;
 }
@@ -342,12 +370,15 @@ static int check_tools(const json_t *tools, lm_srv_err *e) {
     const json_t *fn = json_object_get(t, "function");
     const char *type = json_string_value(json_object_get(t, "type"));
     if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn))
-      return lm_srv_err_bad(e, param, "each tool must be {\"type\": \"function\", \"function\": {...}}");
+      return lm_srv_err_bad(e, param,
+                            "each tool must be {\"type\": \"function\", \"function\": {...}}");
     if (!valid_name(json_string_value(json_object_get(fn, "name"))))
       return lm_srv_err_bad(e, param, "function.name must be 1-120 characters of [A-Za-z0-9_.:-]");
     const json_t *d = json_object_get(fn, "description"), *ps = json_object_get(fn, "parameters");
-    if (d && !json_is_string(d) && !json_is_null(d)) return lm_srv_err_bad(e, param, "function.description must be a string");
-    if (ps && !json_is_object(ps) && !json_is_null(ps)) return lm_srv_err_bad(e, param, "function.parameters must be an object");
+    if (d && !json_is_string(d) && !json_is_null(d))
+      return lm_srv_err_bad(e, param, "function.description must be a string");
+    if (ps && !json_is_object(ps) && !json_is_null(ps))
+      return lm_srv_err_bad(e, param, "function.parameters must be an object");
   }
   return 0;
 }
@@ -357,15 +388,21 @@ static int parse_tool_choice(const json_t *req, lm_srv_params *p, lm_srv_err *e)
   if (!tc || json_is_null(tc)) return 0;
   if (json_is_string(tc)) {
     const char *s = json_string_value(tc);
-    if (!strcmp(s, "auto")) p->tool_choice = LM_SRV_TOOLS_AUTO;
-    else if (!strcmp(s, "none")) p->tool_choice = LM_SRV_TOOLS_NONE;
-    else if (!strcmp(s, "required")) p->tool_choice = LM_SRV_TOOLS_REQUIRED;
-    else return lm_srv_err_bad(e, "tool_choice", "tool_choice must be auto, none, required or a function");
+    if (!strcmp(s, "auto"))
+      p->tool_choice = LM_SRV_TOOLS_AUTO;
+    else if (!strcmp(s, "none"))
+      p->tool_choice = LM_SRV_TOOLS_NONE;
+    else if (!strcmp(s, "required"))
+      p->tool_choice = LM_SRV_TOOLS_REQUIRED;
+    else
+      return lm_srv_err_bad(e, "tool_choice",
+                            "tool_choice must be auto, none, required or a function");
     return 0;
   }
   const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
   if (!json_is_object(tc) || !valid_name(name))
-    return lm_srv_err_bad(e, "tool_choice", "tool_choice must be auto, none, required or {\"type\": \"function\", "
+    return lm_srv_err_bad(e, "tool_choice",
+                          "tool_choice must be auto, none, required or {\"type\": \"function\", "
                           "\"function\": {\"name\": ...}}");
   p->tool_choice = LM_SRV_TOOLS_NAMED;
   snprintf(p->tool_name, sizeof p->tool_name, "%s", name);
@@ -375,9 +412,11 @@ static int parse_tool_choice(const json_t *req, lm_srv_params *p, lm_srv_err *e)
 /* The tools the template declares: none for tool_choice none, only the named one otherwise. */
 static int declared_tools(const json_t *tools, lm_srv_params *p, json_t **out, lm_srv_err *e) {
   *out = NULL;
-  if (!tools || json_is_null(tools) || !json_array_size(tools) || p->tool_choice == LM_SRV_TOOLS_NONE) {
+  if (!tools || json_is_null(tools) || !json_array_size(tools) ||
+      p->tool_choice == LM_SRV_TOOLS_NONE) {
     if (p->tool_choice == LM_SRV_TOOLS_REQUIRED || p->tool_choice == LM_SRV_TOOLS_NAMED)
-      return lm_srv_err_bad(e, "tool_choice", "tool_choice asks for a tool call but no tools are given");
+      return lm_srv_err_bad(e, "tool_choice",
+                            "tool_choice asks for a tool call but no tools are given");
     return 0;
   }
   if (p->tool_choice != LM_SRV_TOOLS_NAMED) {
@@ -387,31 +426,37 @@ static int declared_tools(const json_t *tools, lm_srv_params *p, json_t **out, l
   const json_t *t;
   size_t i;
   json_array_foreach(tools, i, t) {
-    if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), p->tool_name)) {
+    if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
+                p->tool_name)) {
       *out = json_pack("[O]", t);
       return 0;
     }
   }
-  return lm_srv_err_bad(e, "tool_choice", "tool_choice names '%s', which is not among the tools", p->tool_name);
+  return lm_srv_err_bad(e, "tool_choice", "tool_choice names '%s', which is not among the tools",
+                        p->tool_name);
 }
 
 /* ---- thinking, logprobs ---------------------------------------------------------------------- */
 
 static int parse_kwargs(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
-  const json_t *kw = json_object_get(req, "chat_template_kwargs"), *effort = json_object_get(req, "reasoning_effort");
+  const json_t *kw = json_object_get(req, "chat_template_kwargs"),
+               *effort = json_object_get(req, "reasoning_effort");
   if (kw && !json_is_null(kw) && !json_is_object(kw))
     return lm_srv_err_bad(e, "chat_template_kwargs", "chat_template_kwargs must be an object");
   p->kwargs = kw && json_is_object(kw) ? json_deep_copy(kw) : json_object();
   const json_t *et = json_object_get(p->kwargs, "enable_thinking");
   if (et && !json_is_boolean(et))
-    return lm_srv_err_bad(e, "chat_template_kwargs.enable_thinking", "enable_thinking must be a boolean");
+    return lm_srv_err_bad(e, "chat_template_kwargs.enable_thinking",
+                          "enable_thinking must be a boolean");
   if (!effort || json_is_null(effort)) return 0;
   static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
   const char *s = json_string_value(effort);
   int level = -1;
   for (int i = 0; s && i < 6; i++)
     if (!strcmp(s, levels[i])) level = i;
-  if (level < 0) return lm_srv_err_bad(e, "reasoning_effort", "reasoning_effort must be none, minimal, low, medium or high");
+  if (level < 0)
+    return lm_srv_err_bad(e, "reasoning_effort",
+                          "reasoning_effort must be none, minimal, low, medium or high");
   if (!et) json_object_set_new(p->kwargs, "enable_thinking", json_boolean(level > 0));
   return 0;
 }
@@ -431,9 +476,11 @@ static int parse_response_format(const json_t *req, lm_srv_err *e) {
   const json_t *rf = json_object_get(req, "response_format");
   if (!rf || json_is_null(rf)) return 0;
   const char *t = json_string_value(json_object_get(rf, "type"));
-  if (!t) return lm_srv_err_bad(e, "response_format", "response_format must be an object with a type");
+  if (!t)
+    return lm_srv_err_bad(e, "response_format", "response_format must be an object with a type");
   if (strcmp(t, "text"))
-    return lm_srv_err_bad(e, "response_format", "response_format type '%.32s' is not supported (only text)", t);
+    return lm_srv_err_bad(e, "response_format",
+                          "response_format type '%.32s' is not supported (only text)", t);
   return 0;
 }
 
@@ -459,10 +506,12 @@ int lm_srv_parse_chat(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
 static int prompt_ids(const json_t *v, int64_t vocab, lm_srv_params *p, lm_srv_err *e) {
   size_t n = json_array_size(v), i;
   const json_t *x;
-  if (!(p->prompt_ids = malloc(n * sizeof *p->prompt_ids))) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  if (!(p->prompt_ids = malloc(n * sizeof *p->prompt_ids)))
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   json_array_foreach(v, i, x) {
     if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= vocab)
-      return lm_srv_err_bad(e, "prompt", "prompt[%zu] is not a token id (0..%lld)", i, (long long)vocab - 1);
+      return lm_srv_err_bad(e, "prompt", "prompt[%zu] is not a token id (0..%lld)", i,
+                            (long long)vocab - 1);
     p->prompt_ids[i] = (int32_t)json_integer_value(x);
   }
   p->n_prompt_ids = (int64_t)n;
@@ -471,23 +520,27 @@ static int prompt_ids(const json_t *v, int64_t vocab, lm_srv_params *p, lm_srv_e
 
 int lm_srv_parse_completion(const json_t *req, int64_t vocab, lm_srv_params *p, lm_srv_err *e) {
   const json_t *v = json_object_get(req, "prompt");
-  if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) v = json_array_get(v, 0);
+  if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)))
+    v = json_array_get(v, 0);
   if (json_is_string(v)) {
     if (!json_string_length(v)) return lm_srv_err_bad(e, "prompt", "prompt must not be empty");
-    if (!(p->prompt = strdup(json_string_value(v)))) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!(p->prompt = strdup(json_string_value(v))))
+      return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   } else if (json_is_array(v) && json_array_size(v) && json_is_integer(json_array_get(v, 0))) {
     int r = prompt_ids(v, vocab, p, e);
     if (r) return r;
   } else if (json_is_array(v) && json_array_size(v) > 1) {
     return lm_srv_err_bad(e, "prompt", "only one prompt per request is supported");
   } else {
-    return lm_srv_err_bad(e, "prompt", "prompt must be a non-empty string or an array of token ids");
+    return lm_srv_err_bad(e, "prompt",
+                          "prompt must be a non-empty string or an array of token ids");
   }
   int echo = 0, r;
   if ((r = get_bool(req, "echo", &echo, e))) return r;
   if (echo) return lm_srv_err_bad(e, "echo", "echo is not supported");
   const json_t *suffix = json_object_get(req, "suffix");
-  if (suffix && !json_is_null(suffix)) return lm_srv_err_bad(e, "suffix", "suffix is not supported");
+  if (suffix && !json_is_null(suffix))
+    return lm_srv_err_bad(e, "suffix", "suffix is not supported");
   int64_t lp = -1;
   int given;
   if ((r = get_int(req, "logprobs", 0, 20, &lp, &given, e))) return r;

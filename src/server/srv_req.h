@@ -24,22 +24,22 @@ typedef enum lm_srv_tool_choice {
 } lm_srv_tool_choice;
 
 typedef struct lm_srv_params {
-  lm_sampling sampling;   /* the defaults overlaid with the request's fields (owns its lists) */
+  lm_sampling sampling; /* the defaults overlaid with the request's fields (owns its lists) */
   int has_seed;
-  int64_t max_tokens;     /* 0: not given */
-  char **stops;           /* [n_stops] (owned) */
+  int64_t max_tokens; /* 0: not given */
+  char **stops;       /* [n_stops] (owned) */
   int n_stops;
   int stream, include_usage, ignore_eos;
-  int top_logprobs;       /* -1: no logprobs */
+  int top_logprobs; /* -1: no logprobs */
   /* chat */
-  json_t *messages;       /* the template's input: validated, normalized (owned) */
-  json_t *tools;          /* normalized, NULL when none are declared (owned) */
-  json_t *kwargs;         /* template variables (owned, never NULL after a chat parse) */
+  json_t *messages; /* the template's input: validated, normalized (owned) */
+  json_t *tools;    /* normalized, NULL when none are declared (owned) */
+  json_t *kwargs;   /* template variables (owned, never NULL after a chat parse) */
   lm_srv_tool_choice tool_choice;
   char tool_name[128];
   /* completions */
-  char *prompt;           /* text prompt (owned), or: */
-  int32_t *prompt_ids;    /* token-id prompt (owned) */
+  char *prompt;        /* text prompt (owned), or: */
+  int32_t *prompt_ids; /* token-id prompt (owned) */
   int64_t n_prompt_ids;
 } lm_srv_params;
 
@@ -55,8 +55,8 @@ int lm_srv_parse_body(const char *body, size_t len, json_t **out, lm_srv_err *e)
  * frequency_penalty, repetition_penalty, repetition_context_size, presence_context_size,
  * logit_bias, n, ignore_eos. vocab bounds the logit_bias ids. `defaults` is copied into
  * p->sampling first. Returns 0 or the HTTP status. */
-int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab, lm_srv_params *p,
-                        lm_srv_err *e);
+int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab,
+                        lm_srv_params *p, lm_srv_err *e);
 /* Chat completions: messages, tools, tool_choice, logprobs / top_logprobs, reasoning_effort,
  * chat_template_kwargs, response_format. */
 int lm_srv_parse_chat(const json_t *req, lm_srv_params *p, lm_srv_err *e);
@@ -66,7 +66,8 @@ int lm_srv_parse_completion(const json_t *req, int64_t vocab, lm_srv_params *p, 
 
 /* Anthropic Messages: translates a /v1/messages body into the chat shape the functions above read
  * (system, content blocks, tool_use / tool_result, stop_sequences, thinking, tools, tool_choice).
- * *out owns the new object (may be set on failure too: json_decref it). Returns 0 or the HTTP status. */
+ * *out owns the new object (may be set on failure too: json_decref it). Returns 0 or the HTTP
+ * status. */
 int lm_srv_anthropic_request(const json_t *req, json_t **out, lm_srv_err *e);
 
 #endif

@@ -10,8 +10,10 @@
 void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype, char *text) {
   rp->status = text ? status : 500;
   rp->ctype = ctype;
-  rp->body = text ? text : strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
-                                  "\"code\":null}}");
+  rp->body = text ? text
+                  : strdup("{\"error\":{\"message\":\"out of "
+                           "memory\",\"type\":\"server_error\",\"param\":null,"
+                           "\"code\":null}}");
   rp->len = rp->body ? strlen(rp->body) : 0;
 }
 
@@ -50,7 +52,8 @@ int lm_srv_wait(const lm_srv_http_req *rq, lm_srv_gen *g) {
 static int same_key(const char *a, const char *b) {
   size_t na = strlen(a), nb = strlen(b);
   unsigned char d = na != nb;
-  for (size_t i = 0; i < na; i++) d |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+  for (size_t i = 0; i < na; i++)
+    d |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
   return d == 0;
 }
 
@@ -68,9 +71,9 @@ typedef enum body_kind { NO_BODY = 0, JSON_BODY } body_kind;
 
 typedef struct route {
   const char *method, *path;
-  int prefix;     /* path is a prefix (e.g. /v1/models/<id>) */
+  int prefix; /* path is a prefix (e.g. /v1/models/<id>) */
   body_kind body;
-  int anthropic;  /* error shape */
+  int anthropic; /* error shape */
   void (*get)(const lm_srv_http_req *rq, lm_srv_reply *rp);
   void (*post)(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
 } route;
@@ -80,12 +83,15 @@ static void health(const lm_srv_http_req *rq, lm_srv_reply *rp) {
   lm_srv_reply_text(rp, 200, "application/json", strdup("{\"status\":\"ok\"}"));
 }
 
-static void stats(const lm_srv_http_req *rq, lm_srv_reply *rp) { lm_srv_reply_json(rp, 200, lm_srv_stats_json(rq->srv)); }
+static void stats(const lm_srv_http_req *rq, lm_srv_reply *rp) {
+  lm_srv_reply_json(rp, 200, lm_srv_stats_json(rq->srv));
+}
 
 static void metrics(const lm_srv_http_req *rq, lm_srv_reply *rp) {
   lm_srv_sched_stats st;
   lm_srv_sched_stats_get(rq->srv->sched, &st);
-  lm_srv_reply_text(rp, 200, "text/plain; version=0.0.4", lm_srv_metrics_render(&rq->srv->metrics, &st));
+  lm_srv_reply_text(rp, 200, "text/plain; version=0.0.4",
+                    lm_srv_metrics_render(&rq->srv->metrics, &st));
 }
 
 static const route routes[] = {
@@ -101,7 +107,8 @@ static const route routes[] = {
 enum { N_ROUTES = sizeof routes / sizeof *routes };
 
 static int path_matches(const route *r, const char *path) {
-  return r->prefix ? !strncmp(path, r->path, strlen(r->path)) && path[strlen(r->path)] : !strcmp(path, r->path);
+  return r->prefix ? !strncmp(path, r->path, strlen(r->path)) && path[strlen(r->path)]
+                   : !strcmp(path, r->path);
 }
 
 void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
@@ -113,20 +120,25 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
     if (!path_matches(&routes[i], rq->path)) continue;
     path_known = 1;
     int head = !strcmp(rq->method, "HEAD") && !strcmp(routes[i].method, "GET");
-    if (!strcmp(rq->method, routes[i].method) || head) hit = &routes[i];
-    else rp->allow = routes[i].method;
+    if (!strcmp(rq->method, routes[i].method) || head)
+      hit = &routes[i];
+    else
+      rp->allow = routes[i].method;
   }
   int anthropic = !strncmp(rq->path, "/v1/messages", 12);
   if (!authorized(rq)) {
-    lm_srv_err_set(&e, 401, "authentication_error", "invalid_api_key", NULL, "invalid or missing API key");
+    lm_srv_err_set(&e, 401, "authentication_error", "invalid_api_key", NULL,
+                   "invalid or missing API key");
     lm_srv_reply_error(rp, &e, anthropic);
     return;
   }
   if (!hit) {
-    if (path_known) lm_srv_err_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
-                                   "%.16s is not allowed on %.200s (use %s)", rq->method, rq->path, rp->allow);
-    else lm_srv_err_set(&e, 404, "invalid_request_error", "unknown_url", NULL, "unknown endpoint %.16s %.200s", rq->method,
-                        rq->path);
+    if (path_known)
+      lm_srv_err_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                     "%.16s is not allowed on %.200s (use %s)", rq->method, rq->path, rp->allow);
+    else
+      lm_srv_err_set(&e, 404, "invalid_request_error", "unknown_url", NULL,
+                     "unknown endpoint %.16s %.200s", rq->method, rq->path);
     lm_srv_reply_error(rp, &e, anthropic);
     return;
   }

@@ -23,13 +23,13 @@ typedef struct lm_srv_http_req {
 
 typedef struct lm_srv_reply {
   int status;
-  const char *ctype;       /* static string */
-  char *body;              /* owned (NULL with a stream, or when the client left) */
+  const char *ctype; /* static string */
+  char *body;        /* owned (NULL with a stream, or when the client left) */
   size_t len;
-  lm_srv_stream *stream;   /* owned: an SSE body */
-  const char *allow;       /* 405: the Allow header */
-  int auth_challenge;      /* 401: add WWW-Authenticate */
-  int dropped;             /* the client left: send nothing */
+  lm_srv_stream *stream; /* owned: an SSE body */
+  const char *allow;     /* 405: the Allow header */
+  int auth_challenge;    /* 401: add WWW-Authenticate */
+  int dropped;           /* the client left: send nothing */
 } lm_srv_reply;
 
 /* Dispatches one request. Never fails: every problem becomes an error reply. */
@@ -38,7 +38,8 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp);
 /* Reply helpers for the routes. json takes the reference to obj. */
 void lm_srv_reply_json(lm_srv_reply *rp, int status, json_t *obj);
 void lm_srv_reply_error(lm_srv_reply *rp, const lm_srv_err *e, int anthropic);
-void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype, char *text); /* takes text */
+void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype,
+                       char *text); /* takes text */
 void lm_srv_reply_stream(lm_srv_reply *rp, lm_srv_stream *st);
 
 /* Protocol endpoints (srv_openai.c, srv_anthropic.c). */

@@ -19,10 +19,10 @@
 
 typedef struct pc_entry { /* a finished sequence kept for prefix reuse */
   lm_kv_set *kv;
-  int32_t *ids;           /* the tokens its caches hold */
+  int32_t *ids; /* the tokens its caches hold */
   int64_t n;
   int64_t bytes;
-  uint64_t used;          /* LRU clock */
+  uint64_t used; /* LRU clock */
 } pc_entry;
 
 struct lm_srv_sched {
@@ -34,26 +34,26 @@ struct lm_srv_sched {
   lm_srv_seq_env env;
   lm_srv_admit admit;
   lm_forward *fw;
-  int64_t max_step;             /* tokens per step: chunk + parallel */
+  int64_t max_step; /* tokens per step: chunk + parallel */
   /* engine-owned */
-  lm_srv_seq *slots;            /* [parallel] */
-  int *used;                    /* [parallel] */
-  pc_entry *pc;                 /* [prompt_cache] */
+  lm_srv_seq *slots; /* [parallel] */
+  int *used;         /* [parallel] */
+  pc_entry *pc;      /* [prompt_cache] */
   int n_pc;
   uint64_t clock;
   int32_t *b_ids, *b_pos, *b_seq, *b_rows, *row_slot, *g_ids;
   lm_kv_set **b_kv;
-  int *b_slot;                  /* batch sequence index -> slot */
-  float *logits;                /* [parallel][vocab] */
-  lm_srv_tok *toks;             /* [parallel] */
+  int *b_slot;      /* batch sequence index -> slot */
+  float *logits;    /* [parallel][vocab] */
+  lm_srv_tok *toks; /* [parallel] */
   /* shared, under mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t th;
   int started, stop;
-  lm_srv_job **q;               /* ring of queue_cap */
+  lm_srv_job **q; /* ring of queue_cap */
   int q_head, q_n;
-  int64_t reserved;             /* bytes: active reservations + prompt-cache entries */
+  int64_t reserved; /* bytes: active reservations + prompt-cache entries */
   lm_srv_sched_stats st;
 };
 
@@ -90,7 +90,8 @@ void lm_srv_job_free(lm_srv_job *j) {
   if (!j) return;
   free(j->ids);
   lm_sampling_clear(&j->sampling);
-  for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+  for (int i = 0; i < j->n_stops; i++)
+    free(j->stops[i]);
   free(j->stops);
   lm_srv_chan_unref(j->ch);
   free(j);
@@ -98,7 +99,10 @@ void lm_srv_job_free(lm_srv_job *j) {
 
 /* Ends a job that never ran (queue timeout, cancellation, shutdown). */
 static void job_fail(lm_srv_job *j, lm_srv_finish_kind kind, const char *msg) {
-  lm_srv_finish f = {.kind = kind, .stop_id = -1, .stop_index = -1, .prompt_tokens = j->n_ids,
+  lm_srv_finish f = {.kind = kind,
+                     .stop_id = -1,
+                     .stop_index = -1,
+                     .prompt_tokens = j->n_ids,
                      .queue_s = now_s() - j->t_submit};
   snprintf(f.message, sizeof f.message, "%s", msg);
   lm_srv_chan_finish(j->ch, &f);
@@ -116,9 +120,12 @@ static lm_status sorted_dup(const int32_t *v, int32_t n, int32_t **out) {
 }
 
 static lm_status check_opts(const lm_srv_sched_opts *o) {
-  if (o->parallel < 1 || o->parallel > 4096) return LM_ERRF(LM_ERR_INVALID, "server: --parallel must be 1..4096");
-  if (o->chunk < 1 || o->chunk > (1 << 20)) return LM_ERRF(LM_ERR_INVALID, "server: --chunk must be 1..1048576");
-  if (o->queue_cap < 1) return LM_ERRF(LM_ERR_INVALID, "server: the queue needs room for one request at least");
+  if (o->parallel < 1 || o->parallel > 4096)
+    return LM_ERRF(LM_ERR_INVALID, "server: --parallel must be 1..4096");
+  if (o->chunk < 1 || o->chunk > (1 << 20))
+    return LM_ERRF(LM_ERR_INVALID, "server: --chunk must be 1..1048576");
+  if (o->queue_cap < 1)
+    return LM_ERRF(LM_ERR_INVALID, "server: the queue needs room for one request at least");
   if (o->max_ctx < 2 || o->kv_budget <= 0 || !o->specs || o->prompt_cache < 0)
     return LM_ERRF(LM_ERR_INVALID, "server: bad scheduler options");
   return LM_OK;
@@ -141,14 +148,14 @@ static lm_status alloc_buffers(lm_srv_sched *s) {
   s->logits = malloc((size_t)P * (size_t)V * sizeof(float));
   s->toks = calloc((size_t)P, sizeof *s->toks);
   s->q = calloc((size_t)s->o.queue_cap, sizeof *s->q);
-  if (!s->slots || !s->used || !s->pc || !s->b_ids || !s->b_pos || !s->b_seq || !s->b_rows || !s->row_slot ||
-      !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks || !s->q)
+  if (!s->slots || !s->used || !s->pc || !s->b_ids || !s->b_pos || !s->b_seq || !s->b_rows ||
+      !s->row_slot || !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks || !s->q)
     return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (scheduler buffers for %d sequences)", P);
   return LM_OK;
 }
 
-lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, const lm_srv_sched_opts *o,
-                              lm_srv_sched **out) {
+lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
+                              const lm_srv_sched_opts *o, lm_srv_sched **out) {
   *out = NULL;
   LM_TRY(check_opts(o));
   lm_srv_sched *s = calloc(1, sizeof *s);
@@ -175,8 +182,13 @@ lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *t
     lm_srv_sched_free(s);
     return st;
   }
-  s->env = (lm_srv_seq_env){.tok = tok, .vocab = m->cfg.vocab_size, .max_ctx = o->max_ctx, .stop_ids = s->stop_ids,
-                            .n_stop_ids = o->n_stop_ids, .keep_special = s->keep, .n_keep_special = o->n_keep_special};
+  s->env = (lm_srv_seq_env){.tok = tok,
+                            .vocab = m->cfg.vocab_size,
+                            .max_ctx = o->max_ctx,
+                            .stop_ids = s->stop_ids,
+                            .n_stop_ids = o->n_stop_ids,
+                            .keep_special = s->keep,
+                            .n_keep_special = o->n_keep_special};
   s->st.queue_cap = o->queue_cap;
   s->st.parallel = o->parallel;
   s->st.kv_budget = o->kv_budget;
@@ -203,10 +215,12 @@ void lm_srv_sched_stop(lm_srv_sched *s) {
       lm_srv_seq_end(&s->slots[i], LM_SRV_FIN_CANCELLED, "the server is shutting down", now_s());
       release_slot(s, i, 0);
     }
-  while (s->n_pc > 0) pc_drop(s, s->n_pc - 1);
+  while (s->n_pc > 0)
+    pc_drop(s, s->n_pc - 1);
   pthread_mutex_lock(&s->mu);
   for (int k = 0; s->q && k < s->q_n; k++)
-    job_fail(s->q[(s->q_head + k) % s->o.queue_cap], LM_SRV_FIN_CANCELLED, "the server is shutting down");
+    job_fail(s->q[(s->q_head + k) % s->o.queue_cap], LM_SRV_FIN_CANCELLED,
+             "the server is shutting down");
   s->q_n = 0;
   publish(s);
   pthread_mutex_unlock(&s->mu);
@@ -242,19 +256,25 @@ const lm_srv_admit *lm_srv_sched_admit(const lm_srv_sched *s) { return &s->admit
 
 /* ---- admission ------------------------------------------------------------------------------- */
 
-lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg, size_t n) {
+lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens,
+                                    char *msg, size_t n) {
   int64_t need = n_prompt + max_tokens;
   if (need > s->admit.max_ctx) {
-    snprintf(msg, n, "this request needs %lld tokens of context (%lld in the prompt + %lld max_tokens); the limit is %lld",
-             (long long)need, (long long)n_prompt, (long long)max_tokens, (long long)s->admit.max_ctx);
+    snprintf(msg, n,
+             "this request needs %lld tokens of context (%lld in the prompt + %lld max_tokens); "
+             "the limit is %lld",
+             (long long)need, (long long)n_prompt, (long long)max_tokens,
+             (long long)s->admit.max_ctx);
     return LM_SRV_ADMIT_CONTEXT;
   }
   int64_t bytes = lm_srv_admit_bytes(&s->admit, need);
   if (bytes > s->admit.budget) {
-    snprintf(msg, n, "this request needs %.1f MiB of KV cache for %lld tokens (prompt %lld + max_tokens %lld); the "
-             "budget is %.1f MiB (at most %lld tokens per sequence)", (double)bytes / 1048576.0, (long long)need,
-             (long long)n_prompt, (long long)max_tokens, (double)s->admit.budget / 1048576.0,
-             (long long)lm_srv_admit_max_context(&s->admit));
+    snprintf(msg, n,
+             "this request needs %.1f MiB of KV cache for %lld tokens (prompt %lld + max_tokens "
+             "%lld); the "
+             "budget is %.1f MiB (at most %lld tokens per sequence)",
+             (double)bytes / 1048576.0, (long long)need, (long long)n_prompt, (long long)max_tokens,
+             (double)s->admit.budget / 1048576.0, (long long)lm_srv_admit_max_context(&s->admit));
     return LM_SRV_ADMIT_MEMORY;
   }
   return LM_SRV_ADMIT_OK;
@@ -262,17 +282,22 @@ lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int
 
 lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j) {
   char msg[256];
-  if (j->n_ids < 1 || !j->ids || j->max_tokens < 1) return LM_ERRF(LM_ERR_INVALID, "server: empty prompt or max_tokens < 1");
+  if (j->n_ids < 1 || !j->ids || j->max_tokens < 1)
+    return LM_ERRF(LM_ERR_INVALID, "server: empty prompt or max_tokens < 1");
   for (int64_t i = 0; i < j->n_ids; i++)
     if (j->ids[i] < 0 || j->ids[i] >= s->m->cfg.vocab_size)
-      return LM_ERRF(LM_ERR_INVALID, "prompt token %lld: id %d is outside the vocabulary (%lld)", (long long)i,
-                     j->ids[i], (long long)s->m->cfg.vocab_size);
-  if (lm_srv_sched_check(s, j->n_ids, j->max_tokens, msg, sizeof msg)) return LM_ERRF(LM_ERR_INVALID, "%s", msg);
-  if (j->top_logprobs > LM_SRV_TOP_MAX) return LM_ERRF(LM_ERR_INVALID, "top_logprobs must be <= %d", LM_SRV_TOP_MAX);
+      return LM_ERRF(LM_ERR_INVALID, "prompt token %lld: id %d is outside the vocabulary (%lld)",
+                     (long long)i, j->ids[i], (long long)s->m->cfg.vocab_size);
+  if (lm_srv_sched_check(s, j->n_ids, j->max_tokens, msg, sizeof msg))
+    return LM_ERRF(LM_ERR_INVALID, "%s", msg);
+  if (j->top_logprobs > LM_SRV_TOP_MAX)
+    return LM_ERRF(LM_ERR_INVALID, "top_logprobs must be <= %d", LM_SRV_TOP_MAX);
   pthread_mutex_lock(&s->mu);
   lm_status st = LM_OK;
-  if (s->stop) st = LM_ERRF(LM_ERR_CANCELLED, "the server is shutting down");
-  else if (s->q_n == s->o.queue_cap) st = LM_ERRF(LM_ERR_STATE, "the request queue is full (%d waiting)", s->q_n);
+  if (s->stop)
+    st = LM_ERRF(LM_ERR_CANCELLED, "the server is shutting down");
+  else if (s->q_n == s->o.queue_cap)
+    st = LM_ERRF(LM_ERR_STATE, "the request queue is full (%d waiting)", s->q_n);
   else {
     s->q[(s->q_head + s->q_n++) % s->o.queue_cap] = j;
     s->st.queued = s->q_n;
@@ -282,7 +307,8 @@ lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j) {
   return st;
 }
 
-/* ---- the prompt cache (engine thread) --------------------------------------------------------- */
+/* ---- the prompt cache (engine thread) ---------------------------------------------------------
+ */
 
 static void pc_drop(lm_srv_sched *s, int i) {
   lm_kv_set_free(s->pc[i].kv);
@@ -299,7 +325,8 @@ static int pc_match(const lm_srv_sched *s, const int32_t *ids, int64_t n, int64_
   *common = 0;
   for (int i = 0; i < s->n_pc; i++) {
     int64_t c = 0, lim = s->pc[i].n < n ? s->pc[i].n : n;
-    while (c < lim && s->pc[i].ids[c] == ids[c]) c++;
+    while (c < lim && s->pc[i].ids[c] == ids[c])
+      c++;
     if (c > *common) {
       *common = c;
       best = i;
@@ -343,7 +370,8 @@ static void pc_put(lm_srv_sched *s, lm_srv_seq *q) {
     pc_drop(s, lru);
   }
   int64_t bytes = lm_srv_admit_bytes(&s->admit, n);
-  s->pc[s->n_pc++] = (pc_entry){.kv = q->kv, .ids = ids, .n = n, .bytes = bytes, .used = ++s->clock};
+  s->pc[s->n_pc++] =
+      (pc_entry){.kv = q->kv, .ids = ids, .n = n, .bytes = bytes, .used = ++s->clock};
   q->kv = NULL;
   pthread_mutex_lock(&s->mu);
   s->reserved += bytes;
@@ -353,17 +381,22 @@ static void pc_put(lm_srv_sched *s, lm_srv_seq *q) {
 /* ---- slots ----------------------------------------------------------------------------------- */
 
 static void count_end(lm_srv_sched *s, lm_srv_finish_kind k) {
-  if (k == LM_SRV_FIN_CANCELLED) s->st.jobs_cancelled++;
-  else if (k == LM_SRV_FIN_TIMEOUT) s->st.jobs_timeout++;
-  else if (k == LM_SRV_FIN_ERROR) s->st.jobs_failed++;
-  else s->st.jobs_done++;
+  if (k == LM_SRV_FIN_CANCELLED)
+    s->st.jobs_cancelled++;
+  else if (k == LM_SRV_FIN_TIMEOUT)
+    s->st.jobs_timeout++;
+  else if (k == LM_SRV_FIN_ERROR)
+    s->st.jobs_failed++;
+  else
+    s->st.jobs_done++;
 }
 
 /* Ends slot i: finishes the job's channel, keeps or frees the caches, gives the memory back. */
 static void release_slot(lm_srv_sched *s, int i, int keep_cache) {
   lm_srv_seq *q = &s->slots[i];
   lm_srv_chan_finish(q->job->ch, &q->fin);
-  int ok = q->fin.kind == LM_SRV_FIN_STOP || q->fin.kind == LM_SRV_FIN_STOP_STR || q->fin.kind == LM_SRV_FIN_LENGTH;
+  int ok = q->fin.kind == LM_SRV_FIN_STOP || q->fin.kind == LM_SRV_FIN_STOP_STR ||
+           q->fin.kind == LM_SRV_FIN_LENGTH;
   if (keep_cache && ok && s->o.prompt_cache > 0 && q->kv && lm_srv_seq_kv_len(q) > 0) pc_put(s, q);
   lm_kv_set_free(q->kv);
   q->kv = NULL;
@@ -377,7 +410,8 @@ static void release_slot(lm_srv_sched *s, int i, int keep_cache) {
 }
 
 /* Caches for job: a prompt-cache entry sharing its prefix, else a new set. */
-static lm_status job_caches(lm_srv_sched *s, lm_srv_job *j, int pc_i, int64_t common, lm_kv_set **kv, int64_t *cached) {
+static lm_status job_caches(lm_srv_sched *s, lm_srv_job *j, int pc_i, int64_t common,
+                            lm_kv_set **kv, int64_t *cached) {
   *kv = NULL;
   *cached = 0;
   if (pc_i >= 0) *kv = pc_take(s, pc_i, common, j->n_ids, cached);
@@ -469,7 +503,8 @@ static void reap(lm_srv_sched *s, double now) {
   for (int i = 0; i < s->o.parallel; i++) {
     if (!s->used[i]) continue;
     lm_srv_seq *q = &s->slots[i];
-    if (lm_srv_chan_cancelled(q->job->ch)) lm_srv_seq_end(q, LM_SRV_FIN_CANCELLED, "the client went away", now);
+    if (lm_srv_chan_cancelled(q->job->ch))
+      lm_srv_seq_end(q, LM_SRV_FIN_CANCELLED, "the client went away", now);
     else if (q->job->deadline > 0 && now > q->job->deadline)
       lm_srv_seq_end(q, LM_SRV_FIN_TIMEOUT, "the request timed out", now);
     if (q->fin.kind) release_slot(s, i, 0);
@@ -497,7 +532,8 @@ static void batch_add(lm_srv_sched *s, lm_batch *b, int i, int64_t n, int row) {
 
 /* Decode tokens first (one per decoding sequence), then prompt chunks, oldest admission first. */
 static void build_batch(lm_srv_sched *s, lm_batch *b) {
-  *b = (lm_batch){.ids = s->b_ids, .pos = s->b_pos, .seq = s->b_seq, .kv = s->b_kv, .logit_rows = s->b_rows};
+  *b = (lm_batch){
+      .ids = s->b_ids, .pos = s->b_pos, .seq = s->b_seq, .kv = s->b_kv, .logit_rows = s->b_rows};
   for (int i = 0; i < s->o.parallel; i++)
     if (s->used[i] && !lm_srv_seq_prefilling(&s->slots[i])) batch_add(s, b, i, 1, 1);
   int64_t budget = s->o.chunk;
@@ -506,8 +542,10 @@ static void build_batch(lm_srv_sched *s, lm_batch *b) {
     for (int i = 0; i < s->o.parallel; i++) {
       const lm_srv_seq *q = &s->slots[i];
       int in_batch = 0;
-      for (int32_t k = 0; k < b->n_seqs; k++) in_batch |= s->b_slot[k] == i;
-      if (s->used[i] && lm_srv_seq_prefilling(q) && !in_batch && (pick < 0 || q->t_admit < s->slots[pick].t_admit))
+      for (int32_t k = 0; k < b->n_seqs; k++)
+        in_batch |= s->b_slot[k] == i;
+      if (s->used[i] && lm_srv_seq_prefilling(q) && !in_batch &&
+          (pick < 0 || q->t_admit < s->slots[pick].t_admit))
         pick = i;
     }
     if (pick < 0 || budget <= 0) break;
@@ -526,7 +564,9 @@ static void sample_rows(lm_srv_sched *s, const lm_batch *b, int greedy, int32_t 
   for (int r = 0; r < n; r++) {
     lm_srv_tok *t = &s->toks[r];
     memset(t, 0, sizeof *t);
-    ids[r] = greedy ? s->g_ids[r] : lm_srv_seq_sample(&s->slots[s->row_slot[r]], &s->env, s->logits + (int64_t)r * V, t);
+    ids[r] = greedy ? s->g_ids[r]
+                    : lm_srv_seq_sample(&s->slots[s->row_slot[r]], &s->env,
+                                        s->logits + (int64_t)r * V, t);
   }
 }
 
@@ -543,7 +583,8 @@ static void accept_rows(lm_srv_sched *s, const lm_batch *b, const int32_t *ids, 
     int i = s->row_slot[r];
     lm_srv_seq *q = &s->slots[i];
     if (lm_srv_seq_prefilling(q)) q->t_prefilled = now;
-    lm_status st = ids[r] < 0 ? LM_ERR_INVALID : lm_srv_seq_accept(q, &s->env, ids[r], &s->toks[r], now);
+    lm_status st =
+        ids[r] < 0 ? LM_ERR_INVALID : lm_srv_seq_accept(q, &s->env, ids[r], &s->toks[r], now);
     if (st) lm_srv_seq_end(q, LM_SRV_FIN_ERROR, lm_errmsg(), now);
     if (q->fin.kind) release_slot(s, i, 1);
   }
@@ -562,7 +603,8 @@ static void step(lm_srv_sched *s) {
   build_batch(s, &b);
   if (!b.n_tokens) return;
   int greedy = b.n_logits > 0 && all_plain_greedy(s, &b);
-  lm_status st = greedy ? lm_forward_run_greedy(s->fw, &b, NULL, s->g_ids) : lm_forward_run(s->fw, &b, s->logits);
+  lm_status st = greedy ? lm_forward_run_greedy(s->fw, &b, NULL, s->g_ids)
+                        : lm_forward_run(s->fw, &b, s->logits);
   if (st) {
     fail_batch(s, &b, lm_errmsg());
     return;
@@ -570,7 +612,8 @@ static void step(lm_srv_sched *s) {
   int32_t ids[b.n_logits ? b.n_logits : 1];
   sample_rows(s, &b, greedy, ids);
   int64_t decode = 0;
-  for (int32_t r = 0; r < b.n_logits; r++) decode += !lm_srv_seq_prefilling(&s->slots[s->row_slot[r]]);
+  for (int32_t r = 0; r < b.n_logits; r++)
+    decode += !lm_srv_seq_prefilling(&s->slots[s->row_slot[r]]);
   accept_rows(s, &b, ids, now_s());
   pthread_mutex_lock(&s->mu);
   s->st.steps++;

@@ -32,18 +32,18 @@
 
 /* One request as the engine sees it: ids in, tokens out through ch. */
 typedef struct lm_srv_job {
-  int32_t *ids;          /* [n_ids] the prompt (owned) */
+  int32_t *ids; /* [n_ids] the prompt (owned) */
   int64_t n_ids;
-  lm_sampling sampling;  /* owns its lists */
-  int64_t max_tokens;    /* >= 1 */
-  char **stops;          /* [n_stops] stop strings (owned) */
+  lm_sampling sampling; /* owns its lists */
+  int64_t max_tokens;   /* >= 1 */
+  char **stops;         /* [n_stops] stop strings (owned) */
   int n_stops;
-  int ignore_eos;        /* stop ids are ordinary tokens (fixed-length benchmarks) */
-  int top_logprobs;      /* -1: no logprobs; 0..LM_SRV_TOP_MAX: the chosen token's and N alternatives */
-  int keep_control;      /* stream the text of the output parser's control tokens (chat formats) */
-  double t_submit;       /* monotonic seconds */
-  double deadline;       /* monotonic seconds; 0: none */
-  lm_srv_chan *ch;       /* the engine's reference */
+  int ignore_eos;   /* stop ids are ordinary tokens (fixed-length benchmarks) */
+  int top_logprobs; /* -1: no logprobs; 0..LM_SRV_TOP_MAX: the chosen token's and N alternatives */
+  int keep_control; /* stream the text of the output parser's control tokens (chat formats) */
+  double t_submit;  /* monotonic seconds */
+  double deadline;  /* monotonic seconds; 0: none */
+  lm_srv_chan *ch;  /* the engine's reference */
 } lm_srv_job;
 
 /* A new job with neutral sampling and its channel (two references: the job's and *http_ref). */
@@ -51,12 +51,12 @@ lm_status lm_srv_job_create(lm_srv_job **out, lm_srv_chan **http_ref);
 void lm_srv_job_free(lm_srv_job *j); /* releases the job's channel reference; NULL is a no-op */
 
 typedef struct lm_srv_sched_opts {
-  int parallel;          /* sequences in the running batch */
-  int64_t chunk;         /* prompt tokens per step */
-  int queue_cap;         /* jobs waiting for a slot; submit refuses beyond */
-  int64_t kv_budget;     /* bytes for every sequence's caches (active + prompt cache) */
-  int64_t max_ctx;       /* per-sequence context limit */
-  int prompt_cache;      /* finished sequences kept for prefix reuse (0: off) */
+  int parallel;            /* sequences in the running batch */
+  int64_t chunk;           /* prompt tokens per step */
+  int queue_cap;           /* jobs waiting for a slot; submit refuses beyond */
+  int64_t kv_budget;       /* bytes for every sequence's caches (active + prompt cache) */
+  int64_t max_ctx;         /* per-sequence context limit */
+  int prompt_cache;        /* finished sequences kept for prefix reuse (0: off) */
   const lm_kv_spec *specs; /* [model n_caches] the cache plan */
   const int32_t *stop_ids;
   int32_t n_stop_ids;
@@ -66,20 +66,21 @@ typedef struct lm_srv_sched_opts {
 
 typedef struct lm_srv_sched_stats {
   int active, prefilling, decoding, queued, queue_cap, parallel;
-  int64_t kv_budget, kv_reserved, kv_held;      /* bytes: budget, reserved by admission, held by caches */
+  int64_t kv_budget, kv_reserved,
+      kv_held; /* bytes: budget, reserved by admission, held by caches */
   int pc_entries;
   int64_t pc_bytes, pc_hits, pc_misses, pc_tokens_reused;
   int64_t steps, step_tokens, step_rows, prefill_tokens, decode_tokens;
   int64_t jobs_done, jobs_cancelled, jobs_timeout, jobs_failed;
-  double busy_s;                                 /* time spent in forward steps and sampling */
+  double busy_s; /* time spent in forward steps and sampling */
 } lm_srv_sched_stats;
 
 typedef struct lm_srv_sched lm_srv_sched;
 
 /* The model must be prepared for be (lm_model_prepare); model, backend and tokenizer outlive the
  * scheduler. Errors: LM_ERR_INVALID (bad options), LM_ERR_NOMEM, backend allocation errors. */
-lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok, const lm_srv_sched_opts *o,
-                              lm_srv_sched **out);
+lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
+                              const lm_srv_sched_opts *o, lm_srv_sched **out);
 /* Starts the engine thread. */
 lm_status lm_srv_sched_start(lm_srv_sched *s);
 /* Stops the thread; every job still queued or running ends as cancelled and later submits are
@@ -95,7 +96,8 @@ typedef enum lm_srv_admission {
 } lm_srv_admission;
 
 /* Whether a request of this shape can ever run; msg gets the reason. */
-lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg, size_t n);
+lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens,
+                                    char *msg, size_t n);
 /* Queues a job. On LM_OK the scheduler owns it; otherwise the caller still does: LM_ERR_STATE when
  * the queue is full (answer 429), LM_ERR_CANCELLED when the scheduler is stopping (503),
  * LM_ERR_INVALID for a job that fails lm_srv_sched_check or has bad fields (400). */

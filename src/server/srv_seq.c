@@ -18,7 +18,8 @@ static int in_sorted(const int32_t *v, int32_t n, int32_t id) {
   return n > 0 && bsearch(&id, v, (size_t)n, sizeof id, cmp_i32) != NULL;
 }
 
-lm_status lm_srv_seq_init(lm_srv_seq *q, const lm_srv_seq_env *env, lm_srv_job *job, lm_kv_set *kv, int64_t cached) {
+lm_status lm_srv_seq_init(lm_srv_seq *q, const lm_srv_seq_env *env, lm_srv_job *job, lm_kv_set *kv,
+                          int64_t cached) {
   memset(q, 0, sizeof *q);
   q->job = job;
   q->kv = kv;
@@ -26,8 +27,9 @@ lm_status lm_srv_seq_init(lm_srv_seq *q, const lm_srv_seq_env *env, lm_srv_job *
   q->n_prompt = job->n_ids;
   q->cap_hist = job->n_ids + job->max_tokens + 1;
   q->hist = malloc((size_t)q->cap_hist * sizeof *q->hist);
-  lm_status s = q->hist ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "server: out of memory (context of %lld tokens)",
-                                          (long long)q->cap_hist);
+  lm_status s = q->hist ? LM_OK
+                        : LM_ERRF(LM_ERR_NOMEM, "server: out of memory (context of %lld tokens)",
+                                  (long long)q->cap_hist);
   if (!s) {
     memcpy(q->hist, job->ids, (size_t)job->n_ids * sizeof *q->hist);
     q->n_hist = job->n_ids;
@@ -59,8 +61,9 @@ void lm_srv_seq_clear(lm_srv_seq *q) {
 
 int lm_srv_seq_plain_greedy(const lm_srv_seq *q) {
   const lm_sampling *p = lm_sampler_params(q->smp);
-  return p->temperature <= 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0 &&
-         p->n_bias == 0 && p->n_suppress == 0 && q->job->top_logprobs < 0;
+  return p->temperature <= 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 &&
+         p->frequency_penalty == 0 && p->n_bias == 0 && p->n_suppress == 0 &&
+         q->job->top_logprobs < 0;
 }
 
 /* log-sum-exp of row[0..V) (NaN and -inf count as -inf). */
@@ -83,8 +86,10 @@ static void top_n(const float *row, int64_t V, double lse, int n, lm_srv_tok *to
     if (!(x > -INFINITY)) continue;
     int k = tok->n_top;
     if (k == n && !(x > tok->top_lp[n - 1])) continue;
-    if (k < n) tok->n_top++;
-    else k = n - 1;
+    if (k < n)
+      tok->n_top++;
+    else
+      k = n - 1;
     while (k > 0 && x > tok->top_lp[k - 1]) {
       tok->top_lp[k] = tok->top_lp[k - 1];
       tok->top_id[k] = tok->top_id[k - 1];
@@ -93,7 +98,8 @@ static void top_n(const float *row, int64_t V, double lse, int n, lm_srv_tok *to
     tok->top_lp[k] = x;
     tok->top_id[k] = (int32_t)i;
   }
-  for (int k = 0; k < tok->n_top; k++) tok->top_lp[k] = (float)(tok->top_lp[k] - lse);
+  for (int k = 0; k < tok->n_top; k++)
+    tok->top_lp[k] = (float)(tok->top_lp[k] - lse);
 }
 
 int32_t lm_srv_seq_sample(lm_srv_seq *q, const lm_srv_seq_env *env, float *row, lm_srv_tok *tok) {
@@ -137,11 +143,13 @@ void lm_srv_seq_end(lm_srv_seq *q, lm_srv_finish_kind kind, const char *message,
 
 /* Text of id through the detokenizer (special tokens only when the job streams control tokens
  * and id is one of them), then the stop matcher. final: flush both. */
-static lm_status token_text(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, int final, lm_srv_tok *tok) {
+static lm_status token_text(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, int final,
+                            lm_srv_tok *tok) {
   const char *t = "";
   size_t n = 0;
-  int skip = id < 0 || (lm_tokenizer_is_special(env->tok, id) &&
-                        !(q->job->keep_control && in_sorted(env->keep_special, env->n_keep_special, id)));
+  int skip =
+      id < 0 || (lm_tokenizer_is_special(env->tok, id) &&
+                 !(q->job->keep_control && in_sorted(env->keep_special, env->n_keep_special, id)));
   if (!skip) LM_TRY(lm_detok_push(q->dt, id, &t, &n));
   char *a = NULL, *b = NULL;
   size_t na = 0, nb = 0;
@@ -171,7 +179,8 @@ static lm_status token_text(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id
   return LM_OK;
 }
 
-lm_status lm_srv_seq_accept(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, lm_srv_tok *tok, double now) {
+lm_status lm_srv_seq_accept(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, lm_srv_tok *tok,
+                            double now) {
   tok->id = id;
   q->n_gen++;
   if (q->n_gen == 1) q->t_first = now;
@@ -184,8 +193,10 @@ lm_status lm_srv_seq_accept(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id
     q->hist[q->n_hist++] = id; /* pending: fed by the next step */
     int length = q->n_gen >= q->job->max_tokens || q->n_hist >= env->max_ctx;
     LM_TRY(token_text(q, env, id, length, tok));
-    if (q->stop.matched >= 0) end = LM_SRV_FIN_STOP_STR;
-    else if (length) end = LM_SRV_FIN_LENGTH;
+    if (q->stop.matched >= 0)
+      end = LM_SRV_FIN_STOP_STR;
+    else if (length)
+      end = LM_SRV_FIN_LENGTH;
   }
   lm_status s = lm_srv_chan_push(q->job->ch, tok);
   if (end) {

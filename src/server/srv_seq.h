@@ -24,20 +24,21 @@ typedef struct lm_srv_seq {
   lm_kv_set *kv;
   int32_t *hist;
   int64_t n_hist, cap_hist, n_prompt;
-  int64_t n_gen;           /* tokens sampled (a stop id included) */
-  int64_t cached;          /* prompt tokens the caches already held at admission */
-  int64_t reserved;        /* bytes reserved at admission */
+  int64_t n_gen;    /* tokens sampled (a stop id included) */
+  int64_t cached;   /* prompt tokens the caches already held at admission */
+  int64_t reserved; /* bytes reserved at admission */
   lm_sampler *smp;
   lm_detok *dt;
   lm_srv_stop stop;
-  float *scratch;          /* [vocab] raw logits copy for log-probabilities (lazily) */
-  lm_srv_finish fin;       /* kind != NONE once the sequence has ended */
+  float *scratch;    /* [vocab] raw logits copy for log-probabilities (lazily) */
+  lm_srv_finish fin; /* kind != NONE once the sequence has ended */
   double t_admit, t_prefilled, t_first;
 } lm_srv_seq;
 
 /* Sets up a sequence for job over kv (which already holds `cached` tokens of the job's prompt).
  * Takes ownership of kv on success and failure alike. */
-lm_status lm_srv_seq_init(lm_srv_seq *q, const lm_srv_seq_env *env, lm_srv_job *job, lm_kv_set *kv, int64_t cached);
+lm_status lm_srv_seq_init(lm_srv_seq *q, const lm_srv_seq_env *env, lm_srv_job *job, lm_kv_set *kv,
+                          int64_t cached);
 /* Frees what the sequence owns except the job and kv (the scheduler decides their fate). */
 void lm_srv_seq_clear(lm_srv_seq *q);
 
@@ -53,7 +54,8 @@ int lm_srv_seq_plain_greedy(const lm_srv_seq *q);
 int32_t lm_srv_seq_sample(lm_srv_seq *q, const lm_srv_seq_env *env, float *row, lm_srv_tok *tok);
 /* Applies the stop rules to id and pushes its event (tok: the log-probabilities filled by
  * sample). Sets q->fin when the sequence ends. */
-lm_status lm_srv_seq_accept(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, lm_srv_tok *tok, double now);
+lm_status lm_srv_seq_accept(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, lm_srv_tok *tok,
+                            double now);
 /* Ends the sequence with kind (cancel, timeout, error): flushes nothing, fills the usage. */
 void lm_srv_seq_end(lm_srv_seq *q, lm_srv_finish_kind kind, const char *message, double now);
 

@@ -47,4 +47,6 @@ lm_status lm_srv_sse_event(lm_srv_buf *b, const char *name, json_t *obj) {
   return lm_srv_sse_data(b, obj);
 }
 
-lm_status lm_srv_sse_raw(lm_srv_buf *b, const char *frame) { return lm_srv_buf_put(b, frame, strlen(frame)); }
+lm_status lm_srv_sse_raw(lm_srv_buf *b, const char *frame) {
+  return lm_srv_buf_put(b, frame, strlen(frame));
+}

@@ -21,16 +21,20 @@ void lm_srv_stop_clear(lm_srv_stop *s) {
   s->n = s->cap = 0;
 }
 
-lm_status lm_srv_stop_push(lm_srv_stop *s, const char *text, size_t len, int final, char **out, size_t *n_out) {
+lm_status lm_srv_stop_push(lm_srv_stop *s, const char *text, size_t len, int final, char **out,
+                           size_t *n_out) {
   *out = NULL;
   *n_out = 0;
   if (s->matched >= 0) return LM_OK;
   LM_TRY(lm_buf_append(&s->hold, &s->n, &s->cap, 64, text, len));
   int which = -1;
   int64_t at = lm_stop_find(s->stops, s->n_stops, s->hold, s->n, &which);
-  size_t k = at >= 0 ? (size_t)at : final ? s->n : s->n - lm_stop_held_suffix(s->stops, s->n_stops, s->hold, s->n);
+  size_t k = at >= 0 ? (size_t)at
+             : final ? s->n
+                     : s->n - lm_stop_held_suffix(s->stops, s->n_stops, s->hold, s->n);
   if (k) {
-    if (!(*out = malloc(k + 1))) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (stop strings)");
+    if (!(*out = malloc(k + 1)))
+      return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (stop strings)");
     memcpy(*out, s->hold, k);
     (*out)[k] = '\0';
     *n_out = k;

@@ -9,11 +9,11 @@
 #include "lumen.h"
 
 typedef struct lm_srv_stop {
-  char **stops;   /* borrowed: the job's strings */
+  char **stops; /* borrowed: the job's strings */
   int n_stops;
-  char *hold;     /* text not yet released */
+  char *hold; /* text not yet released */
   size_t n, cap;
-  int matched;    /* index of the stop string found, -1 while none */
+  int matched; /* index of the stop string found, -1 while none */
 } lm_srv_stop;
 
 void lm_srv_stop_init(lm_srv_stop *s, char **stops, int n_stops);
@@ -21,6 +21,7 @@ void lm_srv_stop_clear(lm_srv_stop *s);
 /* Adds text; *out (malloc'ed, NULL when *n_out is 0) gets what is final now. `final` releases
  * everything held (the response ends). After a match, s->matched >= 0 and the text before the
  * match is the last released. */
-lm_status lm_srv_stop_push(lm_srv_stop *s, const char *text, size_t len, int final, char **out, size_t *n_out);
+lm_status lm_srv_stop_push(lm_srv_stop *s, const char *text, size_t len, int final, char **out,
+                           size_t *n_out);
 
 #endif

@@ -5,10 +5,10 @@ static const struct {
   const char *name;
   size_t size;
 } lm_dtypes[LM_DT_COUNT] = {
-    [LM_DT_F32] = {"F32", 4},  [LM_DT_F16] = {"F16", 2}, [LM_DT_BF16] = {"BF16", 2},
-    [LM_DT_F64] = {"F64", 8},  [LM_DT_U8] = {"U8", 1},   [LM_DT_I8] = {"I8", 1},
-    [LM_DT_U16] = {"U16", 2},  [LM_DT_I16] = {"I16", 2}, [LM_DT_U32] = {"U32", 4},
-    [LM_DT_I32] = {"I32", 4},  [LM_DT_U64] = {"U64", 8}, [LM_DT_I64] = {"I64", 8},
+    [LM_DT_F32] = {"F32", 4},   [LM_DT_F16] = {"F16", 2}, [LM_DT_BF16] = {"BF16", 2},
+    [LM_DT_F64] = {"F64", 8},   [LM_DT_U8] = {"U8", 1},   [LM_DT_I8] = {"I8", 1},
+    [LM_DT_U16] = {"U16", 2},   [LM_DT_I16] = {"I16", 2}, [LM_DT_U32] = {"U32", 4},
+    [LM_DT_I32] = {"I32", 4},   [LM_DT_U64] = {"U64", 8}, [LM_DT_I64] = {"I64", 8},
     [LM_DT_BOOL] = {"BOOL", 1},
 };
 

@@ -6,7 +6,8 @@
 
 #include "tensor/dtype.h"
 
-void lm_affine_quantize_group(const float *w, int group, int bits, uint8_t *codes, float *scale, float *bias) {
+void lm_affine_quantize_group(const float *w, int group, int bits, uint8_t *codes, float *scale,
+                              float *bias) {
   float mx = w[0], mn = w[0];
   for (int i = 1; i < group; i++) {
     mx = w[i] > mx ? w[i] : mx;
@@ -31,8 +32,8 @@ void lm_affine_quantize_group(const float *w, int group, int bits, uint8_t *code
   *bias = b;
 }
 
-void lm_affine_quantize_row(const float *w, int64_t n, int bits, int group, uint8_t *packed, float *scales,
-                            float *biases) {
+void lm_affine_quantize_row(const float *w, int64_t n, int bits, int group, uint8_t *packed,
+                            float *scales, float *biases) {
   memset(packed, 0, (size_t)(n * bits / 8));
   uint8_t codes[128];
   for (int64_t g = 0; g < n / group; g++) {
@@ -46,8 +47,8 @@ void lm_affine_quantize_row(const float *w, int64_t n, int bits, int group, uint
   }
 }
 
-void lm_affine_quantize_row_bf16(const float *x, int64_t n, int bits, int group, uint8_t *packed, uint16_t *scales,
-                                 uint16_t *biases, float *deq) {
+void lm_affine_quantize_row_bf16(const float *x, int64_t n, int bits, int group, uint8_t *packed,
+                                 uint16_t *scales, uint16_t *biases, float *deq) {
   memset(packed, 0, (size_t)(n * bits / 8));
   uint8_t codes[128];
   for (int64_t g = 0; g < n / group; g++) {
@@ -66,15 +67,17 @@ void lm_affine_quantize_row_bf16(const float *x, int64_t n, int bits, int group,
   }
 }
 
-void lm_affine_dequant_row_bf16(const uint8_t *packed, const uint16_t *scales, const uint16_t *biases, int64_t n,
-                                int bits, int group, float *out) {
+void lm_affine_dequant_row_bf16(const uint8_t *packed, const uint16_t *scales,
+                                const uint16_t *biases, int64_t n, int bits, int group,
+                                float *out) {
   if (bits == 8 || bits == 4) { /* the KV widths: whole bytes or nibbles, no straddling */
     for (int64_t g = 0; g < n / group; g++) {
       float sf = lm_bf16_to_f32(scales[g]), bf = lm_bf16_to_f32(biases[g]);
       const uint8_t *p = packed + g * group * bits / 8;
       float *o = out + g * group;
       if (bits == 8)
-        for (int i = 0; i < group; i++) o[i] = sf * (float)p[i] + bf;
+        for (int i = 0; i < group; i++)
+          o[i] = sf * (float)p[i] + bf;
       else
         for (int i = 0; i < group; i += 2) {
           o[i] = sf * (float)(p[i / 2] & 15) + bf;

@@ -17,7 +17,9 @@ int64_t lm_weight_bytes(const lm_weight *w) {
   return ne * b;
 }
 
-static int64_t lm_row_index(const lm_weight *w, int64_t e, int64_t r) { return e * w->expert_rows + r; }
+static int64_t lm_row_index(const lm_weight *w, int64_t e, int64_t r) {
+  return e * w->expert_rows + r;
+}
 
 const uint8_t *lm_weight_row_ptr(const lm_weight *w, int64_t e, int64_t r) {
   return (const uint8_t *)w->data + lm_row_index(w, e, r) * lm_weight_row_bytes(w);
@@ -36,7 +38,8 @@ const uint8_t *lm_weight_bias_ptr(const lm_weight *w, int64_t e, int64_t r) {
 void lm_weight_dequant_row(const lm_weight *w, int64_t e, int64_t r, float *out) {
   const uint8_t *row = lm_weight_row_ptr(w, e, r);
   if (!w->bits) {
-    for (int64_t c = 0; c < w->cols; c++) out[c] = lm_load_f32(row, w->dtype, c);
+    for (int64_t c = 0; c < w->cols; c++)
+      out[c] = lm_load_f32(row, w->dtype, c);
     return;
   }
   const uint8_t *sp = lm_weight_scale_ptr(w, e, r), *bp = lm_weight_bias_ptr(w, e, r);

@@ -25,7 +25,7 @@ typedef struct lm_weight {
   const void *data;    /* first element / word of row 0 of expert 0 */
   const void *scales;
   const void *biases;
-  void *backend;       /* a backend's own copy/handle (device pointer, repacked layout) */
+  void *backend; /* a backend's own copy/handle (device pointer, repacked layout) */
 } lm_weight;
 
 /* Bytes of one stored row of codes or elements. */

@@ -28,7 +28,8 @@ static lm_status read_file(const char *path, char **out, size_t *len) {
   char chunk[65536];
   size_t n;
   lm_status s = LM_OK;
-  while (s == LM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0) s = lm_jbuf_put(&b, chunk, n);
+  while (s == LM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    s = lm_jbuf_put(&b, chunk, n);
   if (s == LM_OK && ferror(f)) s = LM_ERRF(LM_ERR_IO, "%s: read error", path);
   fclose(f);
   if (s != LM_OK) {
@@ -66,20 +67,23 @@ void lm_chat_template_free(lm_chat_template *t) {
 /* tokenizer_config.json "chat_template": a string, or [{name, template}, …]. */
 static lm_status from_config_value(const json_t *v, const char *path, lm_chat_template **out) {
   if (json_is_string(v)) return lm_chat_template_from_string(json_string_value(v), out);
-  if (!json_is_array(v)) return LM_ERRF(LM_ERR_CORRUPT, "%s: chat_template is neither a string nor a list", path);
+  if (!json_is_array(v))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: chat_template is neither a string nor a list", path);
   const json_t *def = NULL, *tool = NULL, *item;
   size_t i;
   json_array_foreach(v, i, item) {
     const json_t *name = json_object_get(item, "name"), *tpl = json_object_get(item, "template");
     if (!json_is_string(name) || !json_is_string(tpl))
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: chat_template[%zu] needs string name and template", path, i);
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: chat_template[%zu] needs string name and template", path,
+                     i);
     if (!strcmp(json_string_value(name), "default")) def = tpl;
     if (!strcmp(json_string_value(name), "tool_use")) tool = tpl;
   }
   if (!def) return LM_ERRF(LM_ERR_CORRUPT, "%s: chat_template list has no \"default\" entry", path);
   LM_TRY(lm_chat_template_from_string(json_string_value(def), out));
   if (tool) {
-    lm_status s = compile(json_string_value(tool), strlen(json_string_value(tool)), path, &(*out)->tool_use);
+    lm_status s =
+        compile(json_string_value(tool), strlen(json_string_value(tool)), path, &(*out)->tool_use);
     if (s != LM_OK) {
       lm_chat_template_free(*out);
       *out = NULL;
@@ -99,7 +103,8 @@ static lm_status from_json_file(const char *path, lm_chat_template **out) {
   free(text);
   if (!root) return LM_ERRF(LM_ERR_CORRUPT, "%s: line %d: %s", path, err.line, err.text);
   const json_t *v = json_object_get(root, "chat_template");
-  lm_status s = v && !json_is_null(v) ? from_config_value(v, path, out) : LM_ERRF(LM_ERR_NOT_FOUND, "%s: no chat_template", path);
+  lm_status s = v && !json_is_null(v) ? from_config_value(v, path, out)
+                                      : LM_ERRF(LM_ERR_NOT_FOUND, "%s: no chat_template", path);
   json_decref(root);
   return s;
 }
@@ -145,11 +150,13 @@ static lm_status set_var(lm_jarena *a, lm_jv vars, const char *name, lm_jv v) {
   return lm_jv_dict_set(a, vars, k, v);
 }
 
-lm_status lm_chat_render_values(const lm_chat_template *t, lm_jarena *a, lm_jv messages, lm_jv tools, lm_jv kwargs,
-                                int add_generation_prompt, const char *bos_token, const char *eos_token, char **out) {
+lm_status lm_chat_render_values(const lm_chat_template *t, lm_jarena *a, lm_jv messages,
+                                lm_jv tools, lm_jv kwargs, int add_generation_prompt,
+                                const char *bos_token, const char *eos_token, char **out) {
   *out = NULL;
   if (!t) return LM_ERRF(LM_ERR_INVALID, "no chat template");
-  if (messages.kind != LM_JV_LIST) return LM_ERRF(LM_ERR_INVALID, "chat: messages must be an array");
+  if (messages.kind != LM_JV_LIST)
+    return LM_ERRF(LM_ERR_INVALID, "chat: messages must be an array");
   if (tools.kind == LM_JV_UNDEF) tools = lm_jv_none();
   lm_jv vars, bos, eos;
   LM_TRY(lm_jv_dict(a, 8, &vars));
@@ -161,13 +168,15 @@ lm_status lm_chat_render_values(const lm_chat_template *t, lm_jarena *a, lm_jv m
   LM_TRY(set_var(a, vars, "bos_token", bos));
   LM_TRY(set_var(a, vars, "eos_token", eos));
   if (kwargs.kind == LM_JV_DICT)
-    for (size_t i = 0; i < kwargs.u.d->n; i++) LM_TRY(lm_jv_dict_set(a, vars, kwargs.u.d->k[i], kwargs.u.d->v[i]));
+    for (size_t i = 0; i < kwargs.u.d->n; i++)
+      LM_TRY(lm_jv_dict_set(a, vars, kwargs.u.d->k[i], kwargs.u.d->v[i]));
   const lm_jinja_template *tpl = t->tool_use && lm_jv_truthy(tools) ? t->tool_use : t->main;
   return lm_jinja_render(tpl, a, vars, NULL, out, NULL);
 }
 
-lm_status lm_chat_render(const lm_chat_template *t, const json_t *messages, const json_t *tools, const json_t *kwargs,
-                         int add_generation_prompt, const char *bos_token, const char *eos_token, char **out) {
+lm_status lm_chat_render(const lm_chat_template *t, const json_t *messages, const json_t *tools,
+                         const json_t *kwargs, int add_generation_prompt, const char *bos_token,
+                         const char *eos_token, char **out) {
   *out = NULL;
   lm_jinja_limits lim = lm_jinja_limits_default();
   lm_jarena *a;
@@ -177,9 +186,11 @@ lm_status lm_chat_render(const lm_chat_template *t, const json_t *messages, cons
   if (s == LM_OK && tools) s = lm_jv_from_json(a, tools, &tl);
   if (s == LM_OK && kwargs) {
     s = lm_jv_from_json(a, kwargs, &kw);
-    if (s == LM_OK && kw.kind != LM_JV_DICT) s = LM_ERRF(LM_ERR_INVALID, "chat: template kwargs must be an object");
+    if (s == LM_OK && kw.kind != LM_JV_DICT)
+      s = LM_ERRF(LM_ERR_INVALID, "chat: template kwargs must be an object");
   }
-  if (s == LM_OK) s = lm_chat_render_values(t, a, m, tl, kw, add_generation_prompt, bos_token, eos_token, out);
+  if (s == LM_OK)
+    s = lm_chat_render_values(t, a, m, tl, kw, add_generation_prompt, bos_token, eos_token, out);
   lm_jarena_free(a);
   return s;
 }

@@ -1,10 +1,10 @@
 /* chat_chatml.c — the built-in ChatML chat format, for model families that ship no template.
  *
- * Written as a Jinja template and run by the same interpreter as a checkpoint's own template, so both
- * paths share one renderer. Layout: <|im_start|>ROLE\n…<|im_end|>\n turns; tool schemas as JSON lines
- * in the system turn; assistant calls as <tool_call>\n{"name": …, "arguments": …}\n</tool_call>; tool
- * results as <tool_response> blocks in one user turn; reasoning after the last user message as
- * <think>…</think>. parse_generic.c reads this output format back. */
+ * Written as a Jinja template and run by the same interpreter as a checkpoint's own template, so
+ * both paths share one renderer. Layout: <|im_start|>ROLE\n…<|im_end|>\n turns; tool schemas as
+ * JSON lines in the system turn; assistant calls as <tool_call>\n{"name": …, "arguments":
+ * …}\n</tool_call>; tool results as <tool_response> blocks in one user turn; reasoning after the
+ * last user message as <think>…</think>. parse_generic.c reads this output format back. */
 #include "text/chat.h"
 
 static const char lm_chatml_src[] =
@@ -27,9 +27,12 @@ static const char lm_chatml_src[] =
     "    {%- if ns.system is not none -%}{{- ns.system -}}{%- endif -%}\n"
     "    {%- if tools -%}\n"
     "        {%- if ns.system -%}{{- '\\n\\n' -}}{%- endif -%}\n"
-    "        {{- '# Tools\\n\\nYou may call the functions below. Their JSON schemas, one per line, are inside <tools></tools>:\\n<tools>\\n' -}}\n"
+    "        {{- '# Tools\\n\\nYou may call the functions below. Their JSON schemas, one per line, "
+    "are inside <tools></tools>:\\n<tools>\\n' -}}\n"
     "        {%- for tool in tools -%}{{- tool | tojson -}}{{- '\\n' -}}{%- endfor -%}\n"
-    "        {{- '</tools>\\n\\nTo call a function, reply with a JSON object that names it and gives its arguments, inside <tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": \"function_name\", \"arguments\": {\"argument\": \"value\"}}\\n</tool_call>' -}}\n"
+    "        {{- '</tools>\\n\\nTo call a function, reply with a JSON object that names it and "
+    "gives its arguments, inside <tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": "
+    "\"function_name\", \"arguments\": {\"argument\": \"value\"}}\\n</tool_call>' -}}\n"
     "    {%- endif -%}\n"
     "    {{- '<|im_end|>\\n' -}}\n"
     "{%- endif -%}\n"
@@ -39,9 +42,11 @@ static const char lm_chatml_src[] =
     "{%- endfor -%}\n"
     "{%- for m in msgs -%}\n"
     "    {%- if m.role == 'tool' -%}\n"
-    "        {%- if loop.first or msgs[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}\n"
+    "        {%- if loop.first or msgs[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' "
+    "-}}{%- endif -%}\n"
     "        {{- '\\n<tool_response>\\n' + text_of(m.content) + '\\n</tool_response>' -}}\n"
-    "        {%- if loop.last or msgs[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}\n"
+    "        {%- if loop.last or msgs[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\\n' "
+    "-}}{%- endif -%}\n"
     "    {%- elif m.role == 'assistant' -%}\n"
     "        {{- '<|im_start|>assistant\\n' -}}\n"
     "        {%- set reasoning = m.reasoning_content or m.reasoning -%}\n"
@@ -72,4 +77,6 @@ static const char lm_chatml_src[] =
     "    {{- '<|im_start|>assistant\\n' -}}\n"
     "{%- endif -%}\n";
 
-lm_status lm_chat_template_chatml(lm_chat_template **out) { return lm_chat_template_from_string(lm_chatml_src, out); }
+lm_status lm_chat_template_chatml(lm_chat_template **out) {
+  return lm_chat_template_from_string(lm_chatml_src, out);
+}

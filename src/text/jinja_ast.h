@@ -1,8 +1,9 @@
-/* jinja_ast.h — tokens and syntax tree shared by the template lexer, parser and evaluator (internal).
+/* jinja_ast.h — tokens and syntax tree shared by the template lexer, parser and evaluator
+ * (internal).
  *
- * One fat node type serves every expression and statement: the tree is small (a chat template is a few
- * hundred nodes), lives in the template's arena, and a uniform node keeps the parser and evaluator
- * free of casts. The field comments say which node types use which fields. */
+ * One fat node type serves every expression and statement: the tree is small (a chat template is a
+ * few hundred nodes), lives in the template's arena, and a uniform node keeps the parser and
+ * evaluator free of casts. The field comments say which node types use which fields. */
 #ifndef LM_TEXT_JINJA_AST_H
 #define LM_TEXT_JINJA_AST_H
 
@@ -42,7 +43,8 @@ typedef struct lm_jlex_opts {
 } lm_jlex_opts;
 
 /* Tokenizes src (already newline-normalized, NUL-terminated) into toks; strings live in arena. */
-lm_status lm_jinja_lex(lm_jarena *arena, const char *src, size_t len, const lm_jlex_opts *opts, lm_jtoks *toks);
+lm_status lm_jinja_lex(lm_jarena *arena, const char *src, size_t len, const lm_jlex_opts *opts,
+                       lm_jtoks *toks);
 
 /* ---- nodes ---------------------------------------------------------------------------------- */
 
@@ -66,24 +68,37 @@ typedef enum lm_jnode_type {
   LM_JN_OR,     /* a or b */
   LM_JN_COND,   /* a if b else c (c may be NULL: Undefined) */
   /* statements */
-  LM_JN_TEXT,       /* lit: a string */
-  LM_JN_PRINT,      /* {{ a }} */
-  LM_JN_IF,         /* if a: body else orelse (elif nests in orelse) */
-  LM_JN_FOR,        /* for a (target) in b [if c]: body else orelse */
-  LM_JN_SET,        /* set a (NAME, TUPLE of NAME, or ATTR) = b */
-  LM_JN_SETBLOCK,   /* set a (target) [| filters in b] : body captured */
-  LM_JN_MACRO,      /* macro name(args = NAME params, kwvals = defaults or NULL): body */
-  LM_JN_CALLBLOCK,  /* call[(args = caller params)] a: body is the `caller()` macro */
-  LM_JN_FILTERBLOCK,/* filter b (FILTER chain with a NULL leaf): body */
+  LM_JN_TEXT,        /* lit: a string */
+  LM_JN_PRINT,       /* {{ a }} */
+  LM_JN_IF,          /* if a: body else orelse (elif nests in orelse) */
+  LM_JN_FOR,         /* for a (target) in b [if c]: body else orelse */
+  LM_JN_SET,         /* set a (NAME, TUPLE of NAME, or ATTR) = b */
+  LM_JN_SETBLOCK,    /* set a (target) [| filters in b] : body captured */
+  LM_JN_MACRO,       /* macro name(args = NAME params, kwvals = defaults or NULL): body */
+  LM_JN_CALLBLOCK,   /* call[(args = caller params)] a: body is the `caller()` macro */
+  LM_JN_FILTERBLOCK, /* filter b (FILTER chain with a NULL leaf): body */
   LM_JN_BREAK,
   LM_JN_CONTINUE,
-  LM_JN_SEQ         /* body only (e.g. a {% generation %} block) */
+  LM_JN_SEQ /* body only (e.g. a {% generation %} block) */
 } lm_jnode_type;
 
 enum {
-  LM_JOP_ADD = 1, LM_JOP_SUB, LM_JOP_MUL, LM_JOP_DIV, LM_JOP_FLOORDIV, LM_JOP_MOD, LM_JOP_POW,
-  LM_JOP_CONCAT, LM_JOP_IN, LM_JOP_NOTIN,
-  LM_JOP_EQ, LM_JOP_NE, LM_JOP_LT, LM_JOP_LE, LM_JOP_GT, LM_JOP_GE
+  LM_JOP_ADD = 1,
+  LM_JOP_SUB,
+  LM_JOP_MUL,
+  LM_JOP_DIV,
+  LM_JOP_FLOORDIV,
+  LM_JOP_MOD,
+  LM_JOP_POW,
+  LM_JOP_CONCAT,
+  LM_JOP_IN,
+  LM_JOP_NOTIN,
+  LM_JOP_EQ,
+  LM_JOP_NE,
+  LM_JOP_LT,
+  LM_JOP_LE,
+  LM_JOP_GT,
+  LM_JOP_GE
 };
 
 typedef struct lm_jnode lm_jnode;

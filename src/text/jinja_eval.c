@@ -1,4 +1,5 @@
-/* jinja_eval.c — runs a template tree: scopes, statements, expressions and Python operator semantics.
+/* jinja_eval.c — runs a template tree: scopes, statements, expressions and Python operator
+ * semantics.
  *
  * Scoping follows jinja2: top-level `set` writes the template's globals; a for loop gives every
  * iteration a fresh frame (so `set` inside a loop neither leaks out nor survives to the next
@@ -23,10 +24,10 @@ static lm_status locate(lm_jctx *x, const lm_jnode *n, lm_status s) {
   return s;
 }
 
-#define TRYN(n, expr)                                                                                              \
-  do {                                                                                                             \
-    lm_status s_ = (expr);                                                                                         \
-    if (s_ != LM_OK) return locate(x, (n), s_);                                                                    \
+#define TRYN(n, expr)                                                                              \
+  do {                                                                                             \
+    lm_status s_ = (expr);                                                                         \
+    if (s_ != LM_OK) return locate(x, (n), s_);                                                    \
   } while (0)
 
 /* ---- frames --------------------------------------------------------------------------------- */
@@ -72,7 +73,8 @@ static int frame_get(const lm_jframe *f, const char *name, lm_jv *out) {
 
 static lm_status step(lm_jctx *x) {
   if (++x->steps > x->lim.max_steps)
-    return LM_ERRF(LM_ERR_INVALID, "template ran more than %llu steps", (unsigned long long)x->lim.max_steps);
+    return LM_ERRF(LM_ERR_INVALID, "template ran more than %llu steps",
+                   (unsigned long long)x->lim.max_steps);
   return LM_OK;
 }
 
@@ -91,21 +93,34 @@ static lm_status undef_named(lm_jctx *x, const char *name, lm_jv *out) {
 
 static lm_status loop_attr(lm_jctx *x, const lm_jloop *l, const char *name, lm_jv *out) {
   size_t len = l->items.u.l->n, i = l->index0;
-  if (!strcmp(name, "index0")) *out = lm_jv_int((int64_t)i);
-  else if (!strcmp(name, "index")) *out = lm_jv_int((int64_t)i + 1);
-  else if (!strcmp(name, "revindex0")) *out = lm_jv_int((int64_t)(len - i - 1));
-  else if (!strcmp(name, "revindex")) *out = lm_jv_int((int64_t)(len - i));
-  else if (!strcmp(name, "first")) *out = lm_jv_bool(i == 0);
-  else if (!strcmp(name, "last")) *out = lm_jv_bool(i + 1 == len);
-  else if (!strcmp(name, "length")) *out = lm_jv_int((int64_t)len);
-  else if (!strcmp(name, "depth")) *out = lm_jv_int(l->depth);
-  else if (!strcmp(name, "depth0")) *out = lm_jv_int(l->depth - 1);
+  if (!strcmp(name, "index0"))
+    *out = lm_jv_int((int64_t)i);
+  else if (!strcmp(name, "index"))
+    *out = lm_jv_int((int64_t)i + 1);
+  else if (!strcmp(name, "revindex0"))
+    *out = lm_jv_int((int64_t)(len - i - 1));
+  else if (!strcmp(name, "revindex"))
+    *out = lm_jv_int((int64_t)(len - i));
+  else if (!strcmp(name, "first"))
+    *out = lm_jv_bool(i == 0);
+  else if (!strcmp(name, "last"))
+    *out = lm_jv_bool(i + 1 == len);
+  else if (!strcmp(name, "length"))
+    *out = lm_jv_int((int64_t)len);
+  else if (!strcmp(name, "depth"))
+    *out = lm_jv_int(l->depth);
+  else if (!strcmp(name, "depth0"))
+    *out = lm_jv_int(l->depth - 1);
   else if (!strcmp(name, "previtem")) {
-    if (i > 0) *out = l->items.u.l->v[i - 1];
-    else return undef_named(x, "previtem", out);
+    if (i > 0)
+      *out = l->items.u.l->v[i - 1];
+    else
+      return undef_named(x, "previtem", out);
   } else if (!strcmp(name, "nextitem")) {
-    if (i + 1 < len) *out = l->items.u.l->v[i + 1];
-    else return undef_named(x, "nextitem", out);
+    if (i + 1 < len)
+      *out = l->items.u.l->v[i + 1];
+    else
+      return undef_named(x, "nextitem", out);
   } else {
     return undef_named(x, name, out);
   }
@@ -115,7 +130,8 @@ static lm_status loop_attr(lm_jctx *x, const lm_jloop *l, const char *name, lm_j
 lm_status lm_jinja_getattr(lm_jctx *x, lm_jv obj, const char *name, lm_jv *out) {
   switch (obj.kind) {
   case LM_JV_UNDEF: return undefined_error(obj);
-  case LM_JV_DICT: case LM_JV_NS:
+  case LM_JV_DICT:
+  case LM_JV_NS:
     if (lm_jv_dict_gets(obj, name, out)) return LM_OK;
     return undef_named(x, name, out);
   case LM_JV_LOOP: return loop_attr(x, obj.u.p, name, out);
@@ -145,7 +161,8 @@ lm_status lm_jinja_getitem(lm_jctx *x, lm_jv obj, lm_jv key, lm_jv *out) {
     }
   } else if (obj.kind == LM_JV_STR && (key.kind == LM_JV_INT || key.kind == LM_JV_BOOL)) {
     const lm_jstr *s = obj.u.s;
-    if (norm_index(key.kind == LM_JV_BOOL ? key.u.b : key.u.i, lm_jutf8_count(s->s, s->len), &idx)) {
+    if (norm_index(key.kind == LM_JV_BOOL ? key.u.b : key.u.i, lm_jutf8_count(s->s, s->len),
+                   &idx)) {
       size_t off = lm_jutf8_offset(s->s, s->len, idx), end = lm_jutf8_offset(s->s, s->len, idx + 1);
       return lm_jv_str(x->a, s->s + off, end - off, out);
     }
@@ -162,12 +179,15 @@ lm_status lm_jinja_iterate(lm_jctx *x, lm_jv v, lm_jv *out) {
     *out = v;
     if (v.u.l->tuple) { /* iteration yields a list view; keep the items, drop tuple-ness */
       LM_TRY(lm_jv_list(x->a, v.u.l->n, out));
-      for (size_t i = 0; i < v.u.l->n; i++) LM_TRY(lm_jv_list_push(x->a, *out, v.u.l->v[i]));
+      for (size_t i = 0; i < v.u.l->n; i++)
+        LM_TRY(lm_jv_list_push(x->a, *out, v.u.l->v[i]));
     }
     return LM_OK;
-  case LM_JV_DICT: case LM_JV_NS:
+  case LM_JV_DICT:
+  case LM_JV_NS:
     LM_TRY(lm_jv_list(x->a, v.u.d->n, out));
-    for (size_t i = 0; i < v.u.d->n; i++) LM_TRY(lm_jv_list_push(x->a, *out, v.u.d->k[i]));
+    for (size_t i = 0; i < v.u.d->n; i++)
+      LM_TRY(lm_jv_list_push(x->a, *out, v.u.d->k[i]));
     return LM_OK;
   case LM_JV_STR: {
     const lm_jstr *s = v.u.s;
@@ -207,14 +227,15 @@ static lm_status call_macro(lm_jctx *x, lm_jmacro *m, const lm_jcall *c, lm_jv *
     return LM_ERRF(LM_ERR_INVALID, "macro calls nested deeper than %d", x->lim.max_depth);
   LM_TRY(step(x));
   if (c->nargs > def->args.n)
-    return LM_ERRF(LM_ERR_INVALID, "macro '%s' takes not more than %zu argument(s)", def->name ? def->name : "caller",
-                   def->args.n);
+    return LM_ERRF(LM_ERR_INVALID, "macro '%s' takes not more than %zu argument(s)",
+                   def->name ? def->name : "caller", def->args.n);
   for (size_t k = 0; k < c->nkw; k++) {
     size_t p = 0;
-    while (p < def->args.n && strcmp(def->args.v[p]->name, c->kwnames[k]) != 0) p++;
+    while (p < def->args.n && strcmp(def->args.v[p]->name, c->kwnames[k]) != 0)
+      p++;
     if (p == def->args.n)
-      return LM_ERRF(LM_ERR_INVALID, "macro '%s' takes no keyword argument '%s'", def->name ? def->name : "caller",
-                     c->kwnames[k]);
+      return LM_ERRF(LM_ERR_INVALID, "macro '%s' takes no keyword argument '%s'",
+                     def->name ? def->name : "caller", c->kwnames[k]);
   }
   lm_jframe *f;
   LM_TRY(frame_new(x, m->scope, &f));
@@ -263,8 +284,10 @@ static lm_status eval_args(lm_jctx *x, const lm_jnode *n, lm_jcall *c) {
   lm_jv *args = NULL, *kw = NULL;
   if (n->args.n) LM_TRY(lm_jarena_alloc(x->a, n->args.n * sizeof *args, (void **)&args));
   if (n->kwvals.n) LM_TRY(lm_jarena_alloc(x->a, n->kwvals.n * sizeof *kw, (void **)&kw));
-  for (size_t i = 0; i < n->args.n; i++) LM_TRY(eval(x, n->args.v[i], &args[i]));
-  for (size_t i = 0; i < n->kwvals.n; i++) LM_TRY(eval(x, n->kwvals.v[i], &kw[i]));
+  for (size_t i = 0; i < n->args.n; i++)
+    LM_TRY(eval(x, n->args.v[i], &args[i]));
+  for (size_t i = 0; i < n->kwvals.n; i++)
+    LM_TRY(eval(x, n->kwvals.v[i], &kw[i]));
   c->args = args, c->nargs = n->args.n;
   c->kwnames = n->kwnames, c->kwvals = kw, c->nkw = n->kwvals.n;
   return LM_OK;
@@ -272,7 +295,8 @@ static lm_status eval_args(lm_jctx *x, const lm_jnode *n, lm_jcall *c) {
 
 static lm_status eval_call(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
   lm_jcall c;
-  if (n->a->type == LM_JN_ATTR) { /* obj.method(...): Python methods first, as getattr would find them */
+  if (n->a->type ==
+      LM_JN_ATTR) { /* obj.method(...): Python methods first, as getattr would find them */
     lm_jv obj;
     LM_TRY(eval(x, n->a->a, &obj));
     TRYN(n->a, obj.kind == LM_JV_UNDEF ? undefined_error(obj) : LM_OK);
@@ -283,8 +307,9 @@ static lm_status eval_call(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
     lm_jv fn;
     TRYN(n->a, lm_jinja_getattr(x, obj, n->a->name, &fn));
     if (fn.kind == LM_JV_UNDEF)
-      return locate(x, n->a, LM_ERRF(LM_ERR_INVALID, "'%s' object has no attribute '%s'", lm_jv_type_name(obj),
-                                     n->a->name));
+      return locate(x, n->a,
+                    LM_ERRF(LM_ERR_INVALID, "'%s' object has no attribute '%s'",
+                            lm_jv_type_name(obj), n->a->name));
     TRYN(n, lm_jinja_call_value(x, fn, &c, out));
     return LM_OK;
   }
@@ -307,8 +332,8 @@ static lm_status type_error(const char *op, lm_jv a, lm_jv b) {
   if (b.kind == LM_JV_UNDEF) return undefined_error(b);
   if (a.kind == LM_JV_BIGINT || b.kind == LM_JV_BIGINT)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "arithmetic on integers outside 64 bits is not supported");
-  return LM_ERRF(LM_ERR_INVALID, "unsupported operand type(s) for %s: '%s' and '%s'", op, lm_jv_type_name(a),
-                 lm_jv_type_name(b));
+  return LM_ERRF(LM_ERR_INVALID, "unsupported operand type(s) for %s: '%s' and '%s'", op,
+                 lm_jv_type_name(a), lm_jv_type_name(b));
 }
 
 static lm_status concat_values(lm_jctx *x, lm_jv a, lm_jv b, lm_jv *out) {
@@ -339,7 +364,8 @@ static lm_status repeat(lm_jctx *x, lm_jv seq, int64_t times, lm_jv *out) {
   if (seq.kind == LM_JV_STR) {
     lm_jbuf b = {0};
     lm_status s = LM_OK;
-    for (int64_t i = 0; i < times && s == LM_OK; i++) s = lm_jbuf_put(&b, seq.u.s->s, unit);
+    for (int64_t i = 0; i < times && s == LM_OK; i++)
+      s = lm_jbuf_put(&b, seq.u.s->s, unit);
     if (s == LM_OK) s = lm_jv_str(x->a, b.data ? b.data : "", b.len, out);
     lm_jbuf_free(&b);
     return s;
@@ -347,7 +373,8 @@ static lm_status repeat(lm_jctx *x, lm_jv seq, int64_t times, lm_jv *out) {
   LM_TRY(lm_jv_list(x->a, unit * (size_t)times, out));
   out->u.l->tuple = seq.u.l->tuple;
   for (int64_t i = 0; i < times; i++)
-    for (size_t k = 0; k < unit; k++) LM_TRY(lm_jv_list_push(x->a, *out, seq.u.l->v[k]));
+    for (size_t k = 0; k < unit; k++)
+      LM_TRY(lm_jv_list_push(x->a, *out, seq.u.l->v[k]));
   return LM_OK;
 }
 
@@ -355,25 +382,32 @@ static lm_status contains(lm_jv needle, lm_jv hay, int *res) {
   switch (hay.kind) {
   case LM_JV_STR:
     if (needle.kind != LM_JV_STR)
-      return LM_ERRF(LM_ERR_INVALID, "'in <string>' requires string as left operand, not %s", lm_jv_type_name(needle));
-    *res = needle.u.s->len == 0 || memmem(hay.u.s->s, hay.u.s->len, needle.u.s->s, needle.u.s->len) != NULL;
+      return LM_ERRF(LM_ERR_INVALID, "'in <string>' requires string as left operand, not %s",
+                     lm_jv_type_name(needle));
+    *res = needle.u.s->len == 0 ||
+           memmem(hay.u.s->s, hay.u.s->len, needle.u.s->s, needle.u.s->len) != NULL;
     return LM_OK;
   case LM_JV_LIST:
     *res = 0;
-    for (size_t i = 0; i < hay.u.l->n && !*res; i++) *res = lm_jv_equal(needle, hay.u.l->v[i]);
+    for (size_t i = 0; i < hay.u.l->n && !*res; i++)
+      *res = lm_jv_equal(needle, hay.u.l->v[i]);
     return LM_OK;
-  case LM_JV_DICT: case LM_JV_NS: {
+  case LM_JV_DICT:
+  case LM_JV_NS: {
     lm_jv dummy;
     *res = lm_jv_dict_get(hay, needle, &dummy);
     return LM_OK;
   }
   case LM_JV_UNDEF: return undefined_error(hay);
-  default: return LM_ERRF(LM_ERR_INVALID, "argument of type '%s' is not iterable", lm_jv_type_name(hay));
+  default:
+    return LM_ERRF(LM_ERR_INVALID, "argument of type '%s' is not iterable", lm_jv_type_name(hay));
   }
 }
 
 static lm_status int_result(int overflow, int64_t r, lm_jv *out) {
-  if (overflow) return LM_ERRF(LM_ERR_UNSUPPORTED, "integer overflow (results beyond 64 bits are not supported)");
+  if (overflow)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "integer overflow (results beyond 64 bits are not supported)");
   *out = lm_jv_int(r);
   return LM_OK;
 }
@@ -386,14 +420,18 @@ static lm_status arith(lm_jctx *x, int op, lm_jv a, lm_jv b, lm_jv *out) {
     if (a.kind == LM_JV_LIST && b.kind == LM_JV_LIST && a.u.l->tuple == b.u.l->tuple) {
       LM_TRY(lm_jv_list(x->a, a.u.l->n + b.u.l->n, out));
       out->u.l->tuple = a.u.l->tuple;
-      for (size_t i = 0; i < a.u.l->n; i++) LM_TRY(lm_jv_list_push(x->a, *out, a.u.l->v[i]));
-      for (size_t i = 0; i < b.u.l->n; i++) LM_TRY(lm_jv_list_push(x->a, *out, b.u.l->v[i]));
+      for (size_t i = 0; i < a.u.l->n; i++)
+        LM_TRY(lm_jv_list_push(x->a, *out, a.u.l->v[i]));
+      for (size_t i = 0; i < b.u.l->n; i++)
+        LM_TRY(lm_jv_list_push(x->a, *out, b.u.l->v[i]));
       return LM_OK;
     }
   }
   if (op == LM_JOP_MUL) {
-    if ((a.kind == LM_JV_STR || a.kind == LM_JV_LIST) && is_int(b)) return repeat(x, a, ival(b), out);
-    if ((b.kind == LM_JV_STR || b.kind == LM_JV_LIST) && is_int(a)) return repeat(x, b, ival(a), out);
+    if ((a.kind == LM_JV_STR || a.kind == LM_JV_LIST) && is_int(b))
+      return repeat(x, a, ival(b), out);
+    if ((b.kind == LM_JV_STR || b.kind == LM_JV_LIST) && is_int(a))
+      return repeat(x, b, ival(a), out);
   }
   if (op == LM_JOP_MOD && a.kind == LM_JV_STR) return lm_jinja_percent_format(x, a, b, out);
   if (!is_arith(a) || !is_arith(b)) return type_error(names[op], a, b);
@@ -412,7 +450,8 @@ static lm_status arith(lm_jctx *x, int op, lm_jv a, lm_jv b, lm_jv *out) {
       int ov = __builtin_mul_overflow(p, q, &r);
       return int_result(ov, r, out);
     }
-    case LM_JOP_FLOORDIV: case LM_JOP_MOD:
+    case LM_JOP_FLOORDIV:
+    case LM_JOP_MOD:
       if (q == 0) return LM_ERRF(LM_ERR_INVALID, "integer division or modulo by zero");
       if (p == INT64_MIN && q == -1) return int_result(op == LM_JOP_FLOORDIV, 0, out);
       {
@@ -445,7 +484,8 @@ static lm_status arith(lm_jctx *x, int op, lm_jv a, lm_jv b, lm_jv *out) {
     if (q == 0) return LM_ERRF(LM_ERR_INVALID, "division by zero");
     *out = lm_jv_float(p / q);
     return LM_OK;
-  case LM_JOP_FLOORDIV: case LM_JOP_MOD: { /* CPython float_divmod */
+  case LM_JOP_FLOORDIV:
+  case LM_JOP_MOD: { /* CPython float_divmod */
     if (q == 0) return LM_ERRF(LM_ERR_INVALID, "float division or modulo by zero");
     double m = fmod(p, q), d = (p - m) / q;
     if (m != 0 && ((q < 0) != (m < 0))) m += q, d -= 1.0;
@@ -471,34 +511,44 @@ static lm_status slice_value(lm_jctx *x, lm_jv obj, const lm_jnode *n, lm_jv *ou
   if (step == 0) return locate(x, n, LM_ERRF(LM_ERR_INVALID, "slice step cannot be zero"));
   if (obj.kind == LM_JV_UNDEF) return locate(x, n, undefined_error(obj));
   lm_jv items = obj;
-  if (obj.kind == LM_JV_STR) LM_TRY(lm_jinja_iterate(x, obj, &items));
+  if (obj.kind == LM_JV_STR)
+    LM_TRY(lm_jinja_iterate(x, obj, &items));
   else if (obj.kind != LM_JV_LIST)
-    return locate(x, n, LM_ERRF(LM_ERR_INVALID, "'%s' object is not subscriptable", lm_jv_type_name(obj)));
+    return locate(
+        x, n, LM_ERRF(LM_ERR_INVALID, "'%s' object is not subscriptable", lm_jv_type_name(obj)));
   int64_t len = (int64_t)items.u.l->n, start, stop;
   /* PySlice_AdjustIndices */
-  if (parts[0].kind == LM_JV_NONE) start = step < 0 ? len - 1 : 0;
+  if (parts[0].kind == LM_JV_NONE)
+    start = step < 0 ? len - 1 : 0;
   else {
     start = ival(parts[0]);
-    if (start < 0) start = start + len < 0 ? (step < 0 ? -1 : 0) : start + len;
-    else if (start >= len) start = step < 0 ? len - 1 : len;
+    if (start < 0)
+      start = start + len < 0 ? (step < 0 ? -1 : 0) : start + len;
+    else if (start >= len)
+      start = step < 0 ? len - 1 : len;
   }
-  if (parts[1].kind == LM_JV_NONE) stop = step < 0 ? -1 : len;
+  if (parts[1].kind == LM_JV_NONE)
+    stop = step < 0 ? -1 : len;
   else {
     stop = ival(parts[1]);
-    if (stop < 0) stop = stop + len < 0 ? (step < 0 ? -1 : 0) : stop + len;
-    else if (stop >= len) stop = step < 0 ? len - 1 : len;
+    if (stop < 0)
+      stop = stop + len < 0 ? (step < 0 ? -1 : 0) : stop + len;
+    else if (stop >= len)
+      stop = step < 0 ? len - 1 : len;
   }
   lm_jv res;
   LM_TRY(lm_jv_list(x->a, 0, &res));
   res.u.l->tuple = obj.kind == LM_JV_LIST && obj.u.l->tuple;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) LM_TRY(lm_jv_list_push(x->a, res, items.u.l->v[i]));
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+    LM_TRY(lm_jv_list_push(x->a, res, items.u.l->v[i]));
   if (obj.kind != LM_JV_STR) {
     *out = res;
     return LM_OK;
   }
   lm_jbuf b = {0};
   lm_status s = LM_OK;
-  for (size_t i = 0; i < res.u.l->n && s == LM_OK; i++) s = lm_jbuf_put(&b, res.u.l->v[i].u.s->s, res.u.l->v[i].u.s->len);
+  for (size_t i = 0; i < res.u.l->n && s == LM_OK; i++)
+    s = lm_jbuf_put(&b, res.u.l->v[i].u.s->s, res.u.l->v[i].u.s->len);
   if (s == LM_OK) s = lm_jv_str(x->a, b.data ? b.data : "", b.len, out);
   lm_jbuf_free(&b);
   return s;
@@ -546,7 +596,10 @@ static lm_status eval_binop(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
       *out = lm_jv_bool(n->op == LM_JOP_EQ ? r : !r);
     } else {
       TRYN(n, lm_jv_compare(a, b, &r));
-      *out = lm_jv_bool(n->op == LM_JOP_LT ? r < 0 : n->op == LM_JOP_LE ? r <= 0 : n->op == LM_JOP_GT ? r > 0 : r >= 0);
+      *out = lm_jv_bool(n->op == LM_JOP_LT   ? r < 0
+                        : n->op == LM_JOP_LE ? r <= 0
+                        : n->op == LM_JOP_GT ? r > 0
+                                             : r >= 0);
     }
   } else {
     TRYN(n, arith(x, n->op, a, b, out));
@@ -566,8 +619,8 @@ static lm_status eval_unary(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
     *out = lm_jv_int(n->op == '-' ? -ival(a) : ival(a));
   } else {
     TRYN(n, a.kind == LM_JV_UNDEF ? undefined_error(a)
-                                  : LM_ERRF(LM_ERR_INVALID, "bad operand type for unary %c: '%s'", n->op,
-                                            lm_jv_type_name(a)));
+                                  : LM_ERRF(LM_ERR_INVALID, "bad operand type for unary %c: '%s'",
+                                            n->op, lm_jv_type_name(a)));
   }
   return LM_OK;
 }
@@ -582,7 +635,9 @@ static lm_status eval(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
     if (frame_get(cur_frame(x), n->name, out)) return LM_OK;
     TRYN(n, undef_named(x, n->name, out));
     return LM_OK;
-  case LM_JN_LIST: case LM_JN_TUPLE: case LM_JN_DICT: return eval_collection(x, n, out);
+  case LM_JN_LIST:
+  case LM_JN_TUPLE:
+  case LM_JN_DICT: return eval_collection(x, n, out);
   case LM_JN_ATTR:
     LM_TRY(eval(x, n->a, &a));
     TRYN(n, lm_jinja_getattr(x, a, n->name, out));
@@ -592,9 +647,7 @@ static lm_status eval(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
     LM_TRY(eval(x, n->b, &b));
     TRYN(n, lm_jinja_getitem(x, a, b, out));
     return LM_OK;
-  case LM_JN_SLICE:
-    LM_TRY(eval(x, n->a, &a));
-    return slice_value(x, a, n, out);
+  case LM_JN_SLICE: LM_TRY(eval(x, n->a, &a)); return slice_value(x, a, n, out);
   case LM_JN_CALL: return eval_call(x, n, out);
   case LM_JN_FILTER:
     LM_TRY(eval(x, n->a, &a));
@@ -608,8 +661,10 @@ static lm_status eval(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
     *out = lm_jv_bool(n->negated ? !r : r);
     return LM_OK;
   case LM_JN_UNARY: return eval_unary(x, n, out);
-  case LM_JN_BINOP: case LM_JN_CMP: return eval_binop(x, n, out);
-  case LM_JN_AND: case LM_JN_OR:
+  case LM_JN_BINOP:
+  case LM_JN_CMP: return eval_binop(x, n, out);
+  case LM_JN_AND:
+  case LM_JN_OR:
     LM_TRY(eval(x, n->a, &a));
     if (lm_jv_truthy(a) == (n->type == LM_JN_OR)) {
       *out = a;
@@ -635,8 +690,9 @@ static lm_status assign(lm_jctx *x, lm_jframe *f, const lm_jnode *target, lm_jv 
   if (target->type == LM_JN_ATTR) {
     lm_jv ns;
     if (!frame_get(f, target->a->name, &ns) || ns.kind != LM_JV_NS)
-      return locate(x, target, LM_ERRF(LM_ERR_INVALID, "cannot assign attribute on non-namespace object '%s'",
-                                       target->a->name));
+      return locate(x, target,
+                    LM_ERRF(LM_ERR_INVALID, "cannot assign attribute on non-namespace object '%s'",
+                            target->a->name));
     lm_jv key;
     LM_TRY(lm_jv_cstr(x->a, target->name, &key));
     lm_jv as_dict = {LM_JV_DICT, {.d = ns.u.d}};
@@ -646,9 +702,11 @@ static lm_status assign(lm_jctx *x, lm_jframe *f, const lm_jnode *target, lm_jv 
   lm_jv items;
   TRYN(target, lm_jinja_iterate(x, v, &items));
   if (items.u.l->n != target->args.n)
-    return locate(x, target, LM_ERRF(LM_ERR_INVALID, "cannot unpack %zu values into %zu names", items.u.l->n,
-                                     target->args.n));
-  for (size_t i = 0; i < target->args.n; i++) LM_TRY(assign(x, f, target->args.v[i], items.u.l->v[i]));
+    return locate(x, target,
+                  LM_ERRF(LM_ERR_INVALID, "cannot unpack %zu values into %zu names", items.u.l->n,
+                          target->args.n));
+  for (size_t i = 0; i < target->args.n; i++)
+    LM_TRY(assign(x, f, target->args.v[i], items.u.l->v[i]));
   return LM_OK;
 }
 
@@ -659,7 +717,8 @@ static lm_status exec_body(lm_jctx *x, lm_jframe *f, const lm_jnodes *body) {
   lm_jframe *saved = x->frame;
   x->frame = f;
   lm_status s = LM_OK;
-  for (size_t i = 0; i < body->n && s == LM_OK && x->flow == LM_JFLOW_NONE; i++) s = exec_node(x, f, body->v[i]);
+  for (size_t i = 0; i < body->n && s == LM_OK && x->flow == LM_JFLOW_NONE; i++)
+    s = exec_node(x, f, body->v[i]);
   x->frame = saved;
   return s;
 }
@@ -670,7 +729,8 @@ static lm_status exec_for(lm_jctx *x, lm_jframe *f, const lm_jnode *n) {
   TRYN(n->b, lm_jinja_iterate(x, seq, &items));
   lm_jframe *it;
   LM_TRY(frame_new(x, f, &it));
-  if (n->c) { /* `for x in xs if cond`: filter first, so loop.length and loop.last count what remains */
+  if (n->c) { /* `for x in xs if cond`: filter first, so loop.length and loop.last count what
+                 remains */
     lm_jv kept;
     LM_TRY(lm_jv_list(x->a, 0, &kept));
     for (size_t i = 0; i < items.u.l->n; i++) {
@@ -691,7 +751,9 @@ static lm_status exec_for(lm_jctx *x, lm_jframe *f, const lm_jnode *n) {
   LM_TRY(lm_jarena_alloc(x->a, sizeof *loop, (void **)&loop));
   loop->items = items;
   lm_jv outer;
-  loop->depth = frame_get(f, "loop", &outer) && outer.kind == LM_JV_LOOP ? ((lm_jloop *)outer.u.p)->depth + 1 : 1;
+  loop->depth = frame_get(f, "loop", &outer) && outer.kind == LM_JV_LOOP
+                    ? ((lm_jloop *)outer.u.p)->depth + 1
+                    : 1;
   lm_jv lv = {LM_JV_LOOP, {.p = loop}};
   for (size_t i = 0; i < items.u.l->n; i++) {
     TRYN(n, step(x));
@@ -748,7 +810,8 @@ static lm_status exec_call_block(lm_jctx *x, lm_jframe *f, const lm_jnode *n) {
   const lm_jnode *call = n->a;
   lm_jv fn, caller, res;
   LM_TRY(eval(x, call->a, &fn));
-  if (fn.kind != LM_JV_MACRO) return locate(x, call, LM_ERRF(LM_ERR_INVALID, "{%% call %%} needs a macro"));
+  if (fn.kind != LM_JV_MACRO)
+    return locate(x, call, LM_ERRF(LM_ERR_INVALID, "{%% call %%} needs a macro"));
   LM_TRY(make_macro(x, n, f, &caller));
   lm_jmacro bound = *(lm_jmacro *)fn.u.p;
   bound.caller = caller.u.p;
@@ -772,16 +835,12 @@ static lm_status exec_node(lm_jctx *x, lm_jframe *f, const lm_jnode *n) {
     LM_TRY(eval(x, n->a, &v));
     return exec_body(x, f, lm_jv_truthy(v) ? &n->body : &n->orelse);
   case LM_JN_FOR: return exec_for(x, f, n);
-  case LM_JN_SET:
-    LM_TRY(eval(x, n->b, &v));
-    return assign(x, f, n->a, v);
+  case LM_JN_SET: LM_TRY(eval(x, n->b, &v)); return assign(x, f, n->a, v);
   case LM_JN_SETBLOCK:
     LM_TRY(capture(x, f, &n->body, &v));
     LM_TRY(apply_chain(x, n->b, v, &v));
     return assign(x, f, n->a, v);
-  case LM_JN_MACRO:
-    LM_TRY(make_macro(x, n, f, &v));
-    return frame_set(x, f, n->name, v);
+  case LM_JN_MACRO: LM_TRY(make_macro(x, n, f, &v)); return frame_set(x, f, n->name, v);
   case LM_JN_CALLBLOCK: return exec_call_block(x, f, n);
   case LM_JN_FILTERBLOCK:
     LM_TRY(capture(x, f, &n->body, &v));
@@ -797,8 +856,8 @@ static lm_status exec_node(lm_jctx *x, lm_jframe *f, const lm_jnode *n) {
 
 /* ---- entry ---------------------------------------------------------------------------------- */
 
-lm_status lm_jinja_render(const lm_jinja_template *t, lm_jarena *arena, lm_jv vars, const lm_jinja_limits *limits,
-                          char **out, size_t *out_len) {
+lm_status lm_jinja_render(const lm_jinja_template *t, lm_jarena *arena, lm_jv vars,
+                          const lm_jinja_limits *limits, char **out, size_t *out_len) {
   *out = NULL;
   lm_jctx x = {0};
   x.a = arena;
@@ -812,7 +871,8 @@ lm_status lm_jinja_render(const lm_jinja_template *t, lm_jarena *arena, lm_jv va
   LM_TRY(frame_new(&x, builtins, &top));
   if (vars.kind == LM_JV_DICT)
     for (size_t i = 0; i < vars.u.d->n; i++)
-      if (vars.u.d->k[i].kind == LM_JV_STR) LM_TRY(frame_set(&x, top, vars.u.d->k[i].u.s->s, vars.u.d->v[i]));
+      if (vars.u.d->k[i].kind == LM_JV_STR)
+        LM_TRY(frame_set(&x, top, vars.u.d->k[i].u.s->s, vars.u.d->v[i]));
   lm_jbuf buf = {0};
   buf.cap_limit = x.lim.max_output;
   x.out = &buf;

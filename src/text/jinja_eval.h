@@ -1,12 +1,13 @@
-/* jinja_eval.h — evaluator state shared by jinja_eval.c and the builtins in jinja_builtins.c (internal). */
+/* jinja_eval.h — evaluator state shared by jinja_eval.c and the builtins in jinja_builtins.c
+ * (internal). */
 #ifndef LM_TEXT_JINJA_EVAL_H
 #define LM_TEXT_JINJA_EVAL_H
 
 #include "text/jinja.h"
 #include "text/jinja_ast.h"
 
-/* A variable scope. jinja2 scoping: a macro call and each for-loop iteration get a fresh frame; `if`
- * does not. Lookups walk to the parent; assignments go to the innermost frame. */
+/* A variable scope. jinja2 scoping: a macro call and each for-loop iteration get a fresh frame;
+ * `if` does not. Lookups walk to the parent; assignments go to the innermost frame. */
 typedef struct lm_jframe {
   struct lm_jframe *parent;
   size_t n, cap;
@@ -20,8 +21,8 @@ typedef struct lm_jctx {
   lm_jinja_limits lim;
   uint64_t steps;
   int depth;
-  int located; /* the pending error message already names a template position */
-  int flow;    /* LM_JFLOW_* after break/continue until the enclosing loop consumes it */
+  int located;      /* the pending error message already names a template position */
+  int flow;         /* LM_JFLOW_* after break/continue until the enclosing loop consumes it */
   lm_jframe *frame; /* innermost scope: names resolve from here outwards */
 } lm_jctx;
 
@@ -36,7 +37,8 @@ typedef struct lm_jcall {
   size_t nkw;
 } lm_jcall;
 
-/* A macro value (LM_JV_MACRO): its definition (MACRO or CALLBLOCK node) and the frame it closes over. */
+/* A macro value (LM_JV_MACRO): its definition (MACRO or CALLBLOCK node) and the frame it closes
+ * over. */
 typedef struct lm_jmacro {
   const lm_jnode *node;
   lm_jframe *scope;
@@ -66,17 +68,25 @@ lm_status lm_jinja_iterate(lm_jctx *x, lm_jv v, lm_jv *out_list);
 lm_status lm_jinja_apply_filter(lm_jctx *x, int id, lm_jv in, const lm_jcall *c, lm_jv *out);
 lm_status lm_jinja_apply_test(lm_jctx *x, int id, lm_jv in, const lm_jcall *c, int *result);
 /* A Python method of a str/dict/list/loop value. *found = 0 when the type has no such method. */
-lm_status lm_jinja_call_method(lm_jctx *x, lm_jv obj, const char *name, const lm_jcall *c, lm_jv *out, int *found);
+lm_status lm_jinja_call_method(lm_jctx *x, lm_jv obj, const char *name, const lm_jcall *c,
+                               lm_jv *out, int *found);
 /* Builtin global functions: ids for LM_JV_FUNC values. */
-enum { LM_JFN_RANGE = 1, LM_JFN_NAMESPACE, LM_JFN_DICT, LM_JFN_RAISE, LM_JFN_STRFTIME, LM_JFN_COUNT };
+enum {
+  LM_JFN_RANGE = 1,
+  LM_JFN_NAMESPACE,
+  LM_JFN_DICT,
+  LM_JFN_RAISE,
+  LM_JFN_STRFTIME,
+  LM_JFN_COUNT
+};
 extern const char *const lm_jinja_global_names[LM_JFN_COUNT];
 lm_status lm_jinja_call_global(lm_jctx *x, int id, const lm_jcall *c, lm_jv *out);
 
 /* Python `%` formatting of a string (used by the % operator and the format filter). */
 lm_status lm_jinja_percent_format(lm_jctx *x, lm_jv fmt, lm_jv args, lm_jv *out);
 /* Python str.replace(old, new, count) (count < 0: all) and str.splitlines(keepends). */
-lm_status lm_jinja_str_replace(lm_jctx *x, const lm_jstr *s, const lm_jstr *old, const lm_jstr *new_, int64_t count,
-                               lm_jv *out);
+lm_status lm_jinja_str_replace(lm_jctx *x, const lm_jstr *s, const lm_jstr *old,
+                               const lm_jstr *new_, int64_t count, lm_jv *out);
 lm_status lm_jinja_splitlines(lm_jctx *x, const lm_jstr *s, int keepends, lm_jv *out);
 /* Python len(); LM_ERR_INVALID for values without a length. */
 lm_status lm_jinja_len(lm_jv v, int64_t *n);

@@ -2,13 +2,15 @@
  *
  * Rules (jinja2 3.1 lexer, as transformers configures it: trim_blocks + lstrip_blocks):
  *   - `{%-`, `{{-`, `{#-` strip all whitespace before the tag; `-%}`, `-}}`, `-#}` strip it after.
- *   - trim_blocks drops the first newline after a block or comment tag (not after `}}`); `+%}` keeps it.
- *   - lstrip_blocks drops spaces and tabs between a line start and a block or comment tag; `{%+` keeps
- *     them. A line starts at the template start, after a newline in the text, or when the previous tag
- *     ended by consuming a newline.
+ *   - trim_blocks drops the first newline after a block or comment tag (not after `}}`); `+%}`
+ * keeps it.
+ *   - lstrip_blocks drops spaces and tabs between a line start and a block or comment tag; `{%+`
+ * keeps them. A line starts at the template start, after a newline in the text, or when the
+ * previous tag ended by consuming a newline.
  *   - Inside a tag, the closing delimiter counts only when brackets are balanced (`{{ {'a': 1}}}`).
  *   - `{% raw %}…{% endraw %}` is text.
- * The caller has already turned \r\n into \n and removed one trailing newline (keep_trailing_newline). */
+ * The caller has already turned \r\n into \n and removed one trailing newline
+ * (keep_trailing_newline). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,16 +32,17 @@ static void advance(lexer *L, size_t to) {
     if (L->s[L->i] == '\n') L->line++, L->line_start = L->i + 1;
 }
 
-
 static lm_status lex_err(const lexer *L, size_t pos, const char *msg) {
   int line = L->line;
   size_t ls = L->line_start;
   for (size_t k = L->i; k < pos && k < L->n; k++)
     if (L->s[k] == '\n') line++, ls = k + 1;
-  return LM_ERRF(LM_ERR_CORRUPT, "template syntax error at line %d col %d: %s", line, (int)(pos - ls) + 1, msg);
+  return LM_ERRF(LM_ERR_CORRUPT, "template syntax error at line %d col %d: %s", line,
+                 (int)(pos - ls) + 1, msg);
 }
 
-static lm_status emit(lexer *L, lm_jtok_type type, size_t pos, const char *s, size_t n, lm_jv value) {
+static lm_status emit(lexer *L, lm_jtok_type type, size_t pos, const char *s, size_t n,
+                      lm_jv value) {
   lm_jtoks *t = L->out;
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 256;
@@ -62,7 +65,10 @@ static lm_status emit(lexer *L, lm_jtok_type type, size_t pos, const char *s, si
 /* ---- literals ------------------------------------------------------------------------------- */
 
 static int hexval(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
 }
 
 /* Python "unicode-escape" decoding of a literal body, as jinja2 applies it to string tokens. */
@@ -84,14 +90,16 @@ static lm_status unescape(lexer *L, const char *s, size_t n, lm_jv *out) {
     } else if (e >= '0' && e <= '7') {
       unsigned v = 0;
       size_t k = 0;
-      for (; k < 3 && i + k < n && s[i + k] >= '0' && s[i + k] <= '7'; k++) v = v * 8 + (unsigned)(s[i + k] - '0');
+      for (; k < 3 && i + k < n && s[i + k] >= '0' && s[i + k] <= '7'; k++)
+        v = v * 8 + (unsigned)(s[i + k] - '0');
       i += k - 1;
       char enc[4];
       st = lm_jbuf_put(&b, enc, lm_jutf8_put(v, enc));
     } else if (width) {
       uint32_t v = 0;
       size_t k = 0;
-      for (; k < (size_t)width && i + 1 + k < n && hexval(s[i + 1 + k]) >= 0; k++) v = v * 16 + (uint32_t)hexval(s[i + 1 + k]);
+      for (; k < (size_t)width && i + 1 + k < n && hexval(s[i + 1 + k]) >= 0; k++)
+        v = v * 16 + (uint32_t)hexval(s[i + 1 + k]);
       if (k != (size_t)width || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
         lm_jbuf_free(&b);
         return lex_err(L, L->i, "bad escape in string literal");
@@ -110,17 +118,22 @@ static lm_status unescape(lexer *L, const char *s, size_t n, lm_jv *out) {
 }
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
-static int is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static int is_name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 static int is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
 static lm_status lex_number(lexer *L, size_t p, size_t *end) {
   size_t j = p;
   int is_float = 0;
-  while (j < L->n && (is_digit(L->s[j]) || (L->s[j] == '_' && j + 1 < L->n && is_digit(L->s[j + 1])))) j++;
+  while (j < L->n &&
+         (is_digit(L->s[j]) || (L->s[j] == '_' && j + 1 < L->n && is_digit(L->s[j + 1]))))
+    j++;
   if (j + 1 < L->n && L->s[j] == '.' && is_digit(L->s[j + 1])) {
     is_float = 1;
     j++;
-    while (j < L->n && (is_digit(L->s[j]) || L->s[j] == '_')) j++;
+    while (j < L->n && (is_digit(L->s[j]) || L->s[j] == '_'))
+      j++;
   }
   if (j < L->n && (L->s[j] == 'e' || L->s[j] == 'E')) {
     size_t k = j + 1;
@@ -128,7 +141,8 @@ static lm_status lex_number(lexer *L, size_t p, size_t *end) {
     if (k < L->n && is_digit(L->s[k])) {
       is_float = 1;
       j = k;
-      while (j < L->n && is_digit(L->s[j])) j++;
+      while (j < L->n && is_digit(L->s[j]))
+        j++;
     }
   }
   char buf[128];
@@ -145,8 +159,10 @@ static lm_status lex_number(lexer *L, size_t p, size_t *end) {
     int big = 0;
     for (size_t k = 0; k < m; k++) {
       int d = buf[k] - '0';
-      if (x > (INT64_MAX - d) / 10) big = 1;
-      else x = x * 10 + d;
+      if (x > (INT64_MAX - d) / 10)
+        big = 1;
+      else
+        x = x * 10 + d;
     }
     if (big) {
       LM_TRY(lm_jv_str(L->a, buf, m, &v));
@@ -161,19 +177,22 @@ static lm_status lex_number(lexer *L, size_t p, size_t *end) {
 
 /* ---- tags ----------------------------------------------------------------------------------- */
 
-static const char *const OPS[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                  "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", "=", ";"};
+static const char *const OPS[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                  "/",  "%",  "~",  "<",  ">",  "(",  ")", "[", "]",
+                                  "{",  "}",  ",",  ".",  ":",  "|",  "=", ";"};
 
-/* Tokenizes the inside of a {{ }} or {% %} tag starting at L->i; stops after the closing delimiter and
- * reports the strip sign ('-', '+' or 0) that preceded it. */
+/* Tokenizes the inside of a {{ }} or {% %} tag starting at L->i; stops after the closing delimiter
+ * and reports the strip sign ('-', '+' or 0) that preceded it. */
 static lm_status lex_tag(lexer *L, int is_block, char *end_sign) {
   int depth = 0;
   const char close = is_block ? '%' : '}';
   for (;;) {
     size_t p = L->i;
-    while (p < L->n && (L->s[p] == ' ' || L->s[p] == '\t' || L->s[p] == '\n' || L->s[p] == '\r')) p++;
+    while (p < L->n && (L->s[p] == ' ' || L->s[p] == '\t' || L->s[p] == '\n' || L->s[p] == '\r'))
+      p++;
     advance(L, p);
-    if (p >= L->n) return lex_err(L, p, is_block ? "unclosed block tag (missing '%}')" : "unclosed '{{'");
+    if (p >= L->n)
+      return lex_err(L, p, is_block ? "unclosed block tag (missing '%}')" : "unclosed '{{'");
     const char *c = L->s + p;
     if (depth == 0) {
       int sign = (c[0] == '-' || (is_block && c[0] == '+')) ? 1 : 0;
@@ -186,13 +205,15 @@ static lm_status lex_tag(lexer *L, int is_block, char *end_sign) {
     }
     size_t end = p;
     if (is_name_start(c[0])) {
-      while (end < L->n && is_name_char(L->s[end])) end++;
+      while (end < L->n && is_name_char(L->s[end]))
+        end++;
       LM_TRY(emit(L, LM_JT_NAME, p, c, end - p, lm_jv_undef()));
     } else if (is_digit(c[0])) {
       LM_TRY(lex_number(L, p, &end));
     } else if (c[0] == '\'' || c[0] == '"') {
       end = p + 1;
-      while (end < L->n && L->s[end] != c[0]) end += L->s[end] == '\\' && end + 1 < L->n ? 2 : 1;
+      while (end < L->n && L->s[end] != c[0])
+        end += L->s[end] == '\\' && end + 1 < L->n ? 2 : 1;
       if (end >= L->n) return lex_err(L, p, "unterminated string literal");
       lm_jv v;
       LM_TRY(unescape(L, c + 1, end - p - 1, &v));
@@ -237,7 +258,8 @@ static lm_status emit_data(lexer *L, size_t from, size_t to, int line_starting) 
       end = from + (to - from) - lm_py_rspace(L->s + from, to - from);
     } else if (sign != '+' && kind != '{' && L->o->lstrip_blocks) {
       size_t l = to;
-      while (l > from && L->s[l - 1] != '\n') l--;
+      while (l > from && L->s[l - 1] != '\n')
+        l--;
       int all_ws = l < to && lm_py_lspace(L->s + l, to - l) == to - l;
       if ((l > from || line_starting) && all_ws) end = l;
     }
@@ -255,17 +277,21 @@ static lm_status lex_raw(lexer *L, int *line_starting) {
     size_t q = t + 2;
     if (L->s[t + 1] == '%') {
       if (q < L->n && (L->s[q] == '-' || L->s[q] == '+')) q++;
-      while (q < L->n && (L->s[q] == ' ' || L->s[q] == '\t' || L->s[q] == '\n')) q++;
+      while (q < L->n && (L->s[q] == ' ' || L->s[q] == '\t' || L->s[q] == '\n'))
+        q++;
       if (L->n - q >= 6 && memcmp(L->s + q, "endraw", 6) == 0) {
         q += 6;
-        while (q < L->n && (L->s[q] == ' ' || L->s[q] == '\t' || L->s[q] == '\n')) q++;
+        while (q < L->n && (L->s[q] == ' ' || L->s[q] == '\t' || L->s[q] == '\n'))
+          q++;
         char sign = 0;
         if (q < L->n && (L->s[q] == '-' || L->s[q] == '+')) sign = L->s[q++];
         if (q + 1 < L->n && L->s[q] == '%' && L->s[q + 1] == '}') {
           LM_TRY(emit_data(L, L->i, t, *line_starting));
           q += 2;
-          if (sign == '-') q = skip_ws(L, q);
-          else if (sign != '+' && L->o->trim_blocks && q < L->n && L->s[q] == '\n') q++;
+          if (sign == '-')
+            q = skip_ws(L, q);
+          else if (sign != '+' && L->o->trim_blocks && q < L->n && L->s[q] == '\n')
+            q++;
           *line_starting = L->s[q - 1] == '\n';
           advance(L, q);
           return LM_OK;
@@ -276,7 +302,8 @@ static lm_status lex_raw(lexer *L, int *line_starting) {
   }
 }
 
-lm_status lm_jinja_lex(lm_jarena *arena, const char *src, size_t len, const lm_jlex_opts *opts, lm_jtoks *toks) {
+lm_status lm_jinja_lex(lm_jarena *arena, const char *src, size_t len, const lm_jlex_opts *opts,
+                       lm_jtoks *toks) {
   lexer L = {arena, src, len, 0, 1, 0, toks, opts};
   int line_starting = 1;
   while (L.i < L.n) {
@@ -295,8 +322,10 @@ lm_status lm_jinja_lex(lm_jarena *arena, const char *src, size_t len, const lm_j
         }
       if (!e) return lex_err(&L, t, "unclosed comment (missing '#}')");
       size_t q = (size_t)(e - L.s) + 2;
-      if (e > L.s + body && e[-1] == '-') q = skip_ws(&L, q);
-      else if (!(e > L.s + body && e[-1] == '+') && opts->trim_blocks && q < L.n && L.s[q] == '\n') q++;
+      if (e > L.s + body && e[-1] == '-')
+        q = skip_ws(&L, q);
+      else if (!(e > L.s + body && e[-1] == '+') && opts->trim_blocks && q < L.n && L.s[q] == '\n')
+        q++;
       line_starting = L.s[q - 1] == '\n';
       advance(&L, q);
       continue;
@@ -308,12 +337,14 @@ lm_status lm_jinja_lex(lm_jarena *arena, const char *src, size_t len, const lm_j
     char sign = 0;
     LM_TRY(lex_tag(&L, is_block, &sign));
     size_t q = L.i;
-    if (sign == '-') q = skip_ws(&L, q);
-    else if (is_block && sign != '+' && opts->trim_blocks && q < L.n && L.s[q] == '\n') q++;
+    if (sign == '-')
+      q = skip_ws(&L, q);
+    else if (is_block && sign != '+' && opts->trim_blocks && q < L.n && L.s[q] == '\n')
+      q++;
     line_starting = q > 0 && L.s[q - 1] == '\n';
     advance(&L, q);
-    if (is_block && toks->n == first + 2 && toks->v[first].type == LM_JT_NAME && toks->v[first].n == 3 &&
-        memcmp(toks->v[first].s, "raw", 3) == 0) {
+    if (is_block && toks->n == first + 2 && toks->v[first].type == LM_JT_NAME &&
+        toks->v[first].n == 3 && memcmp(toks->v[first].s, "raw", 3) == 0) {
       toks->n = first - 1; /* drop {% raw %} itself */
       LM_TRY(lex_raw(&L, &line_starting));
     }

@@ -19,9 +19,11 @@ static lm_status method_err(lm_jv obj, const char *name, const char *what) {
   return LM_ERRF(LM_ERR_INVALID, "%s.%s(): %s", lm_jv_type_name(obj), name, what);
 }
 
-static lm_status str_arg(lm_jv obj, const char *m, const lm_jcall *c, size_t pos, const char *kw, const lm_jstr **out) {
+static lm_status str_arg(lm_jv obj, const char *m, const lm_jcall *c, size_t pos, const char *kw,
+                         const lm_jstr **out) {
   lm_jv v;
-  if (!lm_jcall_arg(c, pos, kw, &v) || v.kind != LM_JV_STR) return method_err(obj, m, "expects a string argument");
+  if (!lm_jcall_arg(c, pos, kw, &v) || v.kind != LM_JV_STR)
+    return method_err(obj, m, "expects a string argument");
   *out = v.u.s;
   return LM_OK;
 }
@@ -38,7 +40,8 @@ static int in_chars(uint32_t cp, const lm_jstr *chars) {
   return 0;
 }
 
-static lm_status str_strip(lm_jctx *x, const lm_jstr *s, const lm_jstr *chars, int left, int right, lm_jv *out) {
+static lm_status str_strip(lm_jctx *x, const lm_jstr *s, const lm_jstr *chars, int left, int right,
+                           lm_jv *out) {
   size_t b = 0, e = s->len;
   while (left && b < e) {
     uint32_t cp;
@@ -65,13 +68,15 @@ static lm_status push_str(lm_jctx *x, lm_jv list, const char *s, size_t n) {
 static lm_status reverse_list(lm_jctx *x, lm_jv *list) {
   lm_jv r;
   LM_TRY(lm_jv_list(x->a, list->u.l->n, &r));
-  for (size_t i = list->u.l->n; i-- > 0;) LM_TRY(lm_jv_list_push(x->a, r, list->u.l->v[i]));
+  for (size_t i = list->u.l->n; i-- > 0;)
+    LM_TRY(lm_jv_list_push(x->a, r, list->u.l->v[i]));
   *list = r;
   return LM_OK;
 }
 
 /* str.split / str.rsplit. Whitespace mode (sep None) drops empty pieces, as Python does. */
-static lm_status str_split(lm_jctx *x, const lm_jstr *s, const lm_jstr *sep, int64_t maxsplit, int from_right, lm_jv *out) {
+static lm_status str_split(lm_jctx *x, const lm_jstr *s, const lm_jstr *sep, int64_t maxsplit,
+                           int from_right, lm_jv *out) {
   LM_TRY(lm_jv_list(x->a, 0, out));
   if (sep && sep->len == 0) return LM_ERRF(LM_ERR_INVALID, "str.split(): empty separator");
   int64_t done = 0;
@@ -120,7 +125,8 @@ static lm_status str_split(lm_jctx *x, const lm_jstr *s, const lm_jstr *sep, int
   if (!from_right) {
     size_t i = 0;
     for (;;) {
-      const char *hit = (maxsplit < 0 || done < maxsplit) ? memmem(s->s + i, s->len - i, sep->s, sep->len) : NULL;
+      const char *hit =
+          (maxsplit < 0 || done < maxsplit) ? memmem(s->s + i, s->len - i, sep->s, sep->len) : NULL;
       if (!hit) return push_str(x, *out, s->s + i, s->len - i);
       LM_TRY(push_str(x, *out, s->s + i, (size_t)(hit - s->s) - i));
       i = (size_t)(hit - s->s) + sep->len;
@@ -158,7 +164,8 @@ static lm_status str_affix(lm_jv obj, const char *m, const lm_jcall *c, int suff
   if (!lm_jcall_arg(c, 0, NULL, &p)) return method_err(obj, m, "takes a prefix");
   int r = 0;
   if (p.kind == LM_JV_LIST) {
-    for (size_t i = 0; i < p.u.l->n && !r; i++) r = affix_match(obj.u.s, p.u.l->v[i], suffix);
+    for (size_t i = 0; i < p.u.l->n && !r; i++)
+      r = affix_match(obj.u.s, p.u.l->v[i], suffix);
   } else if (p.kind == LM_JV_STR) {
     r = affix_match(obj.u.s, p, suffix);
   } else {
@@ -226,13 +233,18 @@ static lm_status str_class(lm_jv obj, const char *m, lm_jv *out) {
   for (size_t i = 0; i < s->len && ok;) {
     uint32_t cp;
     i += lm_jutf8_next(s->s + i, s->len - i, &cp);
-    utf8proc_category_t cat = cp < LM_JUTF8_RAW ? utf8proc_category((utf8proc_int32_t)cp) : UTF8PROC_CATEGORY_CN;
+    utf8proc_category_t cat =
+        cp < LM_JUTF8_RAW ? utf8proc_category((utf8proc_int32_t)cp) : UTF8PROC_CATEGORY_CN;
     int alpha = cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
     int digit = cat == UTF8PROC_CATEGORY_ND;
-    if (!strcmp(m, "isdigit")) ok = digit;
-    else if (!strcmp(m, "isalpha")) ok = alpha;
-    else if (!strcmp(m, "isalnum")) ok = alpha || digit || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
-    else ok = lm_py_isspace(cp);
+    if (!strcmp(m, "isdigit"))
+      ok = digit;
+    else if (!strcmp(m, "isalpha"))
+      ok = alpha;
+    else if (!strcmp(m, "isalnum"))
+      ok = alpha || digit || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
+    else
+      ok = lm_py_isspace(cp);
   }
   *out = lm_jv_bool(ok);
   return LM_OK;
@@ -267,7 +279,8 @@ static lm_status str_format(lm_jctx *x, lm_jv obj, const lm_jcall *c, lm_jv *out
     size_t fl = (size_t)(close - (s->s + i + 1));
     const char *f = s->s + i + 1;
     if (memchr(f, ':', fl) || memchr(f, '!', fl) || memchr(f, '[', fl) || memchr(f, '.', fl)) {
-      st = LM_ERRF(LM_ERR_UNSUPPORTED, "str.format(): format specs and field access are not supported");
+      st = LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "str.format(): format specs and field access are not supported");
       break;
     }
     lm_jv v = lm_jv_undef();
@@ -277,7 +290,8 @@ static lm_status str_format(lm_jctx *x, lm_jv obj, const lm_jcall *c, lm_jv *out
       if (idx < c->nargs) v = c->args[idx], found = 1;
     } else {
       for (size_t k = 0; k < c->nkw && !found; k++)
-        if (strlen(c->kwnames[k]) == fl && !memcmp(c->kwnames[k], f, fl)) v = c->kwvals[k], found = 1;
+        if (strlen(c->kwnames[k]) == fl && !memcmp(c->kwnames[k], f, fl))
+          v = c->kwvals[k], found = 1;
     }
     if (!found) {
       st = method_err(obj, "format", "missing argument for a replacement field");
@@ -296,19 +310,22 @@ static lm_status via_filter(lm_jctx *x, const char *filter, lm_jv obj, lm_jv *ou
   return lm_jinja_apply_filter(x, lm_jinja_filter_id(filter), obj, &none, out);
 }
 
-static lm_status str_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcall *c, lm_jv *out, int *found) {
+static lm_status str_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcall *c, lm_jv *out,
+                            int *found) {
   const lm_jstr *s = obj.u.s;
   lm_jv a0 = lm_jv_none(), a1 = lm_jv_int(-1);
   *found = 1;
   if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
     lm_jcall_arg(c, 0, "chars", &a0);
-    if (a0.kind != LM_JV_NONE && a0.kind != LM_JV_STR) return method_err(obj, m, "arg must be None or str");
+    if (a0.kind != LM_JV_NONE && a0.kind != LM_JV_STR)
+      return method_err(obj, m, "arg must be None or str");
     return str_strip(x, s, a0.kind == LM_JV_STR ? a0.u.s : NULL, m[0] != 'r', m[0] != 'l', out);
   }
   if (!strcmp(m, "split") || !strcmp(m, "rsplit")) {
     lm_jcall_arg(c, 0, "sep", &a0);
     lm_jcall_arg(c, 1, "maxsplit", &a1);
-    if ((a0.kind != LM_JV_NONE && a0.kind != LM_JV_STR) || !is_int(a1)) return method_err(obj, m, "bad arguments");
+    if ((a0.kind != LM_JV_NONE && a0.kind != LM_JV_STR) || !is_int(a1))
+      return method_err(obj, m, "bad arguments");
     return str_split(x, s, a0.kind == LM_JV_STR ? a0.u.s : NULL, ival(a1), m[0] == 'r', out);
   }
   if (!strcmp(m, "splitlines")) {
@@ -316,7 +333,8 @@ static lm_status str_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcall
     lm_jcall_arg(c, 0, "keepends", &keep);
     return lm_jinja_splitlines(x, s, lm_jv_truthy(keep), out);
   }
-  if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) return str_affix(obj, m, c, m[0] == 'e', out);
+  if (!strcmp(m, "startswith") || !strcmp(m, "endswith"))
+    return str_affix(obj, m, c, m[0] == 'e', out);
   if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize"))
     return via_filter(x, m, obj, out);
   if (!strcmp(m, "replace")) {
@@ -331,7 +349,8 @@ static lm_status str_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcall
   if (!strcmp(m, "count")) return str_count(obj, c, out);
   if (!strcmp(m, "join")) return str_join(x, obj, c, out);
   if (!strcmp(m, "format")) return str_format(x, obj, c, out);
-  if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isalnum") || !strcmp(m, "isspace"))
+  if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isalnum") ||
+      !strcmp(m, "isspace"))
     return str_class(obj, m, out);
   if (!strcmp(m, "islower") || !strcmp(m, "isupper")) {
     int r;
@@ -356,7 +375,8 @@ static lm_status str_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcall
 
 /* ---- dict, list, loop ----------------------------------------------------------------------- */
 
-static lm_status dict_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcall *c, lm_jv *out, int *found) {
+static lm_status dict_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcall *c, lm_jv *out,
+                             int *found) {
   const lm_jdict *d = obj.u.d;
   *found = 1;
   if (!strcmp(m, "get")) {
@@ -366,10 +386,12 @@ static lm_status dict_method(lm_jctx *x, lm_jv obj, const char *m, const lm_jcal
     if (!lm_jv_dict_get(obj, key, out)) *out = def;
     return LM_OK;
   }
-  if (!strcmp(m, "items")) return lm_jinja_apply_filter(x, lm_jinja_filter_id("items"), obj, c, out);
+  if (!strcmp(m, "items"))
+    return lm_jinja_apply_filter(x, lm_jinja_filter_id("items"), obj, c, out);
   if (!strcmp(m, "keys") || !strcmp(m, "values")) {
     LM_TRY(lm_jv_list(x->a, d->n, out));
-    for (size_t i = 0; i < d->n; i++) LM_TRY(lm_jv_list_push(x->a, *out, m[0] == 'k' ? d->k[i] : d->v[i]));
+    for (size_t i = 0; i < d->n; i++)
+      LM_TRY(lm_jv_list_push(x->a, *out, m[0] == 'k' ? d->k[i] : d->v[i]));
     return LM_OK;
   }
   *found = 0;
@@ -399,7 +421,8 @@ static lm_status list_method(lm_jv obj, const char *m, const lm_jcall *c, lm_jv 
   return LM_OK;
 }
 
-lm_status lm_jinja_call_method(lm_jctx *x, lm_jv obj, const char *name, const lm_jcall *c, lm_jv *out, int *found) {
+lm_status lm_jinja_call_method(lm_jctx *x, lm_jv obj, const char *name, const lm_jcall *c,
+                               lm_jv *out, int *found) {
   *found = 0;
   switch (obj.kind) {
   case LM_JV_STR: return str_method(x, obj, name, c, out, found);
@@ -418,14 +441,15 @@ lm_status lm_jinja_call_method(lm_jctx *x, lm_jv obj, const char *name, const lm
 
 /* ---- globals -------------------------------------------------------------------------------- */
 
-const char *const lm_jinja_global_names[LM_JFN_COUNT] = {"", "range", "namespace", "dict", "raise_exception",
-                                                         "strftime_now"};
+const char *const lm_jinja_global_names[LM_JFN_COUNT] = {"",     "range",           "namespace",
+                                                         "dict", "raise_exception", "strftime_now"};
 
 static lm_status g_range(lm_jctx *x, const lm_jcall *c, lm_jv *out) {
   int64_t start = 0, stop, stepv = 1;
   for (size_t i = 0; i < c->nargs; i++)
     if (!is_int(c->args[i])) return LM_ERRF(LM_ERR_INVALID, "range(): arguments must be integers");
-  if (c->nargs == 1) stop = ival(c->args[0]);
+  if (c->nargs == 1)
+    stop = ival(c->args[0]);
   else if (c->nargs == 2 || c->nargs == 3) {
     start = ival(c->args[0]), stop = ival(c->args[1]);
     if (c->nargs == 3) stepv = ival(c->args[2]);
@@ -433,8 +457,10 @@ static lm_status g_range(lm_jctx *x, const lm_jcall *c, lm_jv *out) {
     return LM_ERRF(LM_ERR_INVALID, "range() takes 1 to 3 arguments");
   }
   if (stepv == 0) return LM_ERRF(LM_ERR_INVALID, "range() arg 3 must not be zero");
-  double count = stepv > 0 ? ((double)stop - (double)start) / (double)stepv : ((double)start - (double)stop) / (double)-stepv;
-  if (count > (double)x->lim.max_steps) return LM_ERRF(LM_ERR_INVALID, "range() longer than the step limit");
+  double count = stepv > 0 ? ((double)stop - (double)start) / (double)stepv
+                           : ((double)start - (double)stop) / (double)-stepv;
+  if (count > (double)x->lim.max_steps)
+    return LM_ERRF(LM_ERR_INVALID, "range() longer than the step limit");
   LM_TRY(lm_jv_list(x->a, count > 0 ? (size_t)count + 1 : 0, out));
   for (int64_t i = start; stepv > 0 ? i < stop : i > stop; i += stepv) {
     LM_TRY(lm_jv_list_push(x->a, *out, lm_jv_int(i)));
@@ -446,12 +472,15 @@ static lm_status g_range(lm_jctx *x, const lm_jcall *c, lm_jv *out) {
 /* namespace(...) and dict(...): an optional mapping, then keyword arguments. */
 static lm_status g_mapping(lm_jctx *x, const lm_jcall *c, int ns, lm_jv *out) {
   LM_TRY(lm_jv_dict(x->a, c->nkw, out));
-  if (c->nargs > 1) return LM_ERRF(LM_ERR_INVALID, "%s() takes at most one positional argument", ns ? "namespace" : "dict");
+  if (c->nargs > 1)
+    return LM_ERRF(LM_ERR_INVALID, "%s() takes at most one positional argument",
+                   ns ? "namespace" : "dict");
   if (c->nargs == 1) {
     lm_jv m = c->args[0];
     if (m.kind != LM_JV_DICT && m.kind != LM_JV_NS)
       return LM_ERRF(LM_ERR_INVALID, "%s(): argument must be a mapping", ns ? "namespace" : "dict");
-    for (size_t i = 0; i < m.u.d->n; i++) LM_TRY(lm_jv_dict_set(x->a, *out, m.u.d->k[i], m.u.d->v[i]));
+    for (size_t i = 0; i < m.u.d->n; i++)
+      LM_TRY(lm_jv_dict_set(x->a, *out, m.u.d->k[i], m.u.d->v[i]));
   }
   for (size_t i = 0; i < c->nkw; i++) {
     lm_jv k;
@@ -464,13 +493,15 @@ static lm_status g_mapping(lm_jctx *x, const lm_jcall *c, int ns, lm_jv *out) {
 
 static lm_status g_strftime(lm_jctx *x, const lm_jcall *c, lm_jv *out) {
   lm_jv fmt;
-  if (!lm_jcall_arg(c, 0, NULL, &fmt) || fmt.kind != LM_JV_STR) return LM_ERRF(LM_ERR_INVALID, "strftime_now() needs a format");
+  if (!lm_jcall_arg(c, 0, NULL, &fmt) || fmt.kind != LM_JV_STR)
+    return LM_ERRF(LM_ERR_INVALID, "strftime_now() needs a format");
   time_t now = time(NULL);
   struct tm tmv;
   localtime_r(&now, &tmv);
   char buf[512];
   size_t n = fmt.u.s->len ? strftime(buf, sizeof buf, fmt.u.s->s, &tmv) : 0;
-  if (n == 0 && fmt.u.s->len) return LM_ERRF(LM_ERR_INVALID, "strftime_now(): result empty or longer than 512 bytes");
+  if (n == 0 && fmt.u.s->len)
+    return LM_ERRF(LM_ERR_INVALID, "strftime_now(): result empty or longer than 512 bytes");
   return lm_jv_str(x->a, buf, n, out);
 }
 
@@ -504,17 +535,23 @@ static lm_status fmt_one(lm_jbuf *b, char conv, const char *flags, int width, in
     size_t len = t.len;
     if (s == LM_OK && prec >= 0) len = lm_jutf8_offset(t.data ? t.data : "", t.len, (size_t)prec);
     int cps = (int)lm_jutf8_count(t.data ? t.data : "", len), left = strchr(flags, '-') != NULL;
-    for (int i = cps; s == LM_OK && !left && i < width; i++) s = lm_jbuf_putc(b, ' ');
+    for (int i = cps; s == LM_OK && !left && i < width; i++)
+      s = lm_jbuf_putc(b, ' ');
     if (s == LM_OK) s = lm_jbuf_put(b, t.data ? t.data : "", len);
-    for (int i = cps; s == LM_OK && left && i < width; i++) s = lm_jbuf_putc(b, ' ');
+    for (int i = cps; s == LM_OK && left && i < width; i++)
+      s = lm_jbuf_putc(b, ' ');
     lm_jbuf_free(&t);
     return s;
   }
   if (strchr("dioxXc", conv)) {
     int64_t iv;
-    if (is_int(v)) iv = ival(v);
-    else if (v.kind == LM_JV_FLOAT && conv != 'c' && v.u.f > -9.2e18 && v.u.f < 9.2e18) iv = (int64_t)v.u.f;
-    else return LM_ERRF(LM_ERR_INVALID, "%%%c format: a number is required, not %s", conv, lm_jv_type_name(v));
+    if (is_int(v))
+      iv = ival(v);
+    else if (v.kind == LM_JV_FLOAT && conv != 'c' && v.u.f > -9.2e18 && v.u.f < 9.2e18)
+      iv = (int64_t)v.u.f;
+    else
+      return LM_ERRF(LM_ERR_INVALID, "%%%c format: a number is required, not %s", conv,
+                     lm_jv_type_name(v));
     if (conv == 'c') {
       char enc[4];
       return iv >= 0 && iv <= 0x10FFFF ? lm_jbuf_put(b, enc, lm_jutf8_put((uint32_t)iv, enc))
@@ -524,7 +561,8 @@ static lm_status fmt_one(lm_jbuf *b, char conv, const char *flags, int width, in
     n = snprintf(tmp, sizeof tmp, spec, width, prec < 0 ? 1 : prec, (long long)iv);
   } else if (strchr("eEfFgG", conv)) {
     if (!is_int(v) && v.kind != LM_JV_FLOAT)
-      return LM_ERRF(LM_ERR_INVALID, "%%%c format: a real number is required, not %s", conv, lm_jv_type_name(v));
+      return LM_ERRF(LM_ERR_INVALID, "%%%c format: a real number is required, not %s", conv,
+                     lm_jv_type_name(v));
     double f = v.kind == LM_JV_FLOAT ? v.u.f : (double)ival(v);
     snprintf(spec, sizeof spec, "%%%s*.*%c", flags, conv);
     n = snprintf(tmp, sizeof tmp, spec, width, prec < 0 ? 6 : prec, f);
@@ -569,13 +607,16 @@ lm_status lm_jinja_percent_format(lm_jctx *x, lm_jv fmt, lm_jv args, lm_jv *out)
     }
     char flags[8];
     size_t nf = 0;
-    while (i < f->len && strchr("-+ #0", f->s[i]) && nf < sizeof flags - 1) flags[nf++] = f->s[i++];
+    while (i < f->len && strchr("-+ #0", f->s[i]) && nf < sizeof flags - 1)
+      flags[nf++] = f->s[i++];
     flags[nf] = '\0';
     int width = 0, prec = -1;
-    while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && width < 10000) width = width * 10 + (f->s[i++] - '0');
+    while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && width < 10000)
+      width = width * 10 + (f->s[i++] - '0');
     if (i < f->len && f->s[i] == '.') {
       prec = 0;
-      for (i++; i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && prec < 10000; i++) prec = prec * 10 + (f->s[i] - '0');
+      for (i++; i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && prec < 10000; i++)
+        prec = prec * 10 + (f->s[i] - '0');
     }
     if (i >= f->len) {
       s = LM_ERRF(LM_ERR_INVALID, "incomplete format");
@@ -604,7 +645,8 @@ lm_status lm_jinja_percent_format(lm_jctx *x, lm_jv fmt, lm_jv args, lm_jv *out)
     }
     s = fmt_one(&b, conv, flags, width, prec, v);
   }
-  if (s == LM_OK && is_tuple && argi < args.u.l->n) s = LM_ERRF(LM_ERR_INVALID, "not all arguments converted during string formatting");
+  if (s == LM_OK && is_tuple && argi < args.u.l->n)
+    s = LM_ERRF(LM_ERR_INVALID, "not all arguments converted during string formatting");
   if (s == LM_OK) s = lm_jv_str(x->a, b.data ? b.data : "", b.len, out);
   lm_jbuf_free(&b);
   return s;

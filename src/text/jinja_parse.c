@@ -2,9 +2,10 @@
  *
  * Precedence, loosest first (jinja2 3.1 parser.py): `x if c else y`, or, and, not, comparisons and
  * `in`/`not in`, + -, ~, * / // %, **, unary - +, then postfix (.attr, [item], [a:b:c], call) with
- * filters `|f` and tests `is t` binding tightest. So `a | trim | length > 0` is `(a|trim|length) > 0`
- * and `x ~ y | upper` upper-cases only y. Filters and tests are resolved here, so an unknown one fails
- * when the template loads, as in jinja2. Nesting is capped so hostile input cannot exhaust the stack. */
+ * filters `|f` and tests `is t` binding tightest. So `a | trim | length > 0` is `(a|trim|length) >
+ * 0` and `x ~ y | upper` upper-cases only y. Filters and tests are resolved here, so an unknown one
+ * fails when the template loads, as in jinja2. Nesting is capped so hostile input cannot exhaust
+ * the stack. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,12 +29,15 @@ typedef struct nvec {
 } nvec;
 
 static const lm_jtok *cur(const parser *P) { return &P->t[P->i]; }
-static const lm_jtok *peek(const parser *P, size_t k) { return &P->t[P->i + k < P->n ? P->i + k : P->n - 1]; }
+static const lm_jtok *peek(const parser *P, size_t k) {
+  return &P->t[P->i + k < P->n ? P->i + k : P->n - 1];
+}
 
 static lm_status perr(const parser *P, const lm_jtok *t, const char *fmt, const char *arg) {
   char msg[256];
   snprintf(msg, sizeof msg, fmt, arg ? arg : "");
-  return LM_ERRF(LM_ERR_CORRUPT, "template syntax error at line %d col %d: %s", t->line, t->col, msg);
+  return LM_ERRF(LM_ERR_CORRUPT, "template syntax error at line %d col %d: %s", t->line, t->col,
+                 msg);
 }
 
 static int is_op(const lm_jtok *t, const char *op) {
@@ -137,7 +141,8 @@ static lm_status parse_tuple(parser *P, int with_cond, int explicit_parens, lm_j
 static lm_status parse_unary(parser *P, int with_filter, lm_jnode **out);
 
 static lm_status enter(parser *P) {
-  if (++P->depth > LM_JPARSE_MAX_DEPTH) return perr(P, cur(P), "expression nested too deeply%s", NULL);
+  if (++P->depth > LM_JPARSE_MAX_DEPTH)
+    return perr(P, cur(P), "expression nested too deeply%s", NULL);
   return LM_OK;
 }
 
@@ -199,9 +204,12 @@ static lm_status parse_primary(parser *P, lm_jnode **out) {
   const lm_jtok *t = cur(P);
   if (t->type == LM_JT_NAME) {
     LM_TRY(new_node(P, LM_JN_LIT, t, out));
-    if (is_name(t, "true") || is_name(t, "True")) (*out)->lit = lm_jv_bool(1);
-    else if (is_name(t, "false") || is_name(t, "False")) (*out)->lit = lm_jv_bool(0);
-    else if (is_name(t, "none") || is_name(t, "None")) (*out)->lit = lm_jv_none();
+    if (is_name(t, "true") || is_name(t, "True"))
+      (*out)->lit = lm_jv_bool(1);
+    else if (is_name(t, "false") || is_name(t, "False"))
+      (*out)->lit = lm_jv_bool(0);
+    else if (is_name(t, "none") || is_name(t, "None"))
+      (*out)->lit = lm_jv_none();
     else {
       (*out)->type = LM_JN_NAME;
       LM_TRY(tok_name(P, t, &(*out)->name));
@@ -245,7 +253,8 @@ static lm_status parse_primary(parser *P, lm_jnode **out) {
   }
   if (t->type == LM_JT_EOF || t->type == LM_JT_VAR_END || t->type == LM_JT_BLOCK_END)
     return perr(P, t, "expected an expression%s", NULL);
-  return perr(P, t, "unexpected token '%s'", t->type == LM_JT_OP ? (is_op(t, "}") ? "}" : t->s) : "?");
+  return perr(P, t, "unexpected token '%s'",
+              t->type == LM_JT_OP ? (is_op(t, "}") ? "}" : t->s) : "?");
 }
 
 /* Inside [ ]: an index or a slice a:b:c (each part optional). */
@@ -307,11 +316,12 @@ static lm_status parse_filter(parser *P, lm_jnode *operand, lm_jnode **out) {
   lm_jnode *n;
   LM_TRY(new_node(P, LM_JN_FILTER, t, &n));
   LM_TRY(expect_name(P, &n->name));
-  while (is_op(cur(P), ".") && peek(P, 1)->type == LM_JT_NAME) P->i += 2; /* dotted names: unknown anyway */
+  while (is_op(cur(P), ".") && peek(P, 1)->type == LM_JT_NAME)
+    P->i += 2; /* dotted names: unknown anyway */
   n->op = lm_jinja_filter_id(n->name);
   if (n->op < 0)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "template error at line %d col %d: unknown filter '%s'", t->line, t->col,
-                   n->name);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "template error at line %d col %d: unknown filter '%s'",
+                   t->line, t->col, n->name);
   n->a = operand;
   if (accept_op(P, "(")) LM_TRY(parse_args(P, n));
   *out = n;
@@ -326,13 +336,14 @@ static lm_status parse_test(parser *P, lm_jnode *operand, lm_jnode **out) {
   LM_TRY(expect_name(P, &n->name));
   n->op = lm_jinja_test_id(n->name);
   if (n->op < 0)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "template error at line %d col %d: unknown test '%s'", t->line, t->col, n->name);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "template error at line %d col %d: unknown test '%s'",
+                   t->line, t->col, n->name);
   n->a = operand;
   const lm_jtok *c = cur(P);
   if (accept_op(P, "(")) {
     LM_TRY(parse_args(P, n));
-  } else if ((c->type == LM_JT_NAME || c->type == LM_JT_STRING || c->type == LM_JT_INT || c->type == LM_JT_FLOAT ||
-              is_op(c, "(") || is_op(c, "[") || is_op(c, "{")) &&
+  } else if ((c->type == LM_JT_NAME || c->type == LM_JT_STRING || c->type == LM_JT_INT ||
+              c->type == LM_JT_FLOAT || is_op(c, "(") || is_op(c, "[") || is_op(c, "{")) &&
              !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and") && !is_name(c, "if") &&
              !is_name(c, "is")) {
     /* `x is divisibleby 3`, `x is sameas none`: one bare argument */
@@ -384,7 +395,8 @@ static lm_status parse_unary(parser *P, int with_filter, lm_jnode **out) {
   return LM_OK;
 }
 
-static lm_status binop(parser *P, const lm_jtok *at, int type, int op, lm_jnode *a, lm_jnode *b, lm_jnode **out) {
+static lm_status binop(parser *P, const lm_jtok *at, int type, int op, lm_jnode *a, lm_jnode *b,
+                       lm_jnode **out) {
   LM_TRY(new_node(P, (lm_jnode_type)type, at, out));
   (*out)->op = op;
   (*out)->a = a;
@@ -408,8 +420,11 @@ static lm_status parse_math2(parser *P, lm_jnode **out) {
   LM_TRY(parse_pow(P, out));
   for (;;) {
     const lm_jtok *t = cur(P);
-    int op = is_op(t, "*") ? LM_JOP_MUL : is_op(t, "/") ? LM_JOP_DIV : is_op(t, "//") ? LM_JOP_FLOORDIV
-             : is_op(t, "%") ? LM_JOP_MOD : 0;
+    int op = is_op(t, "*")    ? LM_JOP_MUL
+             : is_op(t, "/")  ? LM_JOP_DIV
+             : is_op(t, "//") ? LM_JOP_FLOORDIV
+             : is_op(t, "%")  ? LM_JOP_MOD
+                              : 0;
     if (!op) return LM_OK;
     P->i++;
     lm_jnode *r;
@@ -445,9 +460,14 @@ static lm_status parse_math1(parser *P, lm_jnode **out) {
 
 static int cmp_op(parser *P) {
   const lm_jtok *t = cur(P);
-  int op = is_op(t, "==") ? LM_JOP_EQ : is_op(t, "!=") ? LM_JOP_NE : is_op(t, "<") ? LM_JOP_LT
-           : is_op(t, "<=") ? LM_JOP_LE : is_op(t, ">") ? LM_JOP_GT : is_op(t, ">=") ? LM_JOP_GE
-           : is_name(t, "in") ? LM_JOP_IN : 0;
+  int op = is_op(t, "==")     ? LM_JOP_EQ
+           : is_op(t, "!=")   ? LM_JOP_NE
+           : is_op(t, "<")    ? LM_JOP_LT
+           : is_op(t, "<=")   ? LM_JOP_LE
+           : is_op(t, ">")    ? LM_JOP_GT
+           : is_op(t, ">=")   ? LM_JOP_GE
+           : is_name(t, "in") ? LM_JOP_IN
+                              : 0;
   if (op) {
     P->i++;
   } else if (is_name(t, "not") && is_name(peek(P, 1), "in")) {
@@ -467,9 +487,12 @@ static lm_status parse_compare(parser *P, lm_jnode **out) {
     if (!op) break;
     lm_jnode *r, *c;
     LM_TRY(parse_math1(P, &r));
-    LM_TRY(binop(P, t, op == LM_JOP_IN || op == LM_JOP_NOTIN ? LM_JN_BINOP : LM_JN_CMP, op, left, r, &c));
-    if (chain) LM_TRY(binop(P, t, LM_JN_AND, 0, chain, c, &chain));
-    else chain = c;
+    LM_TRY(binop(P, t, op == LM_JOP_IN || op == LM_JOP_NOTIN ? LM_JN_BINOP : LM_JN_CMP, op, left, r,
+                 &c));
+    if (chain)
+      LM_TRY(binop(P, t, LM_JN_AND, 0, chain, c, &chain));
+    else
+      chain = c;
     left = r;
   }
   if (chain) *out = chain;
@@ -532,8 +555,9 @@ static lm_status parse_expr(parser *P, int with_cond, lm_jnode **out) {
 
 static int tuple_ends(const parser *P) {
   const lm_jtok *t = cur(P);
-  return t->type == LM_JT_VAR_END || t->type == LM_JT_BLOCK_END || t->type == LM_JT_EOF || is_op(t, ")") ||
-         is_op(t, "=") || is_name(t, "in") || is_name(t, "if") || is_name(t, "recursive");
+  return t->type == LM_JT_VAR_END || t->type == LM_JT_BLOCK_END || t->type == LM_JT_EOF ||
+         is_op(t, ")") || is_op(t, "=") || is_name(t, "in") || is_name(t, "if") ||
+         is_name(t, "recursive");
 }
 
 /* a, b, c  ->  a tuple; a single expression without a trailing comma stays itself. */
@@ -549,9 +573,11 @@ static lm_status parse_tuple(parser *P, int with_cond, int explicit_parens, lm_j
     }
     if (tuple_ends(P)) break;
     lm_jnode *e;
-    if ((s = parse_expr(P, with_cond, &e)) != LM_OK || (s = nvec_push(&items, e, NULL)) != LM_OK) break;
+    if ((s = parse_expr(P, with_cond, &e)) != LM_OK || (s = nvec_push(&items, e, NULL)) != LM_OK)
+      break;
   }
-  if (s == LM_OK && items.n == 0 && !explicit_parens) s = perr(P, at, "expected an expression%s", NULL);
+  if (s == LM_OK && items.n == 0 && !explicit_parens)
+    s = perr(P, at, "expected an expression%s", NULL);
   if (s != LM_OK) {
     nvec_free(&items);
     return s;
@@ -572,11 +598,15 @@ static lm_status parse_target(parser *P, int allow_attr, lm_jnode **out) {
   lm_status s = LM_OK;
   do {
     lm_jnode *n;
-    if ((s = new_node(P, LM_JN_NAME, cur(P), &n)) != LM_OK || (s = expect_name(P, &n->name)) != LM_OK) break;
+    if ((s = new_node(P, LM_JN_NAME, cur(P), &n)) != LM_OK ||
+        (s = expect_name(P, &n->name)) != LM_OK)
+      break;
     if (allow_attr && items.n == 0 && is_op(cur(P), ".")) {
       P->i++;
       lm_jnode *attr;
-      if ((s = new_node(P, LM_JN_ATTR, cur(P), &attr)) != LM_OK || (s = expect_name(P, &attr->name)) != LM_OK) break;
+      if ((s = new_node(P, LM_JN_ATTR, cur(P), &attr)) != LM_OK ||
+          (s = expect_name(P, &attr->name)) != LM_OK)
+        break;
       attr->a = n;
       *out = attr;
       nvec_free(&items);
@@ -599,8 +629,8 @@ static lm_status parse_target(parser *P, int allow_attr, lm_jnode **out) {
 
 /* ---- statements ----------------------------------------------------------------------------- */
 
-/* Parses statements until a block tag named in `ends` (NULL-terminated); leaves P after that name and
- * sets *which to its index. With ends == NULL, parses to the end of the template. */
+/* Parses statements until a block tag named in `ends` (NULL-terminated); leaves P after that name
+ * and sets *which to its index. With ends == NULL, parses to the end of the template. */
 static lm_status parse_body(parser *P, const char *const *ends, lm_jnodes *out, int *which);
 
 static lm_status parse_if(parser *P, const lm_jtok *at, lm_jnode **out) {
@@ -633,7 +663,8 @@ static lm_status parse_for(parser *P, const lm_jtok *at, lm_jnode **out) {
   LM_TRY(parse_target(P, 0, &(*out)->a));
   if (!accept_name(P, "in")) return perr(P, cur(P), "expected 'in'%s", NULL);
   LM_TRY(parse_tuple(P, 0, 0, &(*out)->b));
-  if (is_name(cur(P), "recursive")) return perr(P, cur(P), "recursive for loops are not supported%s", NULL);
+  if (is_name(cur(P), "recursive"))
+    return perr(P, cur(P), "recursive for loops are not supported%s", NULL);
   if (accept_name(P, "if")) LM_TRY(parse_expr(P, 1, &(*out)->c));
   LM_TRY(expect_block_end(P));
   int which;
@@ -649,7 +680,8 @@ static lm_status parse_for(parser *P, const lm_jtok *at, lm_jnode **out) {
 
 static lm_status parse_filter_chain(parser *P, lm_jnode *leaf, lm_jnode **out) {
   *out = leaf;
-  do LM_TRY(parse_filter(P, *out, out));
+  do
+    LM_TRY(parse_filter(P, *out, out));
   while (accept_op(P, "|"));
   return LM_OK;
 }
@@ -682,9 +714,13 @@ static lm_status parse_params(parser *P, lm_jnode *node) {
       if (names.n && (s = expect_op(P, ",")) != LM_OK) break;
       if (is_op(cur(P), ")")) break;
       lm_jnode *n, *def = NULL;
-      if ((s = new_node(P, LM_JN_NAME, cur(P), &n)) != LM_OK || (s = expect_name(P, &n->name)) != LM_OK) break;
-      if (accept_op(P, "=")) s = parse_expr(P, 1, &def);
-      else if (defs.n && defs.v[defs.n - 1]) s = perr(P, cur(P), "parameter without a default after one with%s", NULL);
+      if ((s = new_node(P, LM_JN_NAME, cur(P), &n)) != LM_OK ||
+          (s = expect_name(P, &n->name)) != LM_OK)
+        break;
+      if (accept_op(P, "="))
+        s = parse_expr(P, 1, &def);
+      else if (defs.n && defs.v[defs.n - 1])
+        s = perr(P, cur(P), "parameter without a default after one with%s", NULL);
       if (s == LM_OK) s = nvec_push(&names, n, NULL);
       if (s == LM_OK) s = nvec_push(&defs, def, NULL);
     }
@@ -755,10 +791,11 @@ static lm_status parse_statement(parser *P, lm_jnode **out) {
   }
   char name[64];
   snprintf(name, sizeof name, "%.*s", (int)(at->n < 60 ? at->n : 60), at->s);
-  if (is_name(at, "include") || is_name(at, "import") || is_name(at, "from") || is_name(at, "extends") ||
-      is_name(at, "block") || is_name(at, "do") || is_name(at, "with"))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "template error at line %d col %d: tag '%s' is not supported", at->line,
-                   at->col, name);
+  if (is_name(at, "include") || is_name(at, "import") || is_name(at, "from") ||
+      is_name(at, "extends") || is_name(at, "block") || is_name(at, "do") || is_name(at, "with"))
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "template error at line %d col %d: tag '%s' is not supported", at->line, at->col,
+                   name);
   return perr(P, at, "unknown tag '%s'", name);
 }
 
@@ -772,7 +809,8 @@ static lm_status parse_body(parser *P, const char *const *ends, lm_jnodes *out, 
     if (t->type == LM_JT_EOF) {
       if (ends) {
         const char *last = ends[0];
-        for (int k = 0; ends[k]; k++) last = ends[k];
+        for (int k = 0; ends[k]; k++)
+          last = ends[k];
         s = perr(P, t, "unexpected end of template, expected '{%% %s %%}'", last);
       }
       break;
@@ -813,8 +851,8 @@ static lm_status parse_body(parser *P, const char *const *ends, lm_jnodes *out, 
 
 /* ---- entry ---------------------------------------------------------------------------------- */
 
-/* jinja2 reads the source through str.splitlines(): \r\n and \r become \n, and (keep_trailing_newline
- * being false) one final newline is dropped. */
+/* jinja2 reads the source through str.splitlines(): \r\n and \r become \n, and
+ * (keep_trailing_newline being false) one final newline is dropped. */
 static lm_status normalize_source(const char *src, size_t len, char **out, size_t *out_len) {
   char *d = malloc(len + 1);
   if (!d) return LM_ERRF(LM_ERR_NOMEM, "out of memory (template source)");
@@ -834,7 +872,8 @@ static lm_status normalize_source(const char *src, size_t len, char **out, size_
   return LM_OK;
 }
 
-lm_status lm_jinja_compile(const char *src, size_t len, const lm_jinja_options *opts, lm_jinja_template **out) {
+lm_status lm_jinja_compile(const char *src, size_t len, const lm_jinja_options *opts,
+                           lm_jinja_template **out) {
   *out = NULL;
   lm_jinja_options def = lm_jinja_options_hf();
   if (!opts) opts = &def;

@@ -175,7 +175,10 @@ size_t lm_jutf8_incomplete_tail(const char *s, size_t n) {
   for (size_t k = 1; k <= 3 && k <= n; k++) {
     unsigned char c = (unsigned char)s[n - k];
     if ((c & 0xC0) == 0x80) continue;
-    size_t need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 1;
+    size_t need = c >= 0xF0 && c <= 0xF4   ? 4
+                  : c >= 0xE0 && c <= 0xEF ? 3
+                  : c >= 0xC2 && c <= 0xDF ? 2
+                                           : 1;
     if (need <= k) return 0;
     for (size_t i = n - k + 1; i < n; i++)
       if (((unsigned char)s[i] & 0xC0) != 0x80) return 0;
@@ -190,8 +193,14 @@ int lm_py_isspace(uint32_t cp) {
   /* CPython's _PyUnicode_IsWhitespace: bidi class WS/B/S or category Zs. */
   if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F);
   switch (cp) {
-  case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-    return 1;
+  case 0x85:
+  case 0xA0:
+  case 0x1680:
+  case 0x2028:
+  case 0x2029:
+  case 0x202F:
+  case 0x205F:
+  case 0x3000: return 1;
   default: return cp >= 0x2000 && cp <= 0x200A;
   }
 }
@@ -200,10 +209,14 @@ int lm_py_isprintable(uint32_t cp) {
   if (cp == ' ') return 1;
   if (cp >= LM_JUTF8_RAW) return 0;
   switch (utf8proc_category((utf8proc_int32_t)cp)) {
-  case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
-  case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL:
-  case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
-    return 0;
+  case UTF8PROC_CATEGORY_CC:
+  case UTF8PROC_CATEGORY_CF:
+  case UTF8PROC_CATEGORY_CS:
+  case UTF8PROC_CATEGORY_CO:
+  case UTF8PROC_CATEGORY_CN:
+  case UTF8PROC_CATEGORY_ZL:
+  case UTF8PROC_CATEGORY_ZP:
+  case UTF8PROC_CATEGORY_ZS: return 0;
   default: return 1;
   }
 }
@@ -259,11 +272,13 @@ size_t lm_py_float_repr(double x, char *out) {
   if (decpt > -4 && decpt <= 16) { /* float_repr_style 'r': fixed notation in this window */
     if (decpt <= 0) {
       out[o++] = '0', out[o++] = '.';
-      for (int i = 0; i < -decpt; i++) out[o++] = '0';
+      for (int i = 0; i < -decpt; i++)
+        out[o++] = '0';
       memcpy(out + o, digits, nd), o += nd;
     } else if ((size_t)decpt >= nd) {
       memcpy(out + o, digits, nd), o += nd;
-      for (size_t i = nd; i < (size_t)decpt; i++) out[o++] = '0';
+      for (size_t i = nd; i < (size_t)decpt; i++)
+        out[o++] = '0';
       out[o++] = '.', out[o++] = '0';
     } else {
       memcpy(out + o, digits, (size_t)decpt), o += (size_t)decpt;
@@ -289,7 +304,8 @@ lm_status lm_jbuf_put_case(lm_jbuf *b, const char *s, size_t n, int upper) {
     uint32_t cp;
     size_t k = lm_jutf8_next(s + i, n - i, &cp);
     if (cp < LM_JUTF8_RAW)
-      cp = (uint32_t)(upper ? utf8proc_toupper((utf8proc_int32_t)cp) : utf8proc_tolower((utf8proc_int32_t)cp));
+      cp = (uint32_t)(upper ? utf8proc_toupper((utf8proc_int32_t)cp)
+                            : utf8proc_tolower((utf8proc_int32_t)cp));
     char enc[4];
     LM_TRY(lm_jbuf_put(b, enc, lm_jutf8_put(cp, enc)));
     i += k;
@@ -317,9 +333,12 @@ lm_status lm_jbuf_put_pyrepr(lm_jbuf *b, const char *s, size_t n) {
     } else if (cp >= LM_JUTF8_RAW) { /* an undecodable byte: Python would hold a surrogate escape */
       LM_TRY(lm_jbuf_printf(b, "\\udc%02x", (unsigned)(cp - LM_JUTF8_RAW)));
     } else if (!lm_py_isprintable(cp)) {
-      if (cp < 0x100) LM_TRY(lm_jbuf_printf(b, "\\x%02x", (unsigned)cp));
-      else if (cp < 0x10000) LM_TRY(lm_jbuf_printf(b, "\\u%04x", (unsigned)cp));
-      else LM_TRY(lm_jbuf_printf(b, "\\U%08x", (unsigned)cp));
+      if (cp < 0x100)
+        LM_TRY(lm_jbuf_printf(b, "\\x%02x", (unsigned)cp));
+      else if (cp < 0x10000)
+        LM_TRY(lm_jbuf_printf(b, "\\u%04x", (unsigned)cp));
+      else
+        LM_TRY(lm_jbuf_printf(b, "\\U%08x", (unsigned)cp));
     } else {
       LM_TRY(lm_jbuf_put(b, s + i, k));
     }
@@ -344,9 +363,11 @@ lm_status lm_jbuf_put_json_str(lm_jbuf *b, const char *s, size_t n, int ascii_on
     default:
       if (cp < 0x20 || (ascii_only && cp >= 0x7F && cp < 0x10000 && cp != 0x7F)) {
         LM_TRY(lm_jbuf_printf(b, "\\u%04x", (unsigned)cp));
-      } else if (ascii_only && cp >= 0x10000) { /* a UTF-16 surrogate pair, as json.dumps writes it */
+      } else if (ascii_only &&
+                 cp >= 0x10000) { /* a UTF-16 surrogate pair, as json.dumps writes it */
         uint32_t v = cp - 0x10000;
-        LM_TRY(lm_jbuf_printf(b, "\\u%04x\\u%04x", 0xD800 + (unsigned)(v >> 10), 0xDC00 + (unsigned)(v & 0x3FF)));
+        LM_TRY(lm_jbuf_printf(b, "\\u%04x\\u%04x", 0xD800 + (unsigned)(v >> 10),
+                              0xDC00 + (unsigned)(v & 0x3FF)));
       } else {
         char enc[4];
         LM_TRY(lm_jbuf_put(b, enc, lm_jutf8_put(cp, enc)));

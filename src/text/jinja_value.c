@@ -49,13 +49,15 @@ lm_status lm_jarena_alloc(lm_jarena *a, size_t size, void **out) {
   if (!b || b->cap - b->used < size) {
     size_t cap = size > LM_JARENA_BLOCK / 4 ? size : LM_JARENA_BLOCK;
     if (a->max_bytes && a->total + cap > a->max_bytes)
-      return LM_ERRF(LM_ERR_NOMEM, "template used more than its memory limit of %zu bytes", a->max_bytes);
+      return LM_ERRF(LM_ERR_NOMEM, "template used more than its memory limit of %zu bytes",
+                     a->max_bytes);
     lm_jblock *nb = malloc(sizeof *nb + cap);
     if (!nb) return LM_ERRF(LM_ERR_NOMEM, "out of memory (%zu bytes)", cap);
     nb->used = 0;
     nb->cap = cap;
     a->total += cap;
-    if (b && cap == size) { /* a big one-off block goes behind the current one, which keeps filling */
+    if (b &&
+        cap == size) { /* a big one-off block goes behind the current one, which keeps filling */
       nb->next = b->next;
       b->next = nb;
       b = nb;
@@ -84,7 +86,9 @@ lm_status lm_jv_str(lm_jarena *a, const char *s, size_t n, lm_jv *out) {
   return LM_OK;
 }
 
-lm_status lm_jv_cstr(lm_jarena *a, const char *s, lm_jv *out) { return lm_jv_str(a, s, strlen(s), out); }
+lm_status lm_jv_cstr(lm_jarena *a, const char *s, lm_jv *out) {
+  return lm_jv_str(a, s, strlen(s), out);
+}
 
 lm_status lm_jv_list(lm_jarena *a, size_t cap, lm_jv *out) {
   lm_jlist *l;
@@ -181,7 +185,8 @@ int lm_jv_dict_gets(lm_jv dict, const char *key, lm_jv *out) {
 
 int lm_jv_truthy(lm_jv v) {
   switch (v.kind) {
-  case LM_JV_UNDEF: case LM_JV_NONE: return 0;
+  case LM_JV_UNDEF:
+  case LM_JV_NONE: return 0;
   case LM_JV_BOOL: return v.u.b;
   case LM_JV_INT: return v.u.i != 0;
   case LM_JV_BIGINT: return 1;
@@ -215,7 +220,8 @@ int lm_jv_equal(lm_jv a, lm_jv b) {
   if (lm_jv_is_num(a) && lm_jv_is_num(b)) return numval(a) == numval(b);
   if (a.kind != b.kind) return 0;
   switch (a.kind) {
-  case LM_JV_UNDEF: case LM_JV_NONE: return 1;
+  case LM_JV_UNDEF:
+  case LM_JV_NONE: return 1;
   case LM_JV_STR: return str_eq(a.u.s, b.u.s);
   case LM_JV_LIST:
     if (a.u.l->tuple != b.u.l->tuple || a.u.l->n != b.u.l->n) return 0;
@@ -276,8 +282,8 @@ lm_status lm_jv_compare(lm_jv a, lm_jv b, int *cmp) {
     *cmp = a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     return LM_OK;
   }
-  return LM_ERRF(LM_ERR_INVALID, "'<' not supported between instances of '%s' and '%s'", lm_jv_type_name(a),
-                 lm_jv_type_name(b));
+  return LM_ERRF(LM_ERR_INVALID, "'<' not supported between instances of '%s' and '%s'",
+                 lm_jv_type_name(a), lm_jv_type_name(b));
 }
 
 const char *lm_jv_type_name(lm_jv v) {
@@ -285,7 +291,8 @@ const char *lm_jv_type_name(lm_jv v) {
   case LM_JV_UNDEF: return "Undefined";
   case LM_JV_NONE: return "NoneType";
   case LM_JV_BOOL: return "bool";
-  case LM_JV_INT: case LM_JV_BIGINT: return "int";
+  case LM_JV_INT:
+  case LM_JV_BIGINT: return "int";
   case LM_JV_FLOAT: return "float";
   case LM_JV_STR: return "str";
   case LM_JV_LIST: return v.u.l->tuple ? "tuple" : "list";
@@ -328,7 +335,8 @@ lm_status lm_jv_put_str(lm_jbuf *b, lm_jv v) {
   case LM_JV_NONE: return lm_jbuf_puts(b, "None");
   case LM_JV_BOOL: return lm_jbuf_puts(b, v.u.b ? "True" : "False");
   case LM_JV_INT: return lm_jbuf_printf(b, "%lld", (long long)v.u.i);
-  case LM_JV_BIGINT: case LM_JV_STR: return lm_jbuf_put(b, v.u.s->s, v.u.s->len);
+  case LM_JV_BIGINT:
+  case LM_JV_STR: return lm_jbuf_put(b, v.u.s->s, v.u.s->len);
   case LM_JV_FLOAT: return lm_jbuf_put(b, num, lm_py_float_repr(v.u.f, num));
   case LM_JV_LIST: return put_seq_repr(b, v.u.l);
   case LM_JV_DICT: return put_dict_repr(b, v.u.d);
@@ -366,7 +374,8 @@ lm_status lm_jv_to_str(lm_jarena *a, lm_jv v, lm_jv *out) {
 static lm_status json_newline(lm_jbuf *b, const lm_jv_json_opts *o, int level) {
   if (o->indent < 0) return LM_OK;
   LM_TRY(lm_jbuf_putc(b, '\n'));
-  for (int i = 0; i < o->indent * level; i++) LM_TRY(lm_jbuf_putc(b, ' '));
+  for (int i = 0; i < o->indent * level; i++)
+    LM_TRY(lm_jbuf_putc(b, ' '));
   return LM_OK;
 }
 
@@ -381,7 +390,9 @@ static lm_status json_key(lm_jbuf *b, lm_jv k, const lm_jv_json_opts *o) {
   case LM_JV_FLOAT: LM_TRY(lm_jbuf_put(b, num, lm_py_float_repr(k.u.f, num))); break;
   case LM_JV_BOOL: LM_TRY(lm_jbuf_puts(b, k.u.b ? "true" : "false")); break;
   case LM_JV_NONE: LM_TRY(lm_jbuf_puts(b, "null")); break;
-  default: return LM_ERRF(LM_ERR_INVALID, "keys must be str, int, float, bool or None, not %s", lm_jv_type_name(k));
+  default:
+    return LM_ERRF(LM_ERR_INVALID, "keys must be str, int, float, bool or None, not %s",
+                   lm_jv_type_name(k));
   }
   return lm_jbuf_putc(b, '"');
 }
@@ -391,8 +402,10 @@ static lm_status json_value(lm_jbuf *b, lm_jv v, const lm_jv_json_opts *o, int l
 static lm_status json_dict(lm_jbuf *b, const lm_jdict *d, const lm_jv_json_opts *o, int level) {
   if (d->n == 0) return lm_jbuf_puts(b, "{}");
   size_t order_small[32], *order = order_small;
-  if (d->n > 32 && !(order = malloc(d->n * sizeof *order))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
-  for (size_t i = 0; i < d->n; i++) order[i] = i;
+  if (d->n > 32 && !(order = malloc(d->n * sizeof *order)))
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < d->n; i++)
+    order[i] = i;
   if (o->sort_keys) /* insertion sort: stable, and dicts printed this way are small */
     for (size_t i = 1; i < d->n; i++)
       for (size_t j = i; j > 0; j--) {
@@ -420,7 +433,8 @@ static lm_status json_value(lm_jbuf *b, lm_jv v, const lm_jv_json_opts *o, int l
   switch (v.kind) {
   case LM_JV_NONE: return lm_jbuf_puts(b, "null");
   case LM_JV_BOOL: return lm_jbuf_puts(b, v.u.b ? "true" : "false");
-  case LM_JV_INT: case LM_JV_BIGINT: return lm_jv_put_str(b, v);
+  case LM_JV_INT:
+  case LM_JV_BIGINT: return lm_jv_put_str(b, v);
   case LM_JV_FLOAT:
     if (isnan(v.u.f)) return lm_jbuf_puts(b, "NaN");
     if (isinf(v.u.f)) return lm_jbuf_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
@@ -440,7 +454,9 @@ static lm_status json_value(lm_jbuf *b, lm_jv v, const lm_jv_json_opts *o, int l
     LM_TRY(json_newline(b, o, level));
     return lm_jbuf_putc(b, ']');
   case LM_JV_DICT: return json_dict(b, v.u.d, o, level);
-  default: return LM_ERRF(LM_ERR_INVALID, "Object of type %s is not JSON serializable", lm_jv_type_name(v));
+  default:
+    return LM_ERRF(LM_ERR_INVALID, "Object of type %s is not JSON serializable",
+                   lm_jv_type_name(v));
   }
 }
 
@@ -478,7 +494,8 @@ lm_status lm_jv_from_json(lm_jarena *a, const json_t *j, lm_jv *out) {
     LM_TRY(lm_jv_dict(a, json_object_size(j), out));
     const char *key;
     json_t *val;
-    json_object_foreach((json_t *)j, key, val) { /* jansson keeps insertion order; keys are unique */
+    json_object_foreach((json_t *)j, key,
+                        val) { /* jansson keeps insertion order; keys are unique */
       lm_jv k, v;
       LM_TRY(lm_jv_cstr(a, key, &k));
       LM_TRY(lm_jv_from_json(a, val, &v));
@@ -500,7 +517,8 @@ typedef struct jreader {
 } jreader;
 
 static void jr_ws(jreader *r) {
-  while (r->i < r->n && (r->s[r->i] == ' ' || r->s[r->i] == '\t' || r->s[r->i] == '\n' || r->s[r->i] == '\r'))
+  while (r->i < r->n &&
+         (r->s[r->i] == ' ' || r->s[r->i] == '\t' || r->s[r->i] == '\n' || r->s[r->i] == '\r'))
     r->i++;
 }
 
@@ -513,7 +531,10 @@ static int jr_hex4(jreader *r, uint32_t *v) {
   *v = 0;
   for (int k = 0; k < 4; k++) {
     char c = r->s[r->i + (size_t)k];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
     if (d < 0) return 0;
     *v = *v * 16 + (uint32_t)d;
   }
@@ -541,7 +562,8 @@ static lm_status jr_string(jreader *r, lm_jv *out) {
     }
     if (c != '\\') {
       size_t j = r->i;
-      while (j < r->n && r->s[j] != '"' && r->s[j] != '\\' && (unsigned char)r->s[j] >= 0x20) j++;
+      while (j < r->n && r->s[j] != '"' && r->s[j] != '\\' && (unsigned char)r->s[j] >= 0x20)
+        j++;
       if ((s = lm_jbuf_put(&b, r->s + r->i, j - r->i)) != LM_OK) break;
       r->i = j;
       continue;
@@ -566,11 +588,14 @@ static lm_status jr_string(jreader *r, lm_jv *out) {
         s = jr_err(r, "bad \\u escape");
         break;
       }
-      if (cp >= 0xD800 && cp <= 0xDBFF && r->n - r->i >= 6 && r->s[r->i] == '\\' && r->s[r->i + 1] == 'u') {
+      if (cp >= 0xD800 && cp <= 0xDBFF && r->n - r->i >= 6 && r->s[r->i] == '\\' &&
+          r->s[r->i + 1] == 'u') {
         size_t save = r->i;
         r->i += 2;
-        if (jr_hex4(r, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        else r->i = save;
+        if (jr_hex4(r, &lo) && lo >= 0xDC00 && lo <= 0xDFFF)
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        else
+          r->i = save;
       }
       if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD; /* a lone surrogate has no UTF-8 form */
       char enc[4];
@@ -591,26 +616,32 @@ static lm_status jr_number(jreader *r, lm_jv *out) {
   size_t start = r->i, j = r->i;
   int is_float = 0;
   if (j < r->n && r->s[j] == '-') j++;
-  if (j < r->n && r->s[j] == '0') j++;
+  if (j < r->n && r->s[j] == '0')
+    j++;
   else if (j < r->n && r->s[j] >= '1' && r->s[j] <= '9')
-    while (j < r->n && r->s[j] >= '0' && r->s[j] <= '9') j++;
-  else return jr_err(r, "bad number");
+    while (j < r->n && r->s[j] >= '0' && r->s[j] <= '9')
+      j++;
+  else
+    return jr_err(r, "bad number");
   if (j < r->n && r->s[j] == '.') {
     is_float = 1;
     if (++j >= r->n || r->s[j] < '0' || r->s[j] > '9') return jr_err(r, "bad number");
-    while (j < r->n && r->s[j] >= '0' && r->s[j] <= '9') j++;
+    while (j < r->n && r->s[j] >= '0' && r->s[j] <= '9')
+      j++;
   }
   if (j < r->n && (r->s[j] == 'e' || r->s[j] == 'E')) {
     is_float = 1;
     j++;
     if (j < r->n && (r->s[j] == '+' || r->s[j] == '-')) j++;
     if (j >= r->n || r->s[j] < '0' || r->s[j] > '9') return jr_err(r, "bad number");
-    while (j < r->n && r->s[j] >= '0' && r->s[j] <= '9') j++;
+    while (j < r->n && r->s[j] >= '0' && r->s[j] <= '9')
+      j++;
   }
   char small[64];
   char *txt = small;
   size_t len = j - start;
-  if (len >= sizeof small && !(txt = malloc(len + 1))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  if (len >= sizeof small && !(txt = malloc(len + 1)))
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   memcpy(txt, r->s + start, len);
   txt[len] = '\0';
   r->i = j;
@@ -690,12 +721,18 @@ static lm_status jr_value(jreader *r, lm_jv *out) {
     }
     return jr_number(r, out);
   }
-  if (jr_word(r, "true")) *out = lm_jv_bool(1);
-  else if (jr_word(r, "false")) *out = lm_jv_bool(0);
-  else if (jr_word(r, "null")) *out = lm_jv_none();
-  else if (jr_word(r, "NaN")) *out = lm_jv_float(NAN); /* Python's json.loads accepts these */
-  else if (jr_word(r, "Infinity")) *out = lm_jv_float(INFINITY);
-  else return jr_err(r, "unexpected character");
+  if (jr_word(r, "true"))
+    *out = lm_jv_bool(1);
+  else if (jr_word(r, "false"))
+    *out = lm_jv_bool(0);
+  else if (jr_word(r, "null"))
+    *out = lm_jv_none();
+  else if (jr_word(r, "NaN"))
+    *out = lm_jv_float(NAN); /* Python's json.loads accepts these */
+  else if (jr_word(r, "Infinity"))
+    *out = lm_jv_float(INFINITY);
+  else
+    return jr_err(r, "unexpected character");
   return LM_OK;
 }
 

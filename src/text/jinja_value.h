@@ -1,13 +1,15 @@
 /* jinja_value.h — the template interpreter's value type and the arena that owns values.
  *
- * A value (lm_jv) is 16 bytes passed by value: a kind tag plus a scalar or a pointer into an arena. All
- * heap parts of values live in one lm_jarena per render and die with it, so the evaluator never counts
- * references and a failed render frees everything in one call. The kinds mirror what Python jinja2 sees
- * after transformers hands it JSON: None, bool, int (int64, or a decimal text when a JSON integer does
- * not fit: Python ints are unbounded), float, str, list/tuple, dict with insertion order — plus the
- * interpreter's own objects (Undefined, namespace(), macros, builtin functions, the `loop` object).
+ * A value (lm_jv) is 16 bytes passed by value: a kind tag plus a scalar or a pointer into an arena.
+ * All heap parts of values live in one lm_jarena per render and die with it, so the evaluator never
+ * counts references and a failed render frees everything in one call. The kinds mirror what Python
+ * jinja2 sees after transformers hands it JSON: None, bool, int (int64, or a decimal text when a
+ * JSON integer does not fit: Python ints are unbounded), float, str, list/tuple, dict with
+ * insertion order — plus the interpreter's own objects (Undefined, namespace(), macros, builtin
+ * functions, the `loop` object).
  *
- * Printing follows Python's str()/repr(): `None`, `True`, `1e-05`, `100.0`, `['a', 1]`, `{'k': 'v'}`. */
+ * Printing follows Python's str()/repr(): `None`, `True`, `1e-05`, `100.0`, `['a', 1]`, `{'k':
+ * 'v'}`. */
 #ifndef LM_TEXT_JINJA_VALUE_H
 #define LM_TEXT_JINJA_VALUE_H
 
@@ -37,7 +39,8 @@ typedef enum lm_jv_kind {
   LM_JV_NONE,
   LM_JV_BOOL,
   LM_JV_INT,
-  LM_JV_BIGINT, /* an integer outside int64, kept as its decimal text (printing and equality only) */
+  LM_JV_BIGINT, /* an integer outside int64, kept as its decimal text (printing and equality only)
+                 */
   LM_JV_FLOAT,
   LM_JV_STR,
   LM_JV_LIST, /* list or tuple (lm_jlist.tuple) */
@@ -77,11 +80,26 @@ typedef struct lm_jdict {
   lm_jv *k, *v; /* insertion order */
 } lm_jdict;
 
-static inline lm_jv lm_jv_undef(void) { lm_jv v = {LM_JV_UNDEF, {0}}; return v; }
-static inline lm_jv lm_jv_none(void) { lm_jv v = {LM_JV_NONE, {0}}; return v; }
-static inline lm_jv lm_jv_bool(int b) { lm_jv v = {LM_JV_BOOL, {.b = b != 0}}; return v; }
-static inline lm_jv lm_jv_int(int64_t i) { lm_jv v = {LM_JV_INT, {.i = i}}; return v; }
-static inline lm_jv lm_jv_float(double f) { lm_jv v = {LM_JV_FLOAT, {.f = f}}; return v; }
+static inline lm_jv lm_jv_undef(void) {
+  lm_jv v = {LM_JV_UNDEF, {0}};
+  return v;
+}
+static inline lm_jv lm_jv_none(void) {
+  lm_jv v = {LM_JV_NONE, {0}};
+  return v;
+}
+static inline lm_jv lm_jv_bool(int b) {
+  lm_jv v = {LM_JV_BOOL, {.b = b != 0}};
+  return v;
+}
+static inline lm_jv lm_jv_int(int64_t i) {
+  lm_jv v = {LM_JV_INT, {.i = i}};
+  return v;
+}
+static inline lm_jv lm_jv_float(double f) {
+  lm_jv v = {LM_JV_FLOAT, {.f = f}};
+  return v;
+}
 
 lm_status lm_jv_str(lm_jarena *a, const char *s, size_t n, lm_jv *out);
 lm_status lm_jv_cstr(lm_jarena *a, const char *s, lm_jv *out);
@@ -96,7 +114,8 @@ int lm_jv_dict_gets(lm_jv dict, const char *key, lm_jv *out);
 
 static inline int lm_jv_is_str(lm_jv v) { return v.kind == LM_JV_STR; }
 static inline int lm_jv_is_num(lm_jv v) {
-  return v.kind == LM_JV_INT || v.kind == LM_JV_FLOAT || v.kind == LM_JV_BOOL || v.kind == LM_JV_BIGINT;
+  return v.kind == LM_JV_INT || v.kind == LM_JV_FLOAT || v.kind == LM_JV_BOOL ||
+         v.kind == LM_JV_BIGINT;
 }
 static inline int lm_jv_is_mapping(lm_jv v) { return v.kind == LM_JV_DICT; }
 
@@ -115,8 +134,8 @@ lm_status lm_jv_put_repr(lm_jbuf *b, lm_jv v);
 /* str(v) as a value (strings are returned as is). */
 lm_status lm_jv_to_str(lm_jarena *a, lm_jv v, lm_jv *out);
 
-/* json.dumps(v, ensure_ascii, indent, separators, sort_keys) as transformers' tojson filter calls it.
- * indent < 0 means None. item_sep/key_sep NULL mean the json.dumps defaults. */
+/* json.dumps(v, ensure_ascii, indent, separators, sort_keys) as transformers' tojson filter calls
+ * it. indent < 0 means None. item_sep/key_sep NULL mean the json.dumps defaults. */
 typedef struct lm_jv_json_opts {
   int indent;
   int sort_keys;
@@ -128,9 +147,10 @@ lm_status lm_jv_put_json(lm_jbuf *b, lm_jv v, const lm_jv_json_opts *opts);
 /* Converts jansson JSON (any type; NULL becomes None) into arena values, keeping int vs float. */
 lm_status lm_jv_from_json(lm_jarena *a, const json_t *j, lm_jv *out);
 
-/* Parses JSON text into arena values, exactly: integers of any size (BIGINT beyond int64), int vs float
- * as written, object keys in document order (a repeated key keeps its first position, last value, as
- * Python's json.loads). Errors name the byte offset. Nesting deeper than 512 is rejected. */
+/* Parses JSON text into arena values, exactly: integers of any size (BIGINT beyond int64), int vs
+ * float as written, object keys in document order (a repeated key keeps its first position, last
+ * value, as Python's json.loads). Errors name the byte offset. Nesting deeper than 512 is rejected.
+ */
 lm_status lm_jv_parse_json(lm_jarena *a, const char *text, size_t len, lm_jv *out);
 
 #endif

@@ -1,5 +1,6 @@
-/* parse.c — the output parser object: channels that strip their ends while streaming, event delivery,
- * collected results. The per-format state machines are parse_gemma4.c and parse_generic.c. */
+/* parse.c — the output parser object: channels that strip their ends while streaming, event
+ * delivery, collected results. The per-format state machines are parse_gemma4.c and
+ * parse_generic.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,10 +19,10 @@ static void drop_front(lm_jbuf *b, size_t n) {
   b->data[b->len] = '\0';
 }
 
-/* Adds text to a channel. Emits everything except leading whitespace (before the first emitted byte),
- * trailing whitespace (until something follows it) and an incomplete UTF-8 tail. Whitespace is
- * Python's (str.strip() semantics), decided on complete code points only, so any split of the same
- * text gives the same deltas in total. */
+/* Adds text to a channel. Emits everything except leading whitespace (before the first emitted
+ * byte), trailing whitespace (until something follows it) and an incomplete UTF-8 tail. Whitespace
+ * is Python's (str.strip() semantics), decided on complete code points only, so any split of the
+ * same text gives the same deltas in total. */
 lm_status lm_pchan_put(lm_parser *p, lm_pchan *ch, const char *s, size_t n) {
   if (n == 0) return LM_OK;
   LM_TRY(lm_jbuf_put(&ch->held, s, n));
@@ -85,12 +86,15 @@ lm_status lm_parser_call_as_content(lm_parser *p, const char *closer, size_t clo
 /* ---- public API ----------------------------------------------------------------------------- */
 
 lm_status lm_parser_tokens_gemma4(lm_token_find_fn find, const void *ctx, lm_parser_tokens *out) {
-  static const char *const names[] = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
-                                      "<|tool_response>", "<turn|>", "<eos>"};
+  static const char *const names[] = {"<|channel>",   "<channel|>",       "<|tool_call>",
+                                      "<tool_call|>", "<|tool_response>", "<turn|>",
+                                      "<eos>"};
   int32_t ids[7];
   for (int i = 0; i < 7; i++) {
     ids[i] = find(ctx, names[i], strlen(names[i]));
-    if (ids[i] < 0 && i < 4) return LM_ERRF(LM_ERR_NOT_FOUND, "vocabulary has no %s token (not a Gemma 4 chat model)", names[i]);
+    if (ids[i] < 0 && i < 4)
+      return LM_ERRF(LM_ERR_NOT_FOUND, "vocabulary has no %s token (not a Gemma 4 chat model)",
+                     names[i]);
   }
   *out = (lm_parser_tokens){ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6]};
   return LM_OK;
@@ -101,9 +105,10 @@ lm_status lm_parser_create(const lm_parser_opts *opts, lm_parser **out) {
   if (opts->format != LM_PARSER_GEMMA4 && opts->format != LM_PARSER_GENERIC)
     return LM_ERRF(LM_ERR_INVALID, "parser: unknown format %d", (int)opts->format);
   const lm_parser_tokens *t = &opts->tokens;
-  if (opts->format == LM_PARSER_GEMMA4 &&
-      (t->channel_open < 0 || t->channel_close < 0 || t->tool_call_open < 0 || t->tool_call_close < 0))
-    return LM_ERRF(LM_ERR_INVALID, "parser: the Gemma 4 format needs the channel and tool-call token ids");
+  if (opts->format == LM_PARSER_GEMMA4 && (t->channel_open < 0 || t->channel_close < 0 ||
+                                           t->tool_call_open < 0 || t->tool_call_close < 0))
+    return LM_ERRF(LM_ERR_INVALID,
+                   "parser: the Gemma 4 format needs the channel and tool-call token ids");
   lm_parser *p = calloc(1, sizeof *p);
   if (!p) return LM_ERRF(LM_ERR_NOMEM, "out of memory (parser)");
   p->o = *opts;
@@ -119,8 +124,9 @@ lm_status lm_parser_create(const lm_parser_opts *opts, lm_parser **out) {
 void lm_parser_free(lm_parser *p) {
   if (!p) return;
   lm_jbuf *bufs[] = {&p->content.held, &p->content.all, &p->reasoning.held, &p->reasoning.all,
-                     &p->name, &p->body, &p->opener, &p->pending};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) lm_jbuf_free(bufs[i]);
+                     &p->name,         &p->body,        &p->opener,         &p->pending};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    lm_jbuf_free(bufs[i]);
   for (size_t i = 0; i < p->ncalls; i++) {
     free(p->calls[i].name);
     free(p->calls[i].arguments);
@@ -136,7 +142,9 @@ lm_status lm_parser_feed(lm_parser *p, int32_t id, const char *piece, size_t len
                                          : lm_parse_generic_feed(p, id, piece, len);
 }
 
-lm_status lm_parser_feed_text(lm_parser *p, const char *text, size_t len) { return lm_parser_feed(p, -1, text, len); }
+lm_status lm_parser_feed_text(lm_parser *p, const char *text, size_t len) {
+  return lm_parser_feed(p, -1, text, len);
+}
 
 lm_status lm_parser_finish(lm_parser *p) {
   if (p->finished) return LM_OK;
@@ -146,9 +154,13 @@ lm_status lm_parser_finish(lm_parser *p) {
   return pchan_finish(p, &p->content);
 }
 
-const char *lm_parser_content(const lm_parser *p) { return p->content.all.data ? p->content.all.data : ""; }
+const char *lm_parser_content(const lm_parser *p) {
+  return p->content.all.data ? p->content.all.data : "";
+}
 
-const char *lm_parser_reasoning(const lm_parser *p) { return p->reasoning.all.len ? p->reasoning.all.data : NULL; }
+const char *lm_parser_reasoning(const lm_parser *p) {
+  return p->reasoning.all.len ? p->reasoning.all.data : NULL;
+}
 
 size_t lm_parser_content_len(const lm_parser *p) { return p->content.all.len; }
 
@@ -156,7 +168,9 @@ size_t lm_parser_reasoning_len(const lm_parser *p) { return p->reasoning.all.len
 
 size_t lm_parser_tool_call_count(const lm_parser *p) { return p->ncalls; }
 
-const char *lm_parser_tool_call_name(const lm_parser *p, size_t i) { return i < p->ncalls ? p->calls[i].name : NULL; }
+const char *lm_parser_tool_call_name(const lm_parser *p, size_t i) {
+  return i < p->ncalls ? p->calls[i].name : NULL;
+}
 
 const char *lm_parser_tool_call_arguments(const lm_parser *p, size_t i) {
   return i < p->ncalls ? p->calls[i].arguments : NULL;

@@ -32,10 +32,14 @@ static lm_status bad(const areader *r, const char *what) {
 }
 
 static void skip_ws(areader *r) {
-  while (r->i < r->n && (r->s[r->i] == ' ' || r->s[r->i] == '\t' || r->s[r->i] == '\n' || r->s[r->i] == '\r')) r->i++;
+  while (r->i < r->n &&
+         (r->s[r->i] == ' ' || r->s[r->i] == '\t' || r->s[r->i] == '\n' || r->s[r->i] == '\r'))
+    r->i++;
 }
 
-static int at_quote(const areader *r) { return r->n - r->i >= QLEN && memcmp(r->s + r->i, Q, QLEN) == 0; }
+static int at_quote(const areader *r) {
+  return r->n - r->i >= QLEN && memcmp(r->s + r->i, Q, QLEN) == 0;
+}
 
 static lm_status read_str(areader *r, lm_jv *out) {
   r->i += QLEN;
@@ -50,15 +54,20 @@ static lm_status read_str(areader *r, lm_jv *out) {
 /* A bare literal: true/false/null (and Python's spellings) or a number, up to , } or ]. */
 static lm_status read_literal(areader *r, lm_jv *out) {
   size_t start = r->i;
-  while (r->i < r->n && !strchr(",}]", r->s[r->i]) && !at_quote(r)) r->i++;
+  while (r->i < r->n && !strchr(",}]", r->s[r->i]) && !at_quote(r))
+    r->i++;
   size_t end = r->i;
-  while (end > start && strchr(" \t\r\n", r->s[end - 1])) end--;
+  while (end > start && strchr(" \t\r\n", r->s[end - 1]))
+    end--;
   const char *t = r->s + start;
   size_t n = end - start;
 #define IS(w) (n == sizeof(w) - 1 && memcmp(t, w, n) == 0)
-  if (IS("true") || IS("True")) *out = lm_jv_bool(1);
-  else if (IS("false") || IS("False")) *out = lm_jv_bool(0);
-  else if (IS("null") || IS("None")) *out = lm_jv_none();
+  if (IS("true") || IS("True"))
+    *out = lm_jv_bool(1);
+  else if (IS("false") || IS("False"))
+    *out = lm_jv_bool(0);
+  else if (IS("null") || IS("None"))
+    *out = lm_jv_none();
 #undef IS
   else {
     /* JSON numbers as written; Python's extra forms (+1, .5, 5., 1_000) through strtod/strtoll */
@@ -71,7 +80,8 @@ static lm_status read_literal(areader *r, lm_jv *out) {
     const char *p = buf[0] == '+' ? buf + 1 : buf;
     if (lm_jv_parse_json(r->a, p, strlen(p), out) == LM_OK && lm_jv_is_num(*out)) return LM_OK;
     int digits = 0;
-    for (const char *q = p; *q; q++) digits += *q >= '0' && *q <= '9';
+    for (const char *q = p; *q; q++)
+      digits += *q >= '0' && *q <= '9';
     char *e;
     double d = strtod(p, &e);
     if (*e != '\0' || !digits || !isfinite(d) || strpbrk(p, "xXpP")) return bad(r, "bad value");
@@ -81,7 +91,8 @@ static lm_status read_literal(areader *r, lm_jv *out) {
       char z[400];
       size_t k = 0, j = 0;
       if (p[0] == '-') z[k++] = '-', j = 1;
-      while (p[j] == '0' && p[j + 1]) j++;
+      while (p[j] == '0' && p[j + 1])
+        j++;
       strcpy(z + k, p + j);
       if (lm_jv_parse_json(r->a, z, strlen(z), out) != LM_OK) return bad(r, "bad value");
     }
@@ -108,9 +119,11 @@ static lm_status read_object(areader *r, lm_jv *out) {
       LM_TRY(read_str(r, &key));
     } else {
       size_t start = r->i;
-      while (r->i < r->n && r->s[r->i] != ':' && !strchr("{}[],", r->s[r->i]) && !at_quote(r)) r->i++;
+      while (r->i < r->n && r->s[r->i] != ':' && !strchr("{}[],", r->s[r->i]) && !at_quote(r))
+        r->i++;
       size_t end = r->i;
-      while (end > start && strchr(" \t\r\n", r->s[end - 1])) end--;
+      while (end > start && strchr(" \t\r\n", r->s[end - 1]))
+        end--;
       if (end == start) return bad(r, "missing key");
       LM_TRY(lm_jv_str(r->a, r->s + start, end - start, &key));
     }
@@ -169,9 +182,10 @@ static lm_status read_value(areader *r, lm_jv *out) {
 }
 
 static int name_char(unsigned char c) {
-  /* [\w.:-]: MCP tool names contain '.', ':' and '-'; any non-ASCII byte counts as a word character */
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-         c == ':' || c == '-' || c >= 0x80;
+  /* [\w.:-]: MCP tool names contain '.', ':' and '-'; any non-ASCII byte counts as a word character
+   */
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == ':' || c == '-' || c >= 0x80;
 }
 
 static lm_status dup_out(const char *s, size_t n, char **out) {
@@ -182,7 +196,8 @@ static lm_status dup_out(const char *s, size_t n, char **out) {
   return LM_OK;
 }
 
-/* JSON has no inf/nan ("1e999" reads as inf): such arguments are refused rather than printed invalid. */
+/* JSON has no inf/nan ("1e999" reads as inf): such arguments are refused rather than printed
+ * invalid. */
 static int all_finite(lm_jv v) {
   if (v.kind == LM_JV_FLOAT) return isfinite(v.u.f);
   if (v.kind == LM_JV_LIST)
@@ -196,7 +211,8 @@ static int all_finite(lm_jv v) {
 
 /* Prints an object value as the arguments JSON (json.dumps default separators). */
 static lm_status args_json(lm_jv args, char **out) {
-  if (!all_finite(args)) return LM_ERRF(LM_ERR_INVALID, "tool call: a number is out of range (inf or nan)");
+  if (!all_finite(args))
+    return LM_ERRF(LM_ERR_INVALID, "tool call: a number is out of range (inf or nan)");
   lm_jbuf b = {0};
   lm_jv_json_opts o = {-1, 0, 0, NULL, NULL};
   lm_status s = lm_jv_put_json(&b, args, &o);
@@ -205,13 +221,15 @@ static lm_status args_json(lm_jv args, char **out) {
   return s;
 }
 
-static lm_status gemma4_call(lm_jarena *a, const char *body, size_t len, char **name, char **arguments) {
+static lm_status gemma4_call(lm_jarena *a, const char *body, size_t len, char **name,
+                             char **arguments) {
   areader r = {a, body, len, 0, 0};
   skip_ws(&r);
   if (r.n - r.i < 5 || memcmp(body + r.i, "call:", 5) != 0) return bad(&r, "missing 'call:'");
   r.i += 5;
   size_t ns = r.i;
-  while (r.i < r.n && name_char((unsigned char)body[r.i])) r.i++;
+  while (r.i < r.n && name_char((unsigned char)body[r.i]))
+    r.i++;
   if (r.i == ns) return bad(&r, "missing function name");
   size_t ne = r.i;
   skip_ws(&r);
@@ -238,7 +256,8 @@ lm_status lm_parse_gemma4_call(const char *body, size_t len, char **name, char *
   return s;
 }
 
-static lm_status json_call(lm_jarena *a, const char *body, size_t len, char **name, char **arguments) {
+static lm_status json_call(lm_jarena *a, const char *body, size_t len, char **name,
+                           char **arguments) {
   lm_jv v, nm, args = lm_jv_undef();
   lm_status s = lm_jv_parse_json(a, body, len, &v);
   if (s != LM_OK) return lm_err_prefix(s, "tool call");
@@ -248,12 +267,14 @@ static lm_status json_call(lm_jarena *a, const char *body, size_t len, char **na
   if (!lm_jv_dict_gets(v, "arguments", &args)) lm_jv_dict_gets(v, "parameters", &args);
   if (args.kind == LM_JV_STR) { /* some models emit arguments as a JSON string */
     lm_jv inner;
-    if (lm_jv_parse_json(a, args.u.s->s, args.u.s->len, &inner) != LM_OK || inner.kind != LM_JV_DICT)
+    if (lm_jv_parse_json(a, args.u.s->s, args.u.s->len, &inner) != LM_OK ||
+        inner.kind != LM_JV_DICT)
       return LM_ERRF(LM_ERR_INVALID, "tool call: \"arguments\" string is not a JSON object");
     args = inner;
   }
   if (args.kind == LM_JV_UNDEF || args.kind == LM_JV_NONE) LM_TRY(lm_jv_dict(a, 0, &args));
-  if (args.kind != LM_JV_DICT) return LM_ERRF(LM_ERR_INVALID, "tool call: \"arguments\" is not an object");
+  if (args.kind != LM_JV_DICT)
+    return LM_ERRF(LM_ERR_INVALID, "tool call: \"arguments\" is not an object");
   LM_TRY(args_json(args, arguments));
   s = dup_out(nm.u.s->s, nm.u.s->len, name);
   if (s != LM_OK) {

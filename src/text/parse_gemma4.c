@@ -1,16 +1,16 @@
-/* parse_gemma4.c — the Gemma 4 output state machine (gemma4-chat.md §6), driven by control-token ids.
+/* parse_gemma4.c — the Gemma 4 output state machine (gemma4-chat.md §6), driven by control-token
+ * ids.
  *
- *   CONTENT   text is content.  <|channel> → NAME.  <|tool_call> → TOOL.  <turn|> <eos> <|tool_response> stop.
- *   NAME      the channel-name line ("thought\n"), held until its newline, then dropped → REASONING.
- *             (Entered from the prompt, the channel has no name line: start_in_reasoning starts here
- *             in REASONING.)
- *   REASONING text is reasoning, up to <channel|> → CONTENT. Every channel block counts, not just the
- *             first; an empty block gives no reasoning.
- *   TOOL      text is collected up to <tool_call|> (or <turn|>, which some outputs use instead), then
- *             parsed as call:NAME{…}; a body that does not parse returns to the content verbatim.
- * Quirks tolerated: a stray <tool_call|> or <channel|> outside its construct is dropped; <eos> right
- * after a call ends the output like <|tool_response>; a name line without a newline is given up on
- * after 256 bytes and read as reasoning. */
+ *   CONTENT   text is content.  <|channel> → NAME.  <|tool_call> → TOOL.  <turn|> <eos>
+ * <|tool_response> stop. NAME      the channel-name line ("thought\n"), held until its newline,
+ * then dropped → REASONING. (Entered from the prompt, the channel has no name line:
+ * start_in_reasoning starts here in REASONING.) REASONING text is reasoning, up to <channel|> →
+ * CONTENT. Every channel block counts, not just the first; an empty block gives no reasoning. TOOL
+ * text is collected up to <tool_call|> (or <turn|>, which some outputs use instead), then parsed as
+ * call:NAME{…}; a body that does not parse returns to the content verbatim. Quirks tolerated: a
+ * stray <tool_call|> or <channel|> outside its construct is dropped; <eos> right after a call ends
+ * the output like <|tool_response>; a name line without a newline is given up on after 256 bytes
+ * and read as reasoning. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +38,8 @@ static lm_status name_text(lm_parser *p, const char *piece, size_t len) {
   LM_TRY(lm_jbuf_put(&p->name, piece, len));
   const char *nl = memchr(p->name.data, '\n', p->name.len);
   if (!nl && p->name.len <= LM_PARSE_MAX_NAME) return LM_OK;
-  size_t rest = nl ? (size_t)(nl + 1 - p->name.data) : 0; /* no newline: the whole buffer is reasoning */
+  size_t rest =
+      nl ? (size_t)(nl + 1 - p->name.data) : 0; /* no newline: the whole buffer is reasoning */
   p->state = G_REASONING;
   lm_status s = lm_pchan_put(p, &p->reasoning, p->name.data + rest, p->name.len - rest);
   p->name.len = 0;
@@ -71,7 +72,8 @@ lm_status lm_parse_gemma4_feed(lm_parser *p, int32_t id, const char *piece, size
   }
   if (p->state == G_TOOL) {
     if (is(id, t->tool_call_close)) return finish_call(p, piece, len);
-    return tool_text(p, piece, len); /* <|"|> and any other token inside a call are part of its text */
+    return tool_text(p, piece,
+                     len); /* <|"|> and any other token inside a call are part of its text */
   }
   if (is(id, t->tool_call_open)) { /* also from inside reasoning: a call ends the channel */
     p->name.len = p->body.len = p->opener.len = 0;

@@ -1,9 +1,11 @@
 /* parse_generic.c — the ChatML/Hermes output convention, on text: <think>…</think> reasoning and
- * <tool_call>{"name": …, "arguments": {…}}</tool_call> calls (Qwen, Hermes, lm_chat_template_chatml).
+ * <tool_call>{"name": …, "arguments": {…}}</tool_call> calls (Qwen, Hermes,
+ * lm_chat_template_chatml).
  *
  * The tags are ordinary text here (in most such vocabularies they are added tokens that decode to
  * their text), so a tag can arrive split across pieces: text that might be the start of a tag is
- * held until the next piece decides. Stops are the eos / turn_close ids when the caller gives them. */
+ * held until the next piece decides. Stops are the eos / turn_close ids when the caller gives them.
+ */
 #include <string.h>
 
 #include "base/status.h"
@@ -22,7 +24,9 @@ static size_t partial_suffix(const char *s, size_t n, const char *tag) {
   return 0;
 }
 
-static const char *find(const char *s, size_t n, const char *tag) { return memmem(s, n, tag, strlen(tag)); }
+static const char *find(const char *s, size_t n, const char *tag) {
+  return memmem(s, n, tag, strlen(tag));
+}
 
 static lm_status finish_call(lm_parser *p, const char *closer) {
   char *name, *args;
@@ -34,17 +38,21 @@ static lm_status finish_call(lm_parser *p, const char *closer) {
   return lm_parser_call_as_content(p, closer, closer ? strlen(closer) : 0);
 }
 
-/* Moves n bytes from the front of pending into the channel (or the call body) of the current state. */
+/* Moves n bytes from the front of pending into the channel (or the call body) of the current state.
+ */
 static lm_status route(lm_parser *p, size_t n) {
   lm_status s = LM_OK;
   if (n == 0) return LM_OK;
-  if (p->state == X_CONTENT) s = lm_pchan_put(p, &p->content, p->pending.data, n);
-  else if (p->state == X_THINK) s = lm_pchan_put(p, &p->reasoning, p->pending.data, n);
+  if (p->state == X_CONTENT)
+    s = lm_pchan_put(p, &p->content, p->pending.data, n);
+  else if (p->state == X_THINK)
+    s = lm_pchan_put(p, &p->reasoning, p->pending.data, n);
   else if (p->body.len + n > LM_PARSE_MAX_CALL) { /* runaway call: give it back as content */
     p->state = X_CONTENT;
     s = lm_parser_call_as_content(p, NULL, 0);
     if (s == LM_OK) s = lm_pchan_put(p, &p->content, p->pending.data, n);
-  } else s = lm_jbuf_put(&p->body, p->pending.data, n);
+  } else
+    s = lm_jbuf_put(&p->body, p->pending.data, n);
   memmove(p->pending.data, p->pending.data + n, p->pending.len - n);
   p->pending.len -= n;
   return s;
@@ -78,13 +86,16 @@ static lm_status process(lm_parser *p, int final) {
     size_t tl = strlen(tag);
     memmove(p->pending.data, p->pending.data + tl, p->pending.len - tl);
     p->pending.len -= tl;
-    if (tag == THINK_OPEN) p->state = X_THINK;
-    else if (tag == THINK_CLOSE) p->state = X_CONTENT; /* from content: a stray closer, dropped */
+    if (tag == THINK_OPEN)
+      p->state = X_THINK;
+    else if (tag == THINK_CLOSE)
+      p->state = X_CONTENT; /* from content: a stray closer, dropped */
     else if (tag == CALL_OPEN) {
       p->state = X_TOOL;
       p->body.len = p->opener.len = 0;
       LM_TRY(lm_jbuf_puts(&p->opener, CALL_OPEN));
-    } else LM_TRY(finish_call(p, CALL_CLOSE));
+    } else
+      LM_TRY(finish_call(p, CALL_CLOSE));
   }
 }
 

@@ -1,4 +1,5 @@
-/* parse_impl.h — the parser object shared by parse.c and the per-format state machines (internal). */
+/* parse_impl.h — the parser object shared by parse.c and the per-format state machines (internal).
+ */
 #ifndef LM_TEXT_PARSE_IMPL_H
 #define LM_TEXT_PARSE_IMPL_H
 

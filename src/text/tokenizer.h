@@ -1,10 +1,9 @@
 /* tokenizer.h — Hugging Face `tokenizer.json` tokenizers (BPE models), in C.
  *
  * Supported, matching HF `tokenizers` id for id:
- *   model          BPE: merges as "a b" strings or [a, b] pairs, byte_fallback, fuse_unk, unk_token,
- *                  ignore_merges, continuing_subword_prefix, end_of_word_suffix (dropout must be
- *                  null or 0).
- *   normalizer     Replace (String or Regex pattern), NFC, NFD, NFKC, NFKD, Prepend, Sequence.
+ *   model          BPE: merges as "a b" strings or [a, b] pairs, byte_fallback, fuse_unk,
+ * unk_token, ignore_merges, continuing_subword_prefix, end_of_word_suffix (dropout must be null or
+ * 0). normalizer     Replace (String or Regex pattern), NFC, NFD, NFKC, NFKD, Prepend, Sequence.
  *   pre_tokenizer  Split (String or Regex; every behavior; invert), ByteLevel (GPT-2 byte table,
  *                  add_prefix_space, use_regex), Sequence.
  *   post_processor TemplateProcessing, ByteLevel (no effect on ids), BertProcessing,
@@ -51,7 +50,8 @@ typedef struct lm_tokenizer lm_tokenizer;
 lm_status lm_tokenizer_load(const char *path, lm_tokenizer **out);
 /* The same from the bytes of a tokenizer.json in memory (no tokenizer_config.json); `name` is
  * used in error messages. */
-lm_status lm_tokenizer_load_json(const char *json, size_t len, const char *name, lm_tokenizer **out);
+lm_status lm_tokenizer_load_json(const char *json, size_t len, const char *name,
+                                 lm_tokenizer **out);
 void lm_tokenizer_free(lm_tokenizer *t); /* NULL is a no-op */
 
 /* Max id + 1 over the model vocabulary and the added tokens. */

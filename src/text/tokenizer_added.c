@@ -15,7 +15,8 @@
 
 void lm_tok_trie_init(lm_tok_trie *tr) {
   memset(tr, 0, sizeof *tr);
-  for (int i = 0; i < 256; i++) tr->root[i] = -1;
+  for (int i = 0; i < 256; i++)
+    tr->root[i] = -1;
 }
 
 void lm_tok_trie_free(lm_tok_trie *tr) {
@@ -74,18 +75,29 @@ static size_t longest_at(const lm_tok_trie *tr, const uint8_t *s, size_t n, int3
 
 /* Rust regex \s: the Unicode White_Space property. */
 static int is_space(int32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 /* Rust regex \w: Alphabetic, marks, decimal digits, connector punctuation, joiners. */
 static int is_word(int32_t c) {
-  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F189)) return 1;
+  if (c < 0x80)
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F189))
+    return 1;
   switch (utf8proc_category(c)) {
-  case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
-  case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-  case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC: return 1;
+  case UTF8PROC_CATEGORY_LU:
+  case UTF8PROC_CATEGORY_LL:
+  case UTF8PROC_CATEGORY_LT:
+  case UTF8PROC_CATEGORY_LM:
+  case UTF8PROC_CATEGORY_LO:
+  case UTF8PROC_CATEGORY_MN:
+  case UTF8PROC_CATEGORY_MC:
+  case UTF8PROC_CATEGORY_ME:
+  case UTF8PROC_CATEGORY_ND:
+  case UTF8PROC_CATEGORY_NL:
+  case UTF8PROC_CATEGORY_PC: return 1;
   default: return 0;
   }
 }
@@ -93,7 +105,8 @@ static int is_word(int32_t c) {
 /* The code point ending at s[i) (i > 0), and its start. s is valid UTF-8. */
 static int32_t char_before(const char *s, size_t i, size_t *start) {
   size_t j = i - 1;
-  while (j > 0 && ((uint8_t)s[j] & 0xC0) == 0x80) j--;
+  while (j > 0 && ((uint8_t)s[j] & 0xC0) == 0x80)
+    j--;
   int32_t cp;
   lm_utf8_next(s + j, i - j, &cp);
   *start = j;
@@ -107,7 +120,8 @@ static int32_t char_at(const char *s, size_t n, size_t i, size_t *len) {
 }
 
 /* Applies a match's flags; returns 0 if single_word discards it. */
-static int adjust_match(const lm_tok_added *a, const char *s, size_t n, size_t done, size_t *start, size_t *stop) {
+static int adjust_match(const lm_tok_added *a, const char *s, size_t n, size_t done, size_t *start,
+                        size_t *stop) {
   size_t k;
   if (a->single_word) {
     size_t dummy;
@@ -116,11 +130,13 @@ static int adjust_match(const lm_tok_added *a, const char *s, size_t n, size_t d
   }
   if (a->lstrip) {
     size_t b = *start, j;
-    while (b > 0 && is_space(char_before(s, b, &j))) b = j;
+    while (b > 0 && is_space(char_before(s, b, &j)))
+      b = j;
     *start = b > done ? b : done; /* spaces an earlier match already took stay with it */
   }
   if (a->rstrip)
-    while (*stop < n && is_space(char_at(s, n, *stop, &k))) *stop += k;
+    while (*stop < n && is_space(char_at(s, n, *stop, &k)))
+      *stop += k;
   return 1;
 }
 

@@ -16,10 +16,12 @@
 
 /* Room for n symbols and a heap of 3n entries (n - 1 initial pairs, at most 2 per merge). */
 static lm_status reserve(lm_tok_scratch *sc, size_t n) {
-  if (n > SIZE_MAX / 3 / sizeof(uint64_t)) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: BPE of %zu symbols", n);
+  if (n > SIZE_MAX / 3 / sizeof(uint64_t))
+    return LM_ERRF(LM_ERR_NOMEM, "tokenizer: BPE of %zu symbols", n);
   if (n > sc->sym_cap) {
     size_t c = sc->sym_cap ? sc->sym_cap : 64;
-    while (c < n) c *= 2;
+    while (c < n)
+      c *= 2;
     int32_t *a = realloc(sc->sym_id, c * sizeof *a);
     if (a) sc->sym_id = a;
     int32_t *b = a ? realloc(sc->sym_prev, c * sizeof *b) : NULL;
@@ -71,8 +73,8 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 
 /* ---- symbols ------------------------------------------------------------------------------ */
 typedef struct word_state {
-  size_t n;      /* symbols so far */
-  int32_t unk;   /* pending unk symbol, -1 if none */
+  size_t n;    /* symbols so far */
+  int32_t unk; /* pending unk symbol, -1 if none */
 } word_state;
 
 static void add_symbol(lm_tok_scratch *sc, word_state *w, int32_t id) {
@@ -83,12 +85,13 @@ static void add_symbol(lm_tok_scratch *sc, word_state *w, int32_t id) {
 }
 
 /* Vocab id of the character s[0..k) at the given position (with prefix / suffix), -1 if none. */
-static lm_status char_id(const lm_tokenizer *t, lm_tok_scratch *sc, const char *s, size_t k, int first, int last,
-                         int32_t *id, const char **str, size_t *len) {
+static lm_status char_id(const lm_tokenizer *t, lm_tok_scratch *sc, const char *s, size_t k,
+                         int first, int last, int32_t *id, const char **str, size_t *len) {
   int pre = !first && t->cont_prefix, suf = last && t->word_suffix;
   *str = s, *len = k;
   if (!pre && !suf) {
-    *id = (k == 1 && (uint8_t)s[0] < 0x80) ? t->ascii_ids[(uint8_t)s[0]] : lm_tok_smap_get(&t->vocab_map, &t->vocab, s, k);
+    *id = (k == 1 && (uint8_t)s[0] < 0x80) ? t->ascii_ids[(uint8_t)s[0]]
+                                           : lm_tok_smap_get(&t->vocab_map, &t->vocab, s, k);
     return LM_OK;
   }
   sc->word.n = 0;
@@ -102,30 +105,37 @@ static lm_status char_id(const lm_tokenizer *t, lm_tok_scratch *sc, const char *
 
 /* An unknown character: its bytes' fallback tokens if all exist, else the unk token. Like HF, a
  * pending (fused) unk is emitted only when a known character or the end of the word follows. */
-static lm_status unknown_char(const lm_tokenizer *t, lm_tok_scratch *sc, word_state *w, const char *str, size_t len) {
+static lm_status unknown_char(const lm_tokenizer *t, lm_tok_scratch *sc, word_state *w,
+                              const char *str, size_t len) {
   if (t->byte_fallback) {
     size_t i = 0;
-    while (i < len && t->byte_ids[(uint8_t)str[i]] >= 0) i++;
+    while (i < len && t->byte_ids[(uint8_t)str[i]] >= 0)
+      i++;
     if (i == len) {
-      for (i = 0; i < len; i++) add_symbol(sc, w, t->byte_ids[(uint8_t)str[i]]);
+      for (i = 0; i < len; i++)
+        add_symbol(sc, w, t->byte_ids[(uint8_t)str[i]]);
       return LM_OK;
     }
   }
-  if (t->unk_missing) return LM_ERRF(LM_ERR_CORRUPT, "tokenizer: the unk token is not in the vocab, and the text has a character without a token");
+  if (t->unk_missing)
+    return LM_ERRF(LM_ERR_CORRUPT, "tokenizer: the unk token is not in the vocab, and the text has "
+                                   "a character without a token");
   if (t->unk_id < 0) return LM_OK; /* no unk token: HF drops the character */
   if (w->unk >= 0 && !t->fuse_unk) add_symbol(sc, w, w->unk);
   w->unk = t->unk_id;
   return LM_OK;
 }
 
-static lm_status make_symbols(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc, size_t *count) {
+static lm_status make_symbols(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc,
+                              size_t *count) {
   LM_TRY(reserve(sc, n + 2));
   word_state w = {0, -1};
   for (size_t i = 0; i < n;) {
     int32_t cp, id;
     size_t k = lm_utf8_next(s + i, n - i, &cp), len;
     const char *str;
-    if (cp < 0) return LM_ERRF(LM_ERR_CORRUPT, "tokenizer: internal error: invalid UTF-8 reached BPE");
+    if (cp < 0)
+      return LM_ERRF(LM_ERR_CORRUPT, "tokenizer: internal error: invalid UTF-8 reached BPE");
     LM_TRY(char_id(t, sc, s + i, k, i == 0, i + k == n, &id, &str, &len));
     /* byte fallback adds one symbol per byte of the (prefixed) character, plus a pending unk */
     if (w.n + len + 2 > sc->sym_cap) LM_TRY(reserve(sc, w.n + len + 2 + (n - i)));
@@ -155,7 +165,8 @@ static void merge_all(const lm_tokenizer *t, lm_tok_scratch *sc, size_t count) {
     const lm_tok_merge *m = lm_tok_pmap_get(&t->merges, sc->sym_id[i], sc->sym_id[i + 1]);
     if (m) sc->heap[hn++] = ((uint64_t)m->rank << 32) | (uint32_t)i;
   }
-  for (size_t i = hn / 2; i-- > 0;) sift_down(sc->heap, hn, i);
+  for (size_t i = hn / 2; i-- > 0;)
+    sift_down(sc->heap, hn, i);
   while (hn) {
     uint64_t top = heap_pop(sc->heap, &hn);
     int32_t pos = (int32_t)(uint32_t)top, nx = sc->sym_next[pos];
@@ -172,7 +183,8 @@ static void merge_all(const lm_tokenizer *t, lm_tok_scratch *sc, size_t count) {
   }
 }
 
-lm_status lm_tok_bpe(const lm_tokenizer *t, const char *w, size_t n, lm_tok_scratch *sc, lm_tids *out) {
+lm_status lm_tok_bpe(const lm_tokenizer *t, const char *w, size_t n, lm_tok_scratch *sc,
+                     lm_tids *out) {
   if (n == 0) return LM_OK;
   if (t->ignore_merges) { /* HF: a piece that is itself a token is taken whole */
     int32_t id = lm_tok_smap_get(&t->vocab_map, &t->vocab, w, n);
@@ -180,9 +192,11 @@ lm_status lm_tok_bpe(const lm_tokenizer *t, const char *w, size_t n, lm_tok_scra
   }
   size_t count = 0;
   LM_TRY(make_symbols(t, w, n, sc, &count));
-  if (count > INT32_MAX / 2) return LM_ERRF(LM_ERR_UNSUPPORTED, "tokenizer: a piece of %zu bytes is too long", n);
+  if (count > INT32_MAX / 2)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "tokenizer: a piece of %zu bytes is too long", n);
   LM_TRY(reserve(sc, count));
   merge_all(t, sc, count);
-  for (int32_t i = count ? 0 : -1; i >= 0; i = sc->sym_next[i]) LM_TRY(lm_tids_push(out, sc->sym_id[i]));
+  for (int32_t i = count ? 0 : -1; i >= 0; i = sc->sym_next[i])
+    LM_TRY(lm_tids_push(out, sc->sym_id[i]));
   return LM_OK;
 }

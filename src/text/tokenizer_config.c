@@ -9,14 +9,16 @@
 #include "text/tokenizer_impl.h"
 
 /* A token named in the config: "text", {"content": "text", ...} or null. */
-static lm_status config_token(const lm_tokenizer *t, const json_t *cfg, const char *key, const char *path,
-                              int *present, int32_t *id) {
+static lm_status config_token(const lm_tokenizer *t, const json_t *cfg, const char *key,
+                              const char *path, int *present, int32_t *id) {
   const json_t *v = json_object_get(cfg, key);
   *present = v != NULL;
   *id = -1;
   if (!v || json_is_null(v)) return LM_OK;
   if (json_is_object(v)) v = json_object_get(v, "content");
-  if (!json_is_string(v)) return LM_ERRF(LM_ERR_CORRUPT, "%s: \"%s\" is neither a string nor {\"content\": ...}", path, key);
+  if (!json_is_string(v))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: \"%s\" is neither a string nor {\"content\": ...}", path,
+                   key);
   *id = lm_tokenizer_find(t, json_string_value(v), json_string_length(v));
   return LM_OK;
 }
@@ -69,14 +71,17 @@ static lm_status apply_flags(lm_tokenizer *t, const json_t *cfg, const char *pat
 
 lm_status lm_tok_apply_config(lm_tokenizer *t, const char *config_path) {
   static const char *const bos_names[] = {"<bos>", "<s>", "<|begin_of_text|>", NULL};
-  static const char *const eos_names[] = {"<eos>", "</s>", "<|end_of_text|>", "<|endoftext|>", NULL};
+  static const char *const eos_names[] = {"<eos>", "</s>", "<|end_of_text|>", "<|endoftext|>",
+                                          NULL};
   json_t *cfg = NULL;
   int has_bos = 0, has_eos = 0;
   lm_status s = LM_OK;
   if (config_path) {
     json_error_t e;
     cfg = json_load_file(config_path, JSON_ALLOW_NUL, &e);
-    if (!cfg) return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at line %d: %s", config_path, e.line, e.text);
+    if (!cfg)
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at line %d: %s", config_path, e.line,
+                     e.text);
     if (!json_is_object(cfg)) s = LM_ERRF(LM_ERR_CORRUPT, "%s: not a JSON object", config_path);
     if (s == LM_OK) s = config_token(t, cfg, "bos_token", config_path, &has_bos, &t->bos);
     if (s == LM_OK) s = config_token(t, cfg, "eos_token", config_path, &has_eos, &t->eos);

@@ -23,7 +23,8 @@ const char *lm_tokenizer_piece(const lm_tokenizer *t, int32_t id, size_t *len) {
   size_t n;
   if (!t || id < 0 || id >= t->vocab_size) return NULL;
   int32_t a = t->added_of_id[id];
-  const char *s = a >= 0 ? lm_tok_strtab_get(&t->added_text, (size_t)a, &n) : lm_tok_strtab_get(&t->vocab, (size_t)id, &n);
+  const char *s = a >= 0 ? lm_tok_strtab_get(&t->added_text, (size_t)a, &n)
+                         : lm_tok_strtab_get(&t->vocab, (size_t)id, &n);
   if (s && len) *len = n;
   return s;
 }
@@ -51,10 +52,14 @@ int lm_tok_byte_token(const char *s, size_t n) {
   for (int i = 3; i < 5; i++) {
     char c = s[i];
     v <<= 4;
-    if (c >= '0' && c <= '9') v |= c - '0';
-    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      v |= c - '0';
+    else if (c >= 'a' && c <= 'f')
+      v |= c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      v |= c - 'A' + 10;
+    else
+      return -1;
   }
   return v;
 }
@@ -91,7 +96,8 @@ static lm_status dec_replace(const lm_tok_dec *d, const strlist *in, strlist *ou
     s = strlist_add(out, "", 0);
     if (s == LM_OK) s = lm_tok_pattern_find(&d->pat, tok, in->s.v[i].len, &m);
     for (size_t k = 0; k < m.n && s == LM_OK; k++)
-      s = m.v[k].id ? strlist_extend(out, d->content, d->content_len) : strlist_extend(out, tok + m.v[k].off, m.v[k].len);
+      s = m.v[k].id ? strlist_extend(out, d->content, d->content_len)
+                    : strlist_extend(out, tok + m.v[k].off, m.v[k].len);
   }
   lm_tspans_free(&m);
   return s;
@@ -100,9 +106,11 @@ static lm_status dec_replace(const lm_tok_dec *d, const strlist *in, strlist *ou
 static lm_status flush_bytes(lm_tbuf *bytes, strlist *out) {
   lm_status s = LM_OK;
   if (!bytes->n) return LM_OK;
-  if (lm_utf8_valid(bytes->p, bytes->n)) s = strlist_add(out, bytes->p, bytes->n);
+  if (lm_utf8_valid(bytes->p, bytes->n))
+    s = strlist_add(out, bytes->p, bytes->n);
   else
-    for (size_t i = 0; i < bytes->n && s == LM_OK; i++) s = strlist_add(out, LM_UTF8_REPLACEMENT, 3);
+    for (size_t i = 0; i < bytes->n && s == LM_OK; i++)
+      s = strlist_add(out, LM_UTF8_REPLACEMENT, 3);
   bytes->n = 0;
   return s;
 }
@@ -128,7 +136,8 @@ static lm_status dec_bytefallback(const strlist *in, strlist *out) {
 
 static lm_status dec_fuse(const strlist *in, strlist *out) {
   LM_TRY(strlist_add(out, "", 0));
-  for (size_t i = 0; i < in->s.n; i++) LM_TRY(strlist_extend(out, in->buf.p + in->s.v[i].off, in->s.v[i].len));
+  for (size_t i = 0; i < in->s.n; i++)
+    LM_TRY(strlist_extend(out, in->buf.p + in->s.v[i].off, in->s.v[i].len));
   return LM_OK;
 }
 
@@ -138,8 +147,10 @@ static lm_status dec_strip(const lm_tok_dec *d, const strlist *in, strlist *out)
   for (size_t i = 0; i < in->s.n; i++) {
     const char *p = in->buf.p + in->s.v[i].off;
     size_t a = 0, b = in->s.v[i].len;
-    for (size_t k = 0; k < d->start && b - a >= c && !memcmp(p + a, d->content, c); k++) a += c;
-    for (size_t k = 0; k < d->stop && b - a >= c && !memcmp(p + b - c, d->content, c); k++) b -= c;
+    for (size_t k = 0; k < d->start && b - a >= c && !memcmp(p + a, d->content, c); k++)
+      a += c;
+    for (size_t k = 0; k < d->stop && b - a >= c && !memcmp(p + b - c, d->content, c); k++)
+      b -= c;
     LM_TRY(strlist_add(out, p + a, b - a));
   }
   return LM_OK;
@@ -168,7 +179,8 @@ static lm_status dec_bytelevel(const strlist *in, strlist *out) {
   char *fixed = NULL;
   size_t n;
   lm_status s = LM_OK;
-  for (size_t i = 0; i < in->s.n && s == LM_OK; i++) s = lm_tok_bytelevel_bytes(in->buf.p + in->s.v[i].off, in->s.v[i].len, &bytes);
+  for (size_t i = 0; i < in->s.n && s == LM_OK; i++)
+    s = lm_tok_bytelevel_bytes(in->buf.p + in->s.v[i].off, in->s.v[i].len, &bytes);
   if (s == LM_OK) s = lm_utf8_sanitize(bytes.p ? bytes.p : "", bytes.n, &fixed, &n);
   if (s == LM_OK) s = strlist_add(out, fixed, n);
   free(fixed);
@@ -187,7 +199,8 @@ static lm_status run_decoder(const lm_tok_dec *d, const strlist *in, strlist *ou
   return LM_ERRF(LM_ERR_STATE, "tokenizer: unknown decoder");
 }
 
-static lm_status collect(const lm_tokenizer *t, const int32_t *ids, size_t n, int skip_special, strlist *l) {
+static lm_status collect(const lm_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                         strlist *l) {
   for (size_t i = 0; i < n; i++) {
     size_t len;
     const char *s = lm_tok_decode_text(t, ids[i], &len);
@@ -214,9 +227,10 @@ static lm_status join(const lm_tokenizer *t, const strlist *l, char **text, size
   return LM_OK;
 }
 
-lm_status lm_tokenizer_decode(const lm_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text,
-                              size_t *len) {
-  if (!t || !text || !len || (!ids && n)) return LM_ERRF(LM_ERR_INVALID, "lm_tokenizer_decode: NULL argument");
+lm_status lm_tokenizer_decode(const lm_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                              char **text, size_t *len) {
+  if (!t || !text || !len || (!ids && n))
+    return LM_ERRF(LM_ERR_INVALID, "lm_tokenizer_decode: NULL argument");
   *text = NULL, *len = 0;
   strlist a = {0}, b = {0};
   lm_status s = collect(t, ids, n, skip_special, &a);

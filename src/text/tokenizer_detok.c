@@ -32,8 +32,12 @@ static lm_status whole_text_strip(const lm_tokenizer *t, const lm_tok_dec **out)
     const lm_tok_dec *d = &t->dec[i];
     if (d->kind == LM_TD_FUSE || d->kind == LM_TD_BYTELEVEL) joined = 1;
     if (d->kind != LM_TD_STRIP || !joined) continue;
-    if (d->stop > 0) return LM_ERRF(LM_ERR_UNSUPPORTED, "detokenizer: a Strip decoder that removes the end of the text cannot stream");
-    if (*out) return LM_ERRF(LM_ERR_UNSUPPORTED, "detokenizer: two Strip decoders on the whole text cannot stream");
+    if (d->stop > 0)
+      return LM_ERRF(LM_ERR_UNSUPPORTED,
+                     "detokenizer: a Strip decoder that removes the end of the text cannot stream");
+    if (*out)
+      return LM_ERRF(LM_ERR_UNSUPPORTED,
+                     "detokenizer: two Strip decoders on the whole text cannot stream");
     *out = d;
   }
   return LM_OK;
@@ -75,15 +79,18 @@ static lm_status replace_into(const lm_tok_dec *dec, const lm_tbuf *in, lm_tbuf 
   out->n = 0;
   lm_status s = lm_tok_pattern_find(&dec->pat, in->p, in->n, &m);
   for (size_t i = 0; i < m.n && s == LM_OK; i++)
-    s = m.v[i].id ? lm_tbuf_put(out, dec->content, dec->content_len) : lm_tbuf_put(out, in->p + m.v[i].off, m.v[i].len);
+    s = m.v[i].id ? lm_tbuf_put(out, dec->content, dec->content_len)
+                  : lm_tbuf_put(out, in->p + m.v[i].off, m.v[i].len);
   lm_tspans_free(&m);
   return s;
 }
 
 static void strip_token(const lm_tok_dec *dec, lm_tbuf *b) {
   size_t c = dec->content_len, a = 0, e = b->n;
-  for (size_t k = 0; k < dec->start && e - a >= c && !memcmp(b->p + a, dec->content, c); k++) a += c;
-  for (size_t k = 0; k < dec->stop && e - a >= c && !memcmp(b->p + e - c, dec->content, c); k++) e -= c;
+  for (size_t k = 0; k < dec->start && e - a >= c && !memcmp(b->p + a, dec->content, c); k++)
+    a += c;
+  for (size_t k = 0; k < dec->stop && e - a >= c && !memcmp(b->p + e - c, dec->content, c); k++)
+    e -= c;
   if (a) memmove(b->p, b->p + a, e - a);
   b->n = e - a;
 }
@@ -104,7 +111,8 @@ static lm_status token_bytes(lm_detok *d, const char *s, size_t n) {
       LM_TRY(lm_tbuf_put(&d->tok, d->tmp.p, d->tmp.n));
       break;
     case LM_TD_BYTEFALLBACK:
-      if ((b = lm_tok_byte_token(d->tok.p, d->tok.n)) >= 0) d->tok.p[0] = (char)b, d->tok.n = 1, raw_byte = 1;
+      if ((b = lm_tok_byte_token(d->tok.p, d->tok.n)) >= 0)
+        d->tok.p[0] = (char)b, d->tok.n = 1, raw_byte = 1;
       break;
     case LM_TD_FUSE: joined = 1; break;
     case LM_TD_STRIP:
@@ -131,9 +139,12 @@ static lm_status release(lm_detok *d, int final) {
   while (i < n) {
     int32_t cp;
     size_t k = lm_utf8_next(p + i, n - i, &cp);
-    if (cp < 0 && !final && i + k == n && lm_utf8_incomplete_tail(p + i, k) == k) break; /* wait for more */
-    if (cp < 0) LM_TRY(lm_tbuf_put(&d->out, LM_UTF8_REPLACEMENT, 3));
-    else LM_TRY(lm_tbuf_put(&d->out, p + i, k));
+    if (cp < 0 && !final && i + k == n && lm_utf8_incomplete_tail(p + i, k) == k)
+      break; /* wait for more */
+    if (cp < 0)
+      LM_TRY(lm_tbuf_put(&d->out, LM_UTF8_REPLACEMENT, 3));
+    else
+      LM_TRY(lm_tbuf_put(&d->out, p + i, k));
     i += k;
   }
   if (i < n) memmove(d->pending.p, p + i, n - i);
@@ -146,7 +157,8 @@ static void strip_stream_start(lm_detok *d) {
   const lm_tok_dec *s = d->lead_strip;
   size_t a = 0;
   if (!s || !d->strip_left) return;
-  while (d->strip_left && d->out.n - a >= s->content_len && !memcmp(d->out.p + a, s->content, s->content_len))
+  while (d->strip_left && d->out.n - a >= s->content_len &&
+         !memcmp(d->out.p + a, s->content, s->content_len))
     a += s->content_len, d->strip_left--;
   if (a < d->out.n) d->strip_left = 0; /* other text came first: the strip is over */
   if (a) memmove(d->out.p, d->out.p + a, d->out.n - a);

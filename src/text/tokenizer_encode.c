@@ -24,38 +24,46 @@ void lm_tok_scratch_free(lm_tok_scratch *sc) {
 }
 
 /* Pre-tokenizes and BPE-encodes a piece of normalized text that holds no added token. */
-static lm_status encode_plain(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc, lm_tids *out) {
+static lm_status encode_plain(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc,
+                              lm_tids *out) {
   if (n == 0) return LM_OK;
   if (t->n_pretok == 0) return lm_tok_bpe(t, s, n, sc, out);
   LM_TRY(lm_tok_pretokenize(t, s, n, sc));
   const lm_tbuf *buf = &sc->pre[sc->cur];
   const lm_tspans *pc = &sc->pieces[sc->cur];
-  for (size_t i = 0; i < pc->n; i++) LM_TRY(lm_tok_bpe(t, buf->p + pc->v[i].off, pc->v[i].len, sc, out));
+  for (size_t i = 0; i < pc->n; i++)
+    LM_TRY(lm_tok_bpe(t, buf->p + pc->v[i].off, pc->v[i].len, sc, out));
   return LM_OK;
 }
 
 /* One piece between non-normalized added tokens: normalize, find normalized added tokens,
  * encode the rest. */
-static lm_status encode_segment(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc, lm_tids *out) {
+static lm_status encode_segment(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc,
+                                lm_tids *out) {
   LM_TRY(lm_tok_normalize(t, s, n, &sc->norm));
   if (t->trie_norm.n == 0) return encode_plain(t, sc->norm.p, sc->norm.n, sc, out);
   sc->segs2.n = 0;
   LM_TRY(lm_tok_added_split(t, &t->trie_norm, sc->norm.p, sc->norm.n, 0, &sc->segs2));
   for (size_t i = 0; i < sc->segs2.n; i++) {
     const lm_tspan *g = &sc->segs2.v[i];
-    if (g->id >= 0) LM_TRY(lm_tids_push(out, g->id));
-    else LM_TRY(encode_plain(t, sc->norm.p + g->off, g->len, sc, out));
+    if (g->id >= 0)
+      LM_TRY(lm_tids_push(out, g->id));
+    else
+      LM_TRY(encode_plain(t, sc->norm.p + g->off, g->len, sc, out));
   }
   return LM_OK;
 }
 
-static lm_status encode_text(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc, lm_tids *out) {
+static lm_status encode_text(const lm_tokenizer *t, const char *s, size_t n, lm_tok_scratch *sc,
+                             lm_tids *out) {
   if (t->trie_raw.n == 0) return encode_segment(t, s, n, sc, out);
   LM_TRY(lm_tok_added_split(t, &t->trie_raw, s, n, 0, &sc->segs));
   for (size_t i = 0; i < sc->segs.n; i++) {
     const lm_tspan *g = &sc->segs.v[i];
-    if (g->id >= 0) LM_TRY(lm_tids_push(out, g->id));
-    else LM_TRY(encode_segment(t, s + g->off, g->len, sc, out));
+    if (g->id >= 0)
+      LM_TRY(lm_tids_push(out, g->id));
+    else
+      LM_TRY(encode_segment(t, s + g->off, g->len, sc, out));
   }
   return LM_OK;
 }
@@ -73,9 +81,10 @@ static lm_status add_specials(const lm_tokenizer *t, lm_tids *ids) {
   return lm_tids_append(ids, t->suffix.v, t->suffix.n);
 }
 
-lm_status lm_tokenizer_encode(const lm_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids,
-                              size_t *n_ids) {
-  if (!t || !ids || !n_ids || (!text && len)) return LM_ERRF(LM_ERR_INVALID, "lm_tokenizer_encode: NULL argument");
+lm_status lm_tokenizer_encode(const lm_tokenizer *t, const char *text, size_t len, int add_special,
+                              int32_t **ids, size_t *n_ids) {
+  if (!t || !ids || !n_ids || (!text && len))
+    return LM_ERRF(LM_ERR_INVALID, "lm_tokenizer_encode: NULL argument");
   *ids = NULL, *n_ids = 0;
   char *fixed = NULL;
   if (!lm_utf8_valid(text, len)) { /* repaired like errors="replace" (see tokenizer.h) */

@@ -6,11 +6,11 @@
  *        --(pre-tokenizers)--> pieces --(BPE)--> ids --(post-processor)--> ids
  * Files: tokenizer_tables.c (buffers, string table, hash maps), tokenizer_json.c (a strict
  * streaming JSON scanner for the big vocab/merges arrays), tokenizer_load.c (file, top level,
- * load/free), tokenizer_model.c (the BPE model), tokenizer_config.c (BOS/EOS, tokenizer_config.json),
- * tokenizer_components.c (normalizer / pre-tokenizer / decoder / post-processor / added-token
- * specs), tokenizer_added.c (added-token trie and matching), tokenizer_normalize.c,
- * tokenizer_pretok.c (Split, ByteLevel, regex), tokenizer_bpe.c, tokenizer_encode.c,
- * tokenizer_decode.c, tokenizer_detok.c. */
+ * load/free), tokenizer_model.c (the BPE model), tokenizer_config.c (BOS/EOS,
+ * tokenizer_config.json), tokenizer_components.c (normalizer / pre-tokenizer / decoder /
+ * post-processor / added-token specs), tokenizer_added.c (added-token trie and matching),
+ * tokenizer_normalize.c, tokenizer_pretok.c (Split, ByteLevel, regex), tokenizer_bpe.c,
+ * tokenizer_encode.c, tokenizer_decode.c, tokenizer_detok.c. */
 #ifndef LM_TEXT_TOKENIZER_IMPL_H
 #define LM_TEXT_TOKENIZER_IMPL_H
 
@@ -26,9 +26,9 @@
 #include "text/tokenizer.h"
 
 /* Hard limits on untrusted files: ids index arrays, so they are bounded before allocation. */
-#define LM_TOK_MAX_ID (1 << 24)            /* 16.7M ids: 64x the largest real vocabularies */
-#define LM_TOK_MAX_FILE ((size_t)1 << 31)  /* 2 GiB tokenizer.json */
-#define LM_TOK_NONE UINT32_MAX             /* strtab length of an id that has no string */
+#define LM_TOK_MAX_ID (1 << 24)           /* 16.7M ids: 64x the largest real vocabularies */
+#define LM_TOK_MAX_FILE ((size_t)1 << 31) /* 2 GiB tokenizer.json */
+#define LM_TOK_NONE UINT32_MAX            /* strtab length of an id that has no string */
 
 /* ---- growable containers (tokenizer_tables.c) --------------------------------------------- */
 typedef struct lm_tbuf { /* bytes */
@@ -78,7 +78,7 @@ void lm_tok_strtab_free(lm_tok_strtab *st);
 typedef struct lm_tok_sslot {
   uint64_t head; /* the key's first 8 bytes, zero-padded: short keys compare without the arena */
   uint32_t hash;
-  int32_t idx;   /* -1: empty */
+  int32_t idx; /* -1: empty */
   uint32_t off, len;
 } lm_tok_sslot;
 typedef struct lm_tok_smap {
@@ -91,11 +91,13 @@ lm_status lm_tok_smap_init(lm_tok_smap *m, size_t expected);
  * index it mapped to (which is replaced), else -1. */
 lm_status lm_tok_smap_put(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, int32_t *prev);
 /* The same with the string's lm_tok_hash computed by the caller. */
-lm_status lm_tok_smap_put_h(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, uint32_t h, int32_t *prev);
+lm_status lm_tok_smap_put_h(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, uint32_t h,
+                            int32_t *prev);
 int32_t lm_tok_smap_get(const lm_tok_smap *m, const lm_tok_strtab *st, const char *s, size_t n);
 /* The same with the hash computed by the caller, who may prefetch its slot first (bulk lookups
  * at load overlap their cache misses this way). */
-int32_t lm_tok_smap_get_h(const lm_tok_smap *m, const lm_tok_strtab *st, const char *s, size_t n, uint32_t h);
+int32_t lm_tok_smap_get_h(const lm_tok_smap *m, const lm_tok_strtab *st, const char *s, size_t n,
+                          uint32_t h);
 static inline void lm_tok_smap_prefetch(const lm_tok_smap *m, uint32_t h) {
   if (m->slot) __builtin_prefetch(&m->slot[h & m->mask]);
 }
@@ -151,7 +153,14 @@ void lm_tok_pattern_free(lm_tok_pattern *p);
 lm_status lm_tok_pattern_find(const lm_tok_pattern *p, const char *s, size_t n, lm_tspans *out);
 
 /* ---- pipeline components (tokenizer_components.c) ------------------------------------------- */
-typedef enum { LM_TN_REPLACE, LM_TN_NFC, LM_TN_NFD, LM_TN_NFKC, LM_TN_NFKD, LM_TN_PREPEND } lm_tn_kind;
+typedef enum {
+  LM_TN_REPLACE,
+  LM_TN_NFC,
+  LM_TN_NFD,
+  LM_TN_NFKC,
+  LM_TN_NFKD,
+  LM_TN_PREPEND
+} lm_tn_kind;
 typedef struct lm_tok_norm {
   lm_tn_kind kind;
   lm_tok_pattern pat;
@@ -160,8 +169,13 @@ typedef struct lm_tok_norm {
 } lm_tok_norm;
 
 typedef enum { LM_TP_SPLIT, LM_TP_BYTELEVEL } lm_tp_kind;
-typedef enum { LM_SPLIT_REMOVED, LM_SPLIT_ISOLATED, LM_SPLIT_MERGED_PREV, LM_SPLIT_MERGED_NEXT,
-               LM_SPLIT_CONTIGUOUS } lm_split_behavior;
+typedef enum {
+  LM_SPLIT_REMOVED,
+  LM_SPLIT_ISOLATED,
+  LM_SPLIT_MERGED_PREV,
+  LM_SPLIT_MERGED_NEXT,
+  LM_SPLIT_CONTIGUOUS
+} lm_split_behavior;
 typedef struct lm_tok_pretok {
   lm_tp_kind kind;
   lm_tok_pattern pat; /* Split's pattern, or ByteLevel's GPT-2 regex when use_regex */
@@ -169,7 +183,13 @@ typedef struct lm_tok_pretok {
   int invert, add_prefix_space, use_regex;
 } lm_tok_pretok;
 
-typedef enum { LM_TD_REPLACE, LM_TD_BYTEFALLBACK, LM_TD_FUSE, LM_TD_STRIP, LM_TD_BYTELEVEL } lm_td_kind;
+typedef enum {
+  LM_TD_REPLACE,
+  LM_TD_BYTEFALLBACK,
+  LM_TD_FUSE,
+  LM_TD_STRIP,
+  LM_TD_BYTELEVEL
+} lm_td_kind;
 typedef struct lm_tok_dec {
   lm_td_kind kind;
   lm_tok_pattern pat; /* Replace */
@@ -199,12 +219,12 @@ struct lm_tokenizer {
   lm_tok_strtab vocab;   /* by id */
   lm_tok_smap vocab_map; /* text -> id */
   lm_tok_pmap merges;
-  int32_t unk_id;        /* -1: no unk token */
-  int unk_missing;       /* an unk_token is named but absent from the vocab */
+  int32_t unk_id;  /* -1: no unk token */
+  int unk_missing; /* an unk_token is named but absent from the vocab */
   int byte_fallback, fuse_unk, ignore_merges;
   char *cont_prefix, *word_suffix; /* continuing_subword_prefix, end_of_word_suffix (or NULL) */
   size_t cont_prefix_len, word_suffix_len;
-  int32_t byte_ids[256]; /* id of "<0xNN>", -1 if absent */
+  int32_t byte_ids[256];  /* id of "<0xNN>", -1 if absent */
   int32_t ascii_ids[128]; /* id of each one-character ASCII token, -1 if absent */
 
   /* added tokens */
@@ -214,7 +234,7 @@ struct lm_tokenizer {
   lm_tok_strtab added_norm; /* normalized content of normalized tokens, when it differs */
   lm_tok_smap added_map;    /* content -> added index */
   lm_tok_trie trie_raw, trie_norm;
-  int32_t *added_of_id;     /* [vocab_size] added index or -1 */
+  int32_t *added_of_id; /* [vocab_size] added index or -1 */
 
   /* pipeline */
   lm_tok_norm *norm;
@@ -226,7 +246,7 @@ struct lm_tokenizer {
   int has_decoder;
   lm_tids prefix, suffix; /* post-processor ids around the text (add_special) */
   int32_t bos, eos, vocab_size;
-  int has_template;       /* the post-processor defines prefix/suffix ids */
+  int has_template; /* the post-processor defines prefix/suffix ids */
 };
 
 /* ---- JSON scanner (tokenizer_json.c) -------------------------------------------------------- */
@@ -244,7 +264,7 @@ lm_status lm_tjs_value(lm_tjs *j, json_t **out);
 lm_status lm_tjs_obj_begin(lm_tjs *j, int *more); /* consumes '{' (and '}' if empty) */
 lm_status lm_tjs_arr_begin(lm_tjs *j, int *more);
 lm_status lm_tjs_next(lm_tjs *j, char close, int *more); /* consumes ',' or the closing byte */
-lm_status lm_tjs_end(lm_tjs *j);                  /* only whitespace remains */
+lm_status lm_tjs_end(lm_tjs *j);                         /* only whitespace remains */
 size_t lm_tjs_offset(const lm_tjs *j);
 
 /* ---- loading (tokenizer_load.c, tokenizer_components.c) ------------------------------------- */
@@ -284,12 +304,14 @@ lm_status lm_tok_added_split(const lm_tokenizer *t, const lm_tok_trie *tr, const
 /* Normalizers: in[0..n) -> out (cleared first). */
 lm_status lm_tok_normalize(const lm_tokenizer *t, const char *in, size_t n, lm_tbuf *out);
 /* Applies the normalizers to one added token's text (for normalized added tokens). */
-lm_status lm_tok_normalize_str(const lm_tokenizer *t, const char *in, size_t n, char **out, size_t *out_len);
+lm_status lm_tok_normalize_str(const lm_tokenizer *t, const char *in, size_t n, char **out,
+                               size_t *out_len);
 /* Pre-tokenizers: in[0..n) -> sc->pieces[sc->cur] over sc->pre[sc->cur]. */
 typedef struct lm_tok_scratch lm_tok_scratch;
 lm_status lm_tok_pretokenize(const lm_tokenizer *t, const char *in, size_t n, lm_tok_scratch *sc);
 /* BPE of one piece, appending ids. */
-lm_status lm_tok_bpe(const lm_tokenizer *t, const char *w, size_t n, lm_tok_scratch *sc, lm_tids *out);
+lm_status lm_tok_bpe(const lm_tokenizer *t, const char *w, size_t n, lm_tok_scratch *sc,
+                     lm_tids *out);
 /* GPT-2's byte -> code point table (printable bytes map to themselves, others to U+0100 + k). */
 uint32_t lm_tok_byte_char(uint8_t b);
 int lm_tok_char_byte(uint32_t cp); /* inverse, -1 when cp is not in the table */

@@ -17,11 +17,13 @@
 size_t lm_tjs_offset(const lm_tjs *j) { return (size_t)(j->p - j->base); }
 
 static lm_status bad(const lm_tjs *j, const char *what) {
-  return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: %s", j->name, lm_tjs_offset(j), what);
+  return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: %s", j->name, lm_tjs_offset(j),
+                 what);
 }
 
 static void skip_ws(lm_tjs *j) {
-  while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t')) j->p++;
+  while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
+    j->p++;
 }
 
 int lm_tjs_peek(lm_tjs *j) {
@@ -44,10 +46,14 @@ static int hex4(const char *p, uint32_t *v) {
   for (int i = 0; i < 4; i++) {
     char c = p[i];
     x <<= 4;
-    if (c >= '0' && c <= '9') x |= (uint32_t)(c - '0');
-    else if (c >= 'a' && c <= 'f') x |= (uint32_t)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') x |= (uint32_t)(c - 'A' + 10);
-    else return 0;
+    if (c >= '0' && c <= '9')
+      x |= (uint32_t)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      x |= (uint32_t)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      x |= (uint32_t)(c - 'A' + 10);
+    else
+      return 0;
   }
   *v = x;
   return 1;
@@ -61,8 +67,8 @@ static lm_status unicode_escape(lm_tjs *j, lm_tbuf *out) {
   j->p += 6;
   if (cp >= 0xDC00 && cp <= 0xDFFF) return bad(j, "lone low surrogate in \\u escape");
   if (cp >= 0xD800 && cp <= 0xDBFF) {
-    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || !hex4(j->p + 2, &lo) || lo < 0xDC00 ||
-        lo > 0xDFFF)
+    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || !hex4(j->p + 2, &lo) ||
+        lo < 0xDC00 || lo > 0xDFFF)
       return bad(j, "lone high surrogate in \\u escape");
     j->p += 6;
     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
@@ -94,7 +100,8 @@ static lm_status scan_string(lm_tjs *j, lm_tbuf *out) {
   LM_TRY(lm_tjs_expect(j, '"'));
   for (;;) {
     const char *q = j->p;
-    while (q < j->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
+    while (q < j->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+      q++;
     if (out) LM_TRY(lm_tbuf_put(out, j->p, (size_t)(q - j->p)));
     j->p = q;
     if (q >= j->end) return bad(j, "unterminated string");
@@ -104,8 +111,10 @@ static lm_status scan_string(lm_tjs *j, lm_tbuf *out) {
     }
     if ((unsigned char)*q < 0x20) return bad(j, "control character in string");
     if (j->end - q < 2) return bad(j, "unterminated escape");
-    if (q[1] == 'u') LM_TRY(unicode_escape(j, out));
-    else LM_TRY(simple_escape(j, out));
+    if (q[1] == 'u')
+      LM_TRY(unicode_escape(j, out));
+    else
+      LM_TRY(simple_escape(j, out));
   }
 }
 
@@ -118,22 +127,26 @@ static lm_status scan_number(lm_tjs *j, int *is_int) {
   const char *p = j->p;
   if (p < j->end && *p == '-') p++;
   if (p >= j->end || !is_digit(*p)) return bad(j, "bad number");
-  if (*p == '0') p++;
+  if (*p == '0')
+    p++;
   else
-    while (p < j->end && is_digit(*p)) p++;
+    while (p < j->end && is_digit(*p))
+      p++;
   *is_int = 1;
   if (p < j->end && *p == '.') {
     *is_int = 0;
     p++;
     if (p >= j->end || !is_digit(*p)) return bad(j, "bad number fraction");
-    while (p < j->end && is_digit(*p)) p++;
+    while (p < j->end && is_digit(*p))
+      p++;
   }
   if (p < j->end && (*p == 'e' || *p == 'E')) {
     *is_int = 0;
     p++;
     if (p < j->end && (*p == '+' || *p == '-')) p++;
     if (p >= j->end || !is_digit(*p)) return bad(j, "bad number exponent");
-    while (p < j->end && is_digit(*p)) p++;
+    while (p < j->end && is_digit(*p))
+      p++;
   }
   j->p = p;
   return LM_OK;

@@ -19,12 +19,16 @@
 lm_status lm_tok_file_open(const char *path, lm_tok_file *f) {
   memset(f, 0, sizeof *f);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0)
+    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open: %s", path,
+                   strerror(errno));
   struct stat st;
   lm_status s = LM_OK;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) s = LM_ERRF(LM_ERR_IO, "%s: not a regular file", path);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    s = LM_ERRF(LM_ERR_IO, "%s: not a regular file", path);
   else if ((uint64_t)st.st_size > LM_TOK_MAX_FILE)
-    s = LM_ERRF(LM_ERR_UNSUPPORTED, "%s: %lld bytes is larger than the 2 GiB limit", path, (long long)st.st_size);
+    s = LM_ERRF(LM_ERR_UNSUPPORTED, "%s: %lld bytes is larger than the 2 GiB limit", path,
+                (long long)st.st_size);
   size_t n = s == LM_OK ? (size_t)st.st_size : 0;
   if (s == LM_OK && n > 0) {
     void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
@@ -34,46 +38,59 @@ lm_status lm_tok_file_open(const char *path, lm_tok_file *f) {
     char *p = malloc(n + 1);
     ssize_t got = 0;
     size_t done = 0;
-    while (p && done < n && (got = read(fd, p + done, n - done)) > 0) done += (size_t)got;
-    if (!p) s = LM_ERRF(LM_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
-    else if (done != n) s = LM_ERRF(LM_ERR_IO, "%s: short read (%zu of %zu bytes)", path, done, n);
-    if (s == LM_OK) f->data = p, f->len = n;
-    else free(p);
+    while (p && done < n && (got = read(fd, p + done, n - done)) > 0)
+      done += (size_t)got;
+    if (!p)
+      s = LM_ERRF(LM_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+    else if (done != n)
+      s = LM_ERRF(LM_ERR_IO, "%s: short read (%zu of %zu bytes)", path, done, n);
+    if (s == LM_OK)
+      f->data = p, f->len = n;
+    else
+      free(p);
   }
   close(fd);
   return s;
 }
 
 void lm_tok_file_close(lm_tok_file *f) {
-  if (f->mapped) munmap(f->data, f->len);
-  else free(f->data);
+  if (f->mapped)
+    munmap(f->data, f->len);
+  else
+    free(f->data);
   memset(f, 0, sizeof *f);
 }
 
 /* ---- the top-level object ----------------------------------------------------------------- */
 enum { PART_NORMALIZER, PART_PRETOK, PART_DECODER, PART_POST, PART_ADDED, PART_VERSION, N_PARTS };
-static const char *const part_names[N_PARTS] = {"normalizer", "pre_tokenizer", "decoder", "post_processor", "added_tokens", "version"};
+static const char *const part_names[N_PARTS] = {"normalizer",     "pre_tokenizer", "decoder",
+                                                "post_processor", "added_tokens",  "version"};
 
 static lm_status parse_root(lm_tjs *j, lm_tok_model_state *mp, json_t **parts) {
   int more;
   lm_tbuf key = {0};
   lm_status s;
-  if (lm_tjs_peek(j) != '{') return LM_ERRF(LM_ERR_CORRUPT, "%s: not a JSON object (expected a tokenizer.json)", j->name);
+  if (lm_tjs_peek(j) != '{')
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: not a JSON object (expected a tokenizer.json)", j->name);
   LM_TRY(lm_tjs_obj_begin(j, &more));
   for (s = LM_OK; more && s == LM_OK;) {
     key.n = 0;
-    if (lm_tjs_peek(j) != '"') s = LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: expected a key", j->name, lm_tjs_offset(j));
+    if (lm_tjs_peek(j) != '"')
+      s = LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: expected a key", j->name,
+                  lm_tjs_offset(j));
     if (s == LM_OK) s = lm_tjs_string(j, &key);
     if (s == LM_OK) s = lm_tjs_expect(j, ':');
     if (s != LM_OK) break;
     int part = -1;
     for (int i = 0; i < N_PARTS; i++)
       if (strlen(part_names[i]) == key.n && !memcmp(part_names[i], key.p, key.n)) part = i;
-    if (key.n == 5 && !memcmp(key.p, "model", 5)) s = lm_tok_model_parse(j, mp);
+    if (key.n == 5 && !memcmp(key.p, "model", 5))
+      s = lm_tok_model_parse(j, mp);
     else if (part >= 0) {
       json_decref(parts[part]), parts[part] = NULL;
       s = lm_tjs_value(j, &parts[part]);
-    } else s = lm_tjs_skip(j);
+    } else
+      s = lm_tjs_skip(j);
     if (s == LM_OK) s = lm_tjs_next(j, '}', &more);
   }
   lm_tbuf_free(&key);
@@ -83,8 +100,11 @@ static lm_status parse_root(lm_tjs *j, lm_tok_model_state *mp, json_t **parts) {
 static lm_status build_parts(lm_tokenizer *t, json_t **parts, const char *name) {
   const json_t *ver = parts[PART_VERSION];
   if (ver && (!json_is_string(ver) || strcmp(json_string_value(ver), "1.0")))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: tokenizer.json version %s is not supported (expected \"1.0\")", name, json_is_string(ver) ? json_string_value(ver) : "(not a string)");
-  /* The normalizer comes before the added tokens: normalized tokens are matched in normalized form. */
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "%s: tokenizer.json version %s is not supported (expected \"1.0\")", name,
+                   json_is_string(ver) ? json_string_value(ver) : "(not a string)");
+  /* The normalizer comes before the added tokens: normalized tokens are matched in normalized form.
+   */
   LM_TRY(lm_tok_parse_normalizer(t, parts[PART_NORMALIZER], name));
   LM_TRY(lm_tok_parse_pretokenizer(t, parts[PART_PRETOK], name));
   LM_TRY(lm_tok_parse_decoder(t, parts[PART_DECODER], name));
@@ -104,7 +124,8 @@ static size_t first_invalid_utf8(const char *s, size_t n) {
 
 lm_status lm_tok_parse_json(lm_tokenizer *t, const char *name, const char *data, size_t len) {
   if (!lm_utf8_valid(data, len))
-    return LM_ERRF(LM_ERR_CORRUPT, "%s: not valid UTF-8 (byte %zu)", name, first_invalid_utf8(data, len));
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: not valid UTF-8 (byte %zu)", name,
+                   first_invalid_utf8(data, len));
   lm_tjs j = {data, data, data + len, name};
   lm_tok_model_state *mp;
   json_t *parts[N_PARTS] = {0};
@@ -113,7 +134,8 @@ lm_status lm_tok_parse_json(lm_tokenizer *t, const char *name, const char *data,
   if (s == LM_OK) s = lm_tok_model_finish(mp);
   if (s == LM_OK) s = build_parts(t, parts, name);
   lm_tok_model_free(mp);
-  for (int i = 0; i < N_PARTS; i++) json_decref(parts[i]);
+  for (int i = 0; i < N_PARTS; i++)
+    json_decref(parts[i]);
   return s;
 }
 
@@ -131,7 +153,8 @@ static lm_status load_into(lm_tokenizer *t, const char *path) {
   char *json_path = NULL, *config_path = NULL;
   lm_tok_file f = {0};
   lm_status s = LM_OK;
-  if (stat(path, &st) != 0) return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: %s", path, strerror(errno));
+  if (stat(path, &st) != 0)
+    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: %s", path, strerror(errno));
   if (S_ISDIR(st.st_mode)) {
     s = join_path(path, "tokenizer.json", &json_path);
     if (s == LM_OK) s = join_path(path, "tokenizer_config.json", &config_path);
@@ -140,7 +163,8 @@ static lm_status load_into(lm_tokenizer *t, const char *path) {
   if (s == LM_OK) s = lm_tok_file_open(jp, &f);
   if (s == LM_OK) s = lm_tok_parse_json(t, jp, f.data, f.len);
   lm_tok_file_close(&f);
-  if (s == LM_OK) s = lm_tok_apply_config(t, config_path && stat(config_path, &st) == 0 ? config_path : NULL);
+  if (s == LM_OK)
+    s = lm_tok_apply_config(t, config_path && stat(config_path, &st) == 0 ? config_path : NULL);
   free(json_path);
   free(config_path);
   return s;
@@ -170,8 +194,10 @@ lm_status lm_tokenizer_load(const char *path, lm_tokenizer **out) {
   return LM_OK;
 }
 
-lm_status lm_tokenizer_load_json(const char *json, size_t len, const char *name, lm_tokenizer **out) {
-  if ((!json && len) || !out) return LM_ERRF(LM_ERR_INVALID, "lm_tokenizer_load_json: NULL argument");
+lm_status lm_tokenizer_load_json(const char *json, size_t len, const char *name,
+                                 lm_tokenizer **out) {
+  if ((!json && len) || !out)
+    return LM_ERRF(LM_ERR_INVALID, "lm_tokenizer_load_json: NULL argument");
   *out = NULL;
   lm_tokenizer *t;
   LM_TRY(new_tokenizer(&t));

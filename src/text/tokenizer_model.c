@@ -9,7 +9,8 @@
 
 #include "text/tokenizer_impl.h"
 
-#define LM_TOK_PREFETCH 12 /* items ahead: enough misses in flight, within the CPU's fill buffers */
+#define LM_TOK_PREFETCH 12 /* items ahead: enough misses in flight, within the CPU's fill buffers  \
+                            */
 typedef struct vocab_entry {
   uint32_t off, len;
   int32_t id;
@@ -24,21 +25,21 @@ typedef struct merge_pair {
 struct lm_tok_model_state {
   lm_tokenizer *t;
   const char *name;
-  lm_tbuf keys;         /* vocab strings, then moved into t->vocab */
+  lm_tbuf keys; /* vocab strings, then moved into t->vocab */
   vocab_entry *ents;
   size_t n_ents, cap_ents;
-  lm_tbuf mbytes;       /* merge strings (of one batch once the vocab is known) */
-  lm_tbuf cat;          /* a merge's concatenation */
-  merge_entry *late;    /* the current batch, or every merge when the vocab comes later */
-  merge_pair *pairs;    /* resolved merges, by rank */
+  lm_tbuf mbytes;    /* merge strings (of one batch once the vocab is known) */
+  lm_tbuf cat;       /* a merge's concatenation */
+  merge_entry *late; /* the current batch, or every merge when the vocab comes later */
+  merge_pair *pairs; /* resolved merges, by rank */
   size_t n_merges;
-  int merge_form;       /* 0 unknown, 1 "a b" strings, 2 [a, b] pairs */
+  int merge_form; /* 0 unknown, 1 "a b" strings, 2 [a, b] pairs */
   int have_vocab, have_merges;
-  int early;            /* the merges were resolved while parsing (the vocab came first) */
-  size_t batch_rank0;   /* rank of the first merge of the current batch */
-  char *early_prefix;   /* continuing_subword_prefix the merges were resolved with (NULL: none) */
-  size_t n_missing;     /* early merges whose concatenation was not in the vocab */
-  json_t *scalars;      /* the other keys of "model", as an object */
+  int early;          /* the merges were resolved while parsing (the vocab came first) */
+  size_t batch_rank0; /* rank of the first merge of the current batch */
+  char *early_prefix; /* continuing_subword_prefix the merges were resolved with (NULL: none) */
+  size_t n_missing;   /* early merges whose concatenation was not in the vocab */
+  json_t *scalars;    /* the other keys of "model", as an object */
 };
 typedef struct lm_tok_model_state model_state;
 
@@ -47,7 +48,8 @@ static lm_status build_vocab(lm_tokenizer *t, model_state *mp, const char *name)
 static lm_status grow_array(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return LM_OK;
   size_t c = *cap ? *cap * 2 : 1024;
-  while (c < need) c *= 2;
+  while (c < need)
+    c *= 2;
   void *q = realloc(*p, c * elem);
   if (!q) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory (%zu entries)", c);
   *p = q;
@@ -58,21 +60,33 @@ static lm_status grow_array(void **p, size_t *cap, size_t need, size_t elem) {
 static lm_status parse_vocab(lm_tjs *j, model_state *mp) {
   int more;
   if (mp->have_vocab) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.vocab appears twice", j->name);
-  if (lm_tjs_peek(j) != '{') return LM_ERRF(LM_ERR_CORRUPT, "%s: model.vocab is not an object (BPE needs a token -> id map)", j->name);
+  if (lm_tjs_peek(j) != '{')
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: model.vocab is not an object (BPE needs a token -> id map)",
+                   j->name);
   LM_TRY(lm_tjs_obj_begin(j, &more));
   mp->keys.n = 0, mp->n_ents = 0;
   while (more) {
     size_t off = mp->keys.n;
-    if (lm_tjs_peek(j) != '"') return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: expected a key", j->name, lm_tjs_offset(j));
+    if (lm_tjs_peek(j) != '"')
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: expected a key", j->name,
+                     lm_tjs_offset(j));
     LM_TRY(lm_tjs_string(j, &mp->keys));
     LM_TRY(lm_tjs_expect(j, ':'));
     int64_t id;
     size_t at = lm_tjs_offset(j);
-    if (lm_tjs_int(j, &id) != LM_OK) return LM_ERRF(LM_ERR_CORRUPT, "%s: byte %zu: model.vocab: id of '%.*s' is not an integer", j->name, at, (int)(mp->keys.n - off > 64 ? 64 : mp->keys.n - off), mp->keys.p + off);
-    if (id < 0 || id >= LM_TOK_MAX_ID) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.vocab: id %lld of '%.*s' is outside [0, %d)", j->name, (long long)id, (int)(mp->keys.n - off > 64 ? 64 : mp->keys.n - off), mp->keys.p + off, LM_TOK_MAX_ID);
-    if (mp->keys.n >= UINT32_MAX) return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: vocab strings exceed 4 GiB", j->name);
+    if (lm_tjs_int(j, &id) != LM_OK)
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: byte %zu: model.vocab: id of '%.*s' is not an integer",
+                     j->name, at, (int)(mp->keys.n - off > 64 ? 64 : mp->keys.n - off),
+                     mp->keys.p + off);
+    if (id < 0 || id >= LM_TOK_MAX_ID)
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: model.vocab: id %lld of '%.*s' is outside [0, %d)",
+                     j->name, (long long)id, (int)(mp->keys.n - off > 64 ? 64 : mp->keys.n - off),
+                     mp->keys.p + off, LM_TOK_MAX_ID);
+    if (mp->keys.n >= UINT32_MAX)
+      return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: vocab strings exceed 4 GiB", j->name);
     LM_TRY(grow_array((void **)&mp->ents, &mp->cap_ents, mp->n_ents + 1, sizeof *mp->ents));
-    mp->ents[mp->n_ents++] = (vocab_entry){(uint32_t)off, (uint32_t)(mp->keys.n - off), (int32_t)id, 0};
+    mp->ents[mp->n_ents++] =
+        (vocab_entry){(uint32_t)off, (uint32_t)(mp->keys.n - off), (int32_t)id, 0};
     LM_TRY(lm_tjs_next(j, '}', &more));
   }
   mp->have_vocab = 1;
@@ -82,7 +96,8 @@ static lm_status parse_vocab(lm_tjs *j, model_state *mp) {
 #define LM_TOK_MERGE_BATCH 256
 
 static lm_status merge_missing(const model_state *mp, size_t rank, const char *s, size_t n) {
-  return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges: entry %zu: token '%.*s' is not in the vocab", mp->name, rank + 1, (int)(n > 64 ? 64 : n), s);
+  return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges: entry %zu: token '%.*s' is not in the vocab",
+                 mp->name, rank + 1, (int)(n > 64 ? 64 : n), s);
 }
 
 /* Resolves k merges (strings in mp->mbytes) with ranks rank0..: each one's tokens and their
@@ -90,7 +105,8 @@ static lm_status merge_missing(const model_state *mp, size_t rank, const char *s
  * vocab. Hashes first, then lookups that prefetch their slots a few merges ahead so that the cache
  * misses of neighbouring merges can overlap. These lookups are most of the load time of a
  * 515k-merge file; on the busy 2-core development VM the prefetch's gain was within noise. */
-static lm_status resolve_batch(model_state *mp, const char *prefix, size_t plen, const merge_entry *e, size_t k, size_t rank0) {
+static lm_status resolve_batch(model_state *mp, const char *prefix, size_t plen,
+                               const merge_entry *e, size_t k, size_t rank0) {
   lm_tokenizer *t = mp->t;
   uint32_t h[2 * LM_TOK_MERGE_BATCH], hc[LM_TOK_MERGE_BATCH];
   size_t coff[LM_TOK_MERGE_BATCH + 1];
@@ -98,7 +114,9 @@ static lm_status resolve_batch(model_state *mp, const char *prefix, size_t plen,
   for (size_t i = 0; i < k; i++) {
     h[2 * i] = lm_tok_hash(base + e[i].a_off, e[i].a_len);
     h[2 * i + 1] = lm_tok_hash(base + e[i].b_off, e[i].b_len);
-    if (i < LM_TOK_PREFETCH) lm_tok_smap_prefetch(&t->vocab_map, h[2 * i]), lm_tok_smap_prefetch(&t->vocab_map, h[2 * i + 1]);
+    if (i < LM_TOK_PREFETCH)
+      lm_tok_smap_prefetch(&t->vocab_map, h[2 * i]),
+          lm_tok_smap_prefetch(&t->vocab_map, h[2 * i + 1]);
   }
   mp->cat.n = 0;
   for (size_t i = 0; i < k; i++) {
@@ -136,7 +154,8 @@ static lm_status resolve_batch(model_state *mp, const char *prefix, size_t plen,
       continue;
     }
     if (id < 0) return merge_missing(mp, rank0 + i, c, coff[i + 1] - coff[i]);
-    LM_TRY(lm_tok_pmap_put(&t->merges, mp->pairs[rank0 + i].a, mp->pairs[rank0 + i].b, (uint32_t)(rank0 + i), id));
+    LM_TRY(lm_tok_pmap_put(&t->merges, mp->pairs[rank0 + i].a, mp->pairs[rank0 + i].b,
+                           (uint32_t)(rank0 + i), id));
   }
   return LM_OK;
 }
@@ -149,11 +168,15 @@ static const char *prefix_so_far(const model_state *mp, size_t *len) {
 }
 
 /* A merge's two strings, decoded into mp->mbytes from *off on. */
-static lm_status merge_strings(lm_tjs *j, model_state *mp, size_t off, size_t at, size_t *alen, size_t *blen, int *skip) {
+static lm_status merge_strings(lm_tjs *j, model_state *mp, size_t off, size_t at, size_t *alen,
+                               size_t *blen, int *skip) {
   int c = lm_tjs_peek(j), form = c == '"' ? 1 : c == '[' ? 2 : 0, more;
   *skip = 0;
   if (!form || (mp->merge_form && form != mp->merge_form))
-    return LM_ERRF(LM_ERR_CORRUPT, "%s: byte %zu: model.merges: entry %zu is neither a \"a b\" string nor an [a, b] pair like the others", j->name, at, mp->n_merges + 1);
+    return LM_ERRF(LM_ERR_CORRUPT,
+                   "%s: byte %zu: model.merges: entry %zu is neither a \"a b\" string nor an [a, "
+                   "b] pair like the others",
+                   j->name, at, mp->n_merges + 1);
   mp->merge_form = form;
   if (form == 1) { /* "a b": exactly one space, as HF's convert_merges_to_hashmap */
     LM_TRY(lm_tjs_string(j, &mp->mbytes));
@@ -161,7 +184,10 @@ static lm_status merge_strings(lm_tjs *j, model_state *mp, size_t off, size_t at
     const char *s = mp->mbytes.p + off, *sp = memchr(s, ' ', len);
     if (len >= 8 && !memcmp(s, "#version", 8)) return *skip = 1, LM_OK;
     if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp - s) - 1))
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges: entry %zu (\"%.*s\") is not two tokens separated by one space", j->name, mp->n_merges + 1, (int)(len > 64 ? 64 : len), s);
+      return LM_ERRF(
+          LM_ERR_CORRUPT,
+          "%s: model.merges: entry %zu (\"%.*s\") is not two tokens separated by one space",
+          j->name, mp->n_merges + 1, (int)(len > 64 ? 64 : len), s);
     *alen = (size_t)(sp - s), *blen = len - *alen - 1;
     memmove((char *)sp, sp + 1, *blen); /* a and b back to back, like the pair form */
     mp->mbytes.n--;
@@ -170,12 +196,17 @@ static lm_status merge_strings(lm_tjs *j, model_state *mp, size_t off, size_t at
   size_t part[3] = {off, 0, 0}, n = 0;
   LM_TRY(lm_tjs_arr_begin(j, &more));
   while (more) {
-    if (n == 2 || lm_tjs_peek(j) != '"') return LM_ERRF(LM_ERR_CORRUPT, "%s: byte %zu: model.merges: entry %zu is not a pair of strings", j->name, at, mp->n_merges + 1);
+    if (n == 2 || lm_tjs_peek(j) != '"')
+      return LM_ERRF(LM_ERR_CORRUPT,
+                     "%s: byte %zu: model.merges: entry %zu is not a pair of strings", j->name, at,
+                     mp->n_merges + 1);
     LM_TRY(lm_tjs_string(j, &mp->mbytes));
     part[++n] = mp->mbytes.n;
     LM_TRY(lm_tjs_next(j, ']', &more));
   }
-  if (n != 2) return LM_ERRF(LM_ERR_CORRUPT, "%s: byte %zu: model.merges: entry %zu is not a pair of strings", j->name, at, mp->n_merges + 1);
+  if (n != 2)
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: byte %zu: model.merges: entry %zu is not a pair of strings",
+                   j->name, at, mp->n_merges + 1);
   *alen = part[1] - part[0], *blen = part[2] - part[1];
   return LM_OK;
 }
@@ -199,11 +230,14 @@ static lm_status parse_merge(lm_tjs *j, model_state *mp) {
     mp->mbytes.n = off;
     return LM_OK;
   }
-  if (mp->mbytes.n >= UINT32_MAX) return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: merge strings exceed 4 GiB", j->name);
+  if (mp->mbytes.n >= UINT32_MAX)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: merge strings exceed 4 GiB", j->name);
   size_t slot = mp->have_vocab ? mp->n_merges - mp->batch_rank0 : mp->n_merges;
-  mp->late[slot] = (merge_entry){(uint32_t)off, (uint32_t)alen, (uint32_t)(off + alen), (uint32_t)blen};
+  mp->late[slot] =
+      (merge_entry){(uint32_t)off, (uint32_t)alen, (uint32_t)(off + alen), (uint32_t)blen};
   mp->n_merges++;
-  if (mp->have_vocab && mp->n_merges - mp->batch_rank0 == LM_TOK_MERGE_BATCH) return flush_batch(mp);
+  if (mp->have_vocab && mp->n_merges - mp->batch_rank0 == LM_TOK_MERGE_BATCH)
+    return flush_batch(mp);
   return LM_OK;
 }
 
@@ -225,15 +259,18 @@ static lm_status parse_merges(lm_tjs *j, model_state *mp) {
   int more;
   size_t count;
   if (mp->have_merges) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges appears twice", j->name);
-  if (lm_tjs_peek(j) != '[') return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges is not an array", j->name);
+  if (lm_tjs_peek(j) != '[')
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges is not an array", j->name);
   LM_TRY(count_elements(j, &count));
   mp->pairs = malloc((count ? count : 1) * sizeof *mp->pairs);
   mp->late = malloc((mp->have_vocab ? LM_TOK_MERGE_BATCH : count ? count : 1) * sizeof *mp->late);
-  if (!mp->pairs || !mp->late) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory (%zu merges)", count);
+  if (!mp->pairs || !mp->late)
+    return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory (%zu merges)", count);
   if (mp->have_vocab) {
     size_t plen;
     const char *p = prefix_so_far(mp, &plen);
-    if (p && !(mp->early_prefix = strdup(p))) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory");
+    if (p && !(mp->early_prefix = strdup(p)))
+      return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory");
     LM_TRY(lm_tok_pmap_init(&mp->t->merges, count));
     mp->early = 1;
   }
@@ -250,19 +287,24 @@ lm_status lm_tok_model_parse(lm_tjs *j, model_state *mp) {
   int more;
   lm_tbuf key = {0};
   lm_status s = LM_OK;
-  if (lm_tjs_peek(j) != '{') return LM_ERRF(LM_ERR_CORRUPT, "%s: \"model\" is not an object", j->name);
+  if (lm_tjs_peek(j) != '{')
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: \"model\" is not an object", j->name);
   if (mp->scalars) return LM_ERRF(LM_ERR_CORRUPT, "%s: \"model\" appears twice", j->name);
   LM_TRY(lm_tjs_obj_begin(j, &more));
   mp->scalars = json_object();
   if (!mp->scalars) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory");
   while (more && s == LM_OK) {
     key.n = 0;
-    if (lm_tjs_peek(j) != '"') s = LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: expected a key", j->name, lm_tjs_offset(j));
+    if (lm_tjs_peek(j) != '"')
+      s = LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at byte %zu: expected a key", j->name,
+                  lm_tjs_offset(j));
     if (s == LM_OK) s = lm_tjs_string(j, &key);
     if (s == LM_OK) s = lm_tjs_expect(j, ':');
     if (s != LM_OK) break;
-    if (key.n == 5 && !memcmp(key.p, "vocab", 5)) s = parse_vocab(j, mp);
-    else if (key.n == 6 && !memcmp(key.p, "merges", 6)) s = parse_merges(j, mp);
+    if (key.n == 5 && !memcmp(key.p, "vocab", 5))
+      s = parse_vocab(j, mp);
+    else if (key.n == 6 && !memcmp(key.p, "merges", 6))
+      s = parse_merges(j, mp);
     else if (key.n < 64 && !memchr(key.p, 0, key.n)) {
       json_t *v;
       s = lm_tjs_value(j, &v);
@@ -271,9 +313,12 @@ lm_status lm_tok_model_parse(lm_tjs *j, model_state *mp) {
         json_object_set_new(mp->scalars, key.p, v);
         /* the type comes first in HF files: refuse other models before parsing their vocab */
         if (!strcmp(key.p, "type") && json_is_string(v) && strcmp(json_string_value(v), "BPE"))
-          s = LM_ERRF(LM_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (lumen implements BPE)", j->name, json_string_value(v));
+          s = LM_ERRF(LM_ERR_UNSUPPORTED,
+                      "%s: model type '%s' is not supported (lumen implements BPE)", j->name,
+                      json_string_value(v));
       }
-    } else s = lm_tjs_skip(j);
+    } else
+      s = lm_tjs_skip(j);
     if (s == LM_OK) s = lm_tjs_next(j, '}', &more);
   }
   lm_tbuf_free(&key);
@@ -290,19 +335,25 @@ static lm_status build_vocab(lm_tokenizer *t, model_state *mp, const char *name)
   memset(&mp->keys, 0, sizeof mp->keys);
   LM_TRY(lm_tok_smap_init(&t->vocab_map, mp->n_ents));
   /* hashes first, then inserts that prefetch their slots a few entries ahead (see resolve_batch) */
-  for (size_t i = 0; i < mp->n_ents; i++) mp->ents[i].hash = lm_tok_hash(t->vocab.bytes.p + mp->ents[i].off, mp->ents[i].len);
+  for (size_t i = 0; i < mp->n_ents; i++)
+    mp->ents[i].hash = lm_tok_hash(t->vocab.bytes.p + mp->ents[i].off, mp->ents[i].len);
   for (size_t i = 0; i < mp->n_ents; i++) {
     const vocab_entry *e = &mp->ents[i];
-    if (i + LM_TOK_PREFETCH < mp->n_ents) lm_tok_smap_prefetch(&t->vocab_map, mp->ents[i + LM_TOK_PREFETCH].hash);
-    if (t->vocab.len[e->id] != LM_TOK_NONE && (t->vocab.len[e->id] != e->len ||
-                                               memcmp(t->vocab.bytes.p + t->vocab.off[e->id], t->vocab.bytes.p + e->off, e->len)))
-      return LM_ERRF(LM_ERR_CORRUPT, "%s: model.vocab: id %d is given to two tokens ('%.*s' and '%.*s')", name, e->id,
-                     (int)(t->vocab.len[e->id] > 64 ? 64 : t->vocab.len[e->id]), t->vocab.bytes.p + t->vocab.off[e->id],
-                     (int)(e->len > 64 ? 64 : e->len), t->vocab.bytes.p + e->off);
+    if (i + LM_TOK_PREFETCH < mp->n_ents)
+      lm_tok_smap_prefetch(&t->vocab_map, mp->ents[i + LM_TOK_PREFETCH].hash);
+    if (t->vocab.len[e->id] != LM_TOK_NONE &&
+        (t->vocab.len[e->id] != e->len ||
+         memcmp(t->vocab.bytes.p + t->vocab.off[e->id], t->vocab.bytes.p + e->off, e->len)))
+      return LM_ERRF(LM_ERR_CORRUPT,
+                     "%s: model.vocab: id %d is given to two tokens ('%.*s' and '%.*s')", name,
+                     e->id, (int)(t->vocab.len[e->id] > 64 ? 64 : t->vocab.len[e->id]),
+                     t->vocab.bytes.p + t->vocab.off[e->id], (int)(e->len > 64 ? 64 : e->len),
+                     t->vocab.bytes.p + e->off);
     t->vocab.off[e->id] = e->off, t->vocab.len[e->id] = e->len;
     int32_t prev;
     LM_TRY(lm_tok_smap_put_h(&t->vocab_map, &t->vocab, e->id, e->hash, &prev));
-    if (prev >= 0 && prev != e->id) t->vocab.len[prev] = LM_TOK_NONE; /* a repeated key: the last one wins */
+    if (prev >= 0 && prev != e->id)
+      t->vocab.len[prev] = LM_TOK_NONE; /* a repeated key: the last one wins */
   }
   t->vocab_size = max_id + 1;
   for (int b = 0; b < 256; b++) {
@@ -341,7 +392,9 @@ static lm_status finish_merges(lm_tokenizer *t, model_state *mp) {
     size_t alen = 0, blen = 0;
     const char *a = lm_tok_strtab_get(&t->vocab, (size_t)mp->pairs[i].a, &alen);
     const char *b = lm_tok_strtab_get(&t->vocab, (size_t)mp->pairs[i].b, &blen);
-    if (!a || !b) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges: entry %zu names a replaced vocab entry", mp->name, i + 1);
+    if (!a || !b)
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: model.merges: entry %zu names a replaced vocab entry",
+                     mp->name, i + 1);
     mp->mbytes.n = 0;
     LM_TRY(lm_tbuf_put(&mp->mbytes, a, alen));
     LM_TRY(lm_tbuf_put(&mp->mbytes, b, blen));
@@ -351,10 +404,12 @@ static lm_status finish_merges(lm_tokenizer *t, model_state *mp) {
   return LM_OK;
 }
 
-static lm_status dup_string(const json_t *v, const char *what, const char *name, char **out, size_t *len) {
+static lm_status dup_string(const json_t *v, const char *what, const char *name, char **out,
+                            size_t *len) {
   *out = NULL, *len = 0;
   if (!v || json_is_null(v)) return LM_OK;
-  if (!json_is_string(v)) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.%s is not a string", name, what);
+  if (!json_is_string(v))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: model.%s is not a string", name, what);
   *len = json_string_length(v);
   *out = malloc(*len + 1);
   if (!*out) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory");
@@ -366,24 +421,32 @@ static lm_status flag(const json_t *obj, const char *key, const char *name, int 
   const json_t *v = json_object_get(obj, key);
   *out = 0;
   if (!v || json_is_null(v)) return LM_OK;
-  if (!json_is_boolean(v)) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.%s is not a boolean", name, key);
+  if (!json_is_boolean(v))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: model.%s is not a boolean", name, key);
   *out = json_is_true(v);
   return LM_OK;
 }
 
 static lm_status model_options(lm_tokenizer *t, const json_t *sc, const char *name) {
   const json_t *type = json_object_get(sc, "type");
-  if (type && !json_is_string(type)) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.type is not a string", name);
+  if (type && !json_is_string(type))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: model.type is not a string", name);
   if (type && strcmp(json_string_value(type), "BPE"))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (lumen implements BPE)", name, json_string_value(type));
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "%s: model type '%s' is not supported (lumen implements BPE)", name,
+                   json_string_value(type));
   const json_t *dropout = json_object_get(sc, "dropout");
-  if (dropout && !json_is_null(dropout) && !(json_is_number(dropout) && json_number_value(dropout) == 0.0))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: BPE dropout is not supported (lumen tokenizes deterministically)", name);
+  if (dropout && !json_is_null(dropout) &&
+      !(json_is_number(dropout) && json_number_value(dropout) == 0.0))
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "%s: BPE dropout is not supported (lumen tokenizes deterministically)", name);
   LM_TRY(flag(sc, "fuse_unk", name, &t->fuse_unk));
   LM_TRY(flag(sc, "byte_fallback", name, &t->byte_fallback));
   LM_TRY(flag(sc, "ignore_merges", name, &t->ignore_merges));
-  LM_TRY(dup_string(json_object_get(sc, "continuing_subword_prefix"), "continuing_subword_prefix", name, &t->cont_prefix, &t->cont_prefix_len));
-  LM_TRY(dup_string(json_object_get(sc, "end_of_word_suffix"), "end_of_word_suffix", name, &t->word_suffix, &t->word_suffix_len));
+  LM_TRY(dup_string(json_object_get(sc, "continuing_subword_prefix"), "continuing_subword_prefix",
+                    name, &t->cont_prefix, &t->cont_prefix_len));
+  LM_TRY(dup_string(json_object_get(sc, "end_of_word_suffix"), "end_of_word_suffix", name,
+                    &t->word_suffix, &t->word_suffix_len));
   return LM_OK;
 }
 
@@ -391,8 +454,10 @@ static lm_status resolve_unk(lm_tokenizer *t, const json_t *sc, const char *name
   const json_t *unk = json_object_get(sc, "unk_token");
   t->unk_id = -1;
   if (!unk || json_is_null(unk)) return LM_OK;
-  if (!json_is_string(unk)) return LM_ERRF(LM_ERR_CORRUPT, "%s: model.unk_token is not a string", name);
-  t->unk_id = lm_tok_smap_get(&t->vocab_map, &t->vocab, json_string_value(unk), json_string_length(unk));
+  if (!json_is_string(unk))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: model.unk_token is not a string", name);
+  t->unk_id =
+      lm_tok_smap_get(&t->vocab_map, &t->vocab, json_string_value(unk), json_string_length(unk));
   t->unk_missing = t->unk_id < 0; /* HF fails only when an unknown character needs it */
   return LM_OK;
 }
@@ -428,4 +493,3 @@ void lm_tok_model_free(model_state *mp) {
   json_decref(mp->scalars);
   free(mp);
 }
-

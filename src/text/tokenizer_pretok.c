@@ -25,7 +25,9 @@ lm_status lm_tok_pattern_literal(lm_tok_pattern *p, const char *s, size_t n) {
 /* Unicode White_Space, which is Oniguruma's \s. PCRE2 10.42's \s (with UCP) also matches
  * U+180E MONGOLIAN VOWEL SEPARATOR, a format character since Unicode 6.3, so \s and \S are
  * rewritten into explicit classes before compiling. */
-#define LM_WHITE_SPACE "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define LM_WHITE_SPACE                                                                             \
+  "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}"   \
+  "\\x{3000}"
 
 static lm_status put_str(lm_tbuf *out, const char *s) { return lm_tbuf_put(out, s, strlen(s)); }
 
@@ -35,8 +37,10 @@ static lm_status translate_regex(const char *src, size_t n, lm_tbuf *out) {
     char c = src[i];
     if (c == '\\' && i + 1 < n) {
       char e = src[++i];
-      if (e == 's') LM_TRY(put_str(out, in_class ? LM_WHITE_SPACE : "[" LM_WHITE_SPACE "]"));
-      else if (e == 'S') LM_TRY(put_str(out, in_class ? "\\S\\x{180E}" : "[^" LM_WHITE_SPACE "]"));
+      if (e == 's')
+        LM_TRY(put_str(out, in_class ? LM_WHITE_SPACE : "[" LM_WHITE_SPACE "]"));
+      else if (e == 'S')
+        LM_TRY(put_str(out, in_class ? "\\S\\x{180E}" : "[^" LM_WHITE_SPACE "]"));
       else if (e == 'Q') { /* \Q...\E is literal text */
         const char *end = i + 1 < n ? memmem(src + i + 1, n - i - 1, "\\E", 2) : NULL;
         size_t stop = end ? (size_t)(end - src) + 2 : n;
@@ -52,7 +56,8 @@ static lm_status translate_regex(const char *src, size_t n, lm_tbuf *out) {
       in_class = 1;
       LM_TRY(lm_tbuf_put(out, &c, 1));
       if (i + 1 < n && src[i + 1] == '^') LM_TRY(lm_tbuf_put(out, src + ++i, 1));
-      if (i + 1 < n && src[i + 1] == ']') LM_TRY(lm_tbuf_put(out, src + ++i, 1)); /* a leading ] is literal */
+      if (i + 1 < n && src[i + 1] == ']')
+        LM_TRY(lm_tbuf_put(out, src + ++i, 1)); /* a leading ] is literal */
       continue;
     }
     if (in_class && c == '[' && i + 1 < n && src[i + 1] == ':') { /* [:posix:] inside a class */
@@ -84,7 +89,8 @@ lm_status lm_tok_pattern_regex(lm_tok_pattern *p, const char *src, size_t n, con
   if (!p->re) {
     PCRE2_UCHAR msg[160];
     pcre2_get_error_message(err, msg, sizeof msg);
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: regex not supported by PCRE2 at offset %zu: %s", where, (size_t)at, (const char *)msg);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: regex not supported by PCRE2 at offset %zu: %s", where,
+                   (size_t)at, (const char *)msg);
   }
   pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE); /* without JIT, pcre2_match interprets */
   return LM_OK;
@@ -111,12 +117,14 @@ static lm_status find_literal(const lm_tok_pattern *p, const char *s, size_t n, 
   return LM_OK;
 }
 
-static int run_regex(const pcre2_code *re, const char *s, size_t n, size_t from, pcre2_match_data *md) {
+static int run_regex(const pcre2_code *re, const char *s, size_t n, size_t from,
+                     pcre2_match_data *md) {
   /* input is valid UTF-8 (checked or repaired on entry), so PCRE2 need not check it again */
   int rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, md, NULL);
   /* the JIT's default 32 KiB stack can run out on pathological input; the interpreter keeps its
    * frames on the heap */
-  if (rc == PCRE2_ERROR_JIT_STACKLIMIT) rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+    rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
   return rc;
 }
 
@@ -131,7 +139,8 @@ static lm_status find_regex(const lm_tok_pattern *p, const char *s, size_t n, lm
     if (rc < 0) {
       PCRE2_UCHAR msg[120];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      st = LM_ERRF(LM_ERR_CORRUPT, "tokenizer: regex match failed at byte %zu: %s", from, (const char *)msg);
+      st = LM_ERRF(LM_ERR_CORRUPT, "tokenizer: regex match failed at byte %zu: %s", from,
+                   (const char *)msg);
       break;
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -177,7 +186,8 @@ int lm_tok_char_byte(uint32_t cp) {
 /* ---- Split -------------------------------------------------------------------------------- */
 /* Folds matches (id 1) and gaps (id 0) of one piece into the behavior's pieces (HF
  * NormalizedString::split); pieces get id 0, removed delimiters are dropped. */
-static lm_status split_piece(const lm_tok_pretok *p, size_t base, const lm_tspans *m, lm_tspans *out) {
+static lm_status split_piece(const lm_tok_pretok *p, size_t base, const lm_tspans *m,
+                             lm_tspans *out) {
   int prev_match = 0;
   size_t first = out->n;
   for (size_t i = 0; i < m->n; i++) {
@@ -185,22 +195,27 @@ static lm_status split_piece(const lm_tok_pretok *p, size_t base, const lm_tspan
     int is_match = m->v[i].id ^ p->invert;
     int glue = 0;
     switch (p->behavior) {
-    case LM_SPLIT_REMOVED: if (is_match) continue; break;
+    case LM_SPLIT_REMOVED:
+      if (is_match) continue;
+      break;
     case LM_SPLIT_ISOLATED: break;
     case LM_SPLIT_CONTIGUOUS: glue = i > 0 && is_match == prev_match; break;
     case LM_SPLIT_MERGED_PREV: glue = is_match && !prev_match && out->n > first; break;
     case LM_SPLIT_MERGED_NEXT: glue = i > 0 && prev_match && !is_match; break;
     }
     prev_match = is_match;
-    if (glue) out->v[out->n - 1].len += len;
-    else LM_TRY(lm_tspans_push(out, off, len, 0));
+    if (glue)
+      out->v[out->n - 1].len += len;
+    else
+      LM_TRY(lm_tspans_push(out, off, len, 0));
   }
   return LM_OK;
 }
 
 /* MergedWithNext glues a match to what follows; HF folds it from the right, which is the same
  * as gluing each piece that follows a match onto it (a run of matches stays separate pieces). */
-static lm_status split_all(const lm_tok_pretok *p, const char *buf, const lm_tspans *in, lm_tspans *out, lm_tspans *m) {
+static lm_status split_all(const lm_tok_pretok *p, const char *buf, const lm_tspans *in,
+                           lm_tspans *out, lm_tspans *m) {
   out->n = 0;
   for (size_t i = 0; i < in->n; i++) {
     LM_TRY(lm_tok_pattern_find(&p->pat, buf + in->v[i].off, in->v[i].len, m));
@@ -214,7 +229,8 @@ static lm_status put_bytelevel(const char *s, size_t n, lm_tbuf *out) {
   LM_TRY(lm_tbuf_reserve(out, n * 2));
   for (size_t i = 0; i < n; i++) {
     uint32_t c = lm_tok_byte_char((uint8_t)s[i]);
-    if (c < 0x80) out->p[out->n++] = (char)c;
+    if (c < 0x80)
+      out->p[out->n++] = (char)c;
     else {
       out->p[out->n++] = (char)(0xC0 | (c >> 6));
       out->p[out->n++] = (char)(0x80 | (c & 0x3F));
@@ -223,14 +239,16 @@ static lm_status put_bytelevel(const char *s, size_t n, lm_tbuf *out) {
   return LM_OK;
 }
 
-static lm_status bytelevel_piece(const lm_tok_pretok *p, const char *s, size_t n, lm_tbuf *out, lm_tspans *pieces,
-                                 lm_tbuf *tmp, lm_tspans *m) {
+static lm_status bytelevel_piece(const lm_tok_pretok *p, const char *s, size_t n, lm_tbuf *out,
+                                 lm_tspans *pieces, lm_tbuf *tmp, lm_tspans *m) {
   tmp->n = 0;
   if (p->add_prefix_space && (n == 0 || s[0] != ' ')) LM_TRY(lm_tbuf_put(tmp, " ", 1));
   LM_TRY(lm_tbuf_put(tmp, s, n));
   m->n = 0;
-  if (p->use_regex) LM_TRY(lm_tok_pattern_find(&p->pat, tmp->p, tmp->n, m));
-  else LM_TRY(lm_tspans_push(m, 0, tmp->n, 0));
+  if (p->use_regex)
+    LM_TRY(lm_tok_pattern_find(&p->pat, tmp->p, tmp->n, m));
+  else
+    LM_TRY(lm_tspans_push(m, 0, tmp->n, 0));
   for (size_t i = 0; i < m->n; i++) {
     size_t start = out->n;
     LM_TRY(put_bytelevel(tmp->p + m->v[i].off, m->v[i].len, out));
@@ -261,7 +279,8 @@ lm_status lm_tok_pretokenize(const lm_tokenizer *t, const char *in, size_t n, lm
       sc->pieces[nxt].n = 0;
       for (size_t i = 0; i < sc->pieces[cur].n; i++) {
         const lm_tspan *q = &sc->pieces[cur].v[i];
-        LM_TRY(bytelevel_piece(p, sc->pre[cur].p + q->off, q->len, &sc->pre[nxt], &sc->pieces[nxt], &sc->tmp, &sc->found));
+        LM_TRY(bytelevel_piece(p, sc->pre[cur].p + q->off, q->len, &sc->pre[nxt], &sc->pieces[nxt],
+                               &sc->tmp, &sc->found));
       }
     }
     cur = nxt;

@@ -77,7 +77,8 @@ lm_status lm_tok_strtab_resize(lm_tok_strtab *st, size_t n) {
   uint32_t *len = realloc(st->len, n * sizeof *len);
   if (!len) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory (string table of %zu)", n);
   st->len = len;
-  for (size_t i = st->n; i < n; i++) off[i] = 0, len[i] = LM_TOK_NONE;
+  for (size_t i = st->n; i < n; i++)
+    off[i] = 0, len[i] = LM_TOK_NONE;
   st->n = n;
   return LM_OK;
 }
@@ -85,7 +86,8 @@ lm_status lm_tok_strtab_resize(lm_tok_strtab *st, size_t n) {
 lm_status lm_tok_strtab_set(lm_tok_strtab *st, size_t idx, const char *s, size_t n) {
   if (idx >= st->n) LM_TRY(lm_tok_strtab_resize(st, idx + 1));
   /* offsets and lengths are 32-bit: the arena is bounded by the 2 GiB file limit */
-  if (st->bytes.n + n >= UINT32_MAX) return LM_ERRF(LM_ERR_UNSUPPORTED, "tokenizer: token strings exceed 4 GiB");
+  if (st->bytes.n + n >= UINT32_MAX)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "tokenizer: token strings exceed 4 GiB");
   st->off[idx] = (uint32_t)st->bytes.n;
   st->len[idx] = (uint32_t)n;
   return lm_tbuf_put(&st->bytes, s, n);
@@ -127,7 +129,8 @@ uint32_t lm_tok_hash(const char *s, size_t n) {
  * table costs probes, an emptier one page faults and cache misses (Gemma's merge table). */
 static size_t table_cap(size_t expected) {
   size_t c = 16;
-  while (c < expected + expected / 2) c *= 2;
+  while (c < expected + expected / 2)
+    c *= 2;
   return c;
 }
 static int table_full(size_t n, size_t mask) { return (n + 1) * 4 > (mask + 1) * 3; }
@@ -136,7 +139,8 @@ lm_status lm_tok_smap_init(lm_tok_smap *m, size_t expected) {
   size_t cap = table_cap(expected);
   m->slot = malloc(cap * sizeof *m->slot);
   if (!m->slot) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory (hash of %zu)", expected);
-  for (size_t i = 0; i < cap; i++) m->slot[i].idx = -1;
+  for (size_t i = 0; i < cap; i++)
+    m->slot[i].idx = -1;
   m->mask = cap - 1;
   m->n = 0;
   return LM_OK;
@@ -148,7 +152,8 @@ static lm_status smap_rehash(lm_tok_smap *m) {
   for (size_t i = 0; i <= m->mask; i++) {
     if (m->slot[i].idx < 0) continue;
     size_t j = m->slot[i].hash & nm.mask;
-    while (nm.slot[j].idx >= 0) j = (j + 1) & nm.mask;
+    while (nm.slot[j].idx >= 0)
+      j = (j + 1) & nm.mask;
     nm.slot[j] = m->slot[i];
   }
   nm.n = m->n;
@@ -163,23 +168,28 @@ static uint64_t key_head(const char *s, size_t n) {
   return h;
 }
 
-static int slot_is(const lm_tok_sslot *e, const lm_tok_strtab *st, uint32_t h, uint64_t head, const char *s, size_t n) {
-  return e->hash == h && e->len == n && e->head == head && (n <= 8 || !memcmp(st->bytes.p + e->off + 8, s + 8, n - 8));
+static int slot_is(const lm_tok_sslot *e, const lm_tok_strtab *st, uint32_t h, uint64_t head,
+                   const char *s, size_t n) {
+  return e->hash == h && e->len == n && e->head == head &&
+         (n <= 8 || !memcmp(st->bytes.p + e->off + 8, s + 8, n - 8));
 }
 
 lm_status lm_tok_smap_put(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, int32_t *prev) {
   size_t n = 0;
   const char *s = lm_tok_strtab_get(st, (size_t)idx, &n);
-  if (!s) return LM_ERRF(LM_ERR_STATE, "tokenizer: internal error: hashing an index without a string");
+  if (!s)
+    return LM_ERRF(LM_ERR_STATE, "tokenizer: internal error: hashing an index without a string");
   return lm_tok_smap_put_h(m, st, idx, lm_tok_hash(s, n), prev);
 }
 
-lm_status lm_tok_smap_put_h(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, uint32_t h, int32_t *prev) {
+lm_status lm_tok_smap_put_h(lm_tok_smap *m, const lm_tok_strtab *st, int32_t idx, uint32_t h,
+                            int32_t *prev) {
   if (!m->slot) LM_TRY(lm_tok_smap_init(m, 16));
   if (table_full(m->n, m->mask)) LM_TRY(smap_rehash(m));
   size_t n = 0;
   const char *s = lm_tok_strtab_get(st, (size_t)idx, &n);
-  if (!s) return LM_ERRF(LM_ERR_STATE, "tokenizer: internal error: hashing an index without a string");
+  if (!s)
+    return LM_ERRF(LM_ERR_STATE, "tokenizer: internal error: hashing an index without a string");
   uint64_t head = key_head(s, n);
   lm_tok_sslot slot = {head, h, idx, st->off[idx], (uint32_t)n};
   if (prev) *prev = -1;
@@ -202,7 +212,8 @@ int32_t lm_tok_smap_get(const lm_tok_smap *m, const lm_tok_strtab *st, const cha
   return lm_tok_smap_get_h(m, st, s, n, lm_tok_hash(s, n));
 }
 
-int32_t lm_tok_smap_get_h(const lm_tok_smap *m, const lm_tok_strtab *st, const char *s, size_t n, uint32_t h) {
+int32_t lm_tok_smap_get_h(const lm_tok_smap *m, const lm_tok_strtab *st, const char *s, size_t n,
+                          uint32_t h) {
   if (!m->slot) return -1;
   uint64_t head = key_head(s, n);
   for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
@@ -221,8 +232,10 @@ void lm_tok_smap_free(lm_tok_smap *m) {
 lm_status lm_tok_pmap_init(lm_tok_pmap *m, size_t expected) {
   size_t cap = table_cap(expected);
   m->slot = malloc(cap * sizeof *m->slot);
-  if (!m->slot) return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory (merge table of %zu)", expected);
-  for (size_t i = 0; i < cap; i++) m->slot[i].key = UINT64_MAX;
+  if (!m->slot)
+    return LM_ERRF(LM_ERR_NOMEM, "tokenizer: out of memory (merge table of %zu)", expected);
+  for (size_t i = 0; i < cap; i++)
+    m->slot[i].key = UINT64_MAX;
   m->mask = cap - 1;
   m->n = 0;
   return LM_OK;
@@ -236,7 +249,8 @@ static lm_status pmap_rehash(lm_tok_pmap *m) {
   for (size_t i = 0; i <= m->mask; i++) {
     if (m->slot[i].key == UINT64_MAX) continue;
     size_t j = pmap_home(m->slot[i].key, nm.mask);
-    while (nm.slot[j].key != UINT64_MAX) j = (j + 1) & nm.mask;
+    while (nm.slot[j].key != UINT64_MAX)
+      j = (j + 1) & nm.mask;
     nm.slot[j] = m->slot[i];
   }
   nm.n = m->n;

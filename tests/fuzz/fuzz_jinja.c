@@ -1,6 +1,6 @@
-/* fuzz_jinja.c — libFuzzer target for the template interpreter: any bytes as a template must compile
- * or fail with a status, and a compiled template must render or fail within tight limits against a
- * chat-shaped context. Also runs the exact JSON reader on the same bytes. */
+/* fuzz_jinja.c — libFuzzer target for the template interpreter: any bytes as a template must
+ * compile or fail with a status, and a compiled template must render or fail within tight limits
+ * against a chat-shaped context. Also runs the exact JSON reader on the same bytes. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,11 +9,16 @@
 #include "text/jinja.h"
 
 static const char CTX[] =
-    "{\"messages\": [{\"role\": \"system\", \"content\": \" sys \"}, {\"role\": \"user\", \"content\": [{\"type\": "
-    "\"text\", \"text\": \"hi\"}, {\"type\": \"image\"}]}, {\"role\": \"assistant\", \"content\": \"ok\", "
-    "\"reasoning_content\": \"r\", \"tool_calls\": [{\"id\": \"c\", \"function\": {\"name\": \"f\", \"arguments\": "
-    "{\"a\": 1, \"b\": [1.5, null, true]}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c\", \"content\": \"x\"}],"
-    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}],"
+    "{\"messages\": [{\"role\": \"system\", \"content\": \" sys \"}, {\"role\": \"user\", "
+    "\"content\": [{\"type\": "
+    "\"text\", \"text\": \"hi\"}, {\"type\": \"image\"}]}, {\"role\": \"assistant\", \"content\": "
+    "\"ok\", "
+    "\"reasoning_content\": \"r\", \"tool_calls\": [{\"id\": \"c\", \"function\": {\"name\": "
+    "\"f\", \"arguments\": "
+    "{\"a\": 1, \"b\": [1.5, null, true]}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c\", "
+    "\"content\": \"x\"}],"
+    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+    "{\"type\": \"object\"}}}],"
     " \"add_generation_prompt\": true, \"bos_token\": \"<bos>\", \"n\": 12345678901234567890}";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -13,9 +13,11 @@
 static void check_info(const lm_kv_state_info *in, const uint8_t *data, size_t size) {
   volatile uint8_t sink = 0;
   uint64_t cursor = in->data_offset;
-  if (in->file_size != size || in->data_offset > size || in->data_offset % LM_KV_STATE_ALIGN) abort();
+  if (in->file_size != size || in->data_offset > size || in->data_offset % LM_KV_STATE_ALIGN)
+    abort();
   if (in->n_caches < 0 || in->n_caches > LM_KV_STATE_MAX_CACHES || in->n_tokens < 0) abort();
-  for (int64_t t = 0; t < in->n_tokens; t++) sink ^= (uint8_t)in->tokens[t];
+  for (int64_t t = 0; t < in->n_tokens; t++)
+    sink ^= (uint8_t)in->tokens[t];
   for (int i = 0; i < in->n_caches; i++) {
     const lm_kv_state_cache *c = &in->caches[i];
     if (c->n != in->n_tokens || c->rows > c->n || c->rows < 0) abort();
@@ -23,8 +25,11 @@ static void check_info(const lm_kv_state_info *in, const uint8_t *data, size_t s
     for (int a = 0; a < LM_KV_ARRAYS; a++) {
       const lm_kv_state_block *b = &c->arrays[a];
       if (!b->bytes) continue;
-      if (b->offset < cursor || b->offset % LM_KV_STATE_ALIGN || b->offset > size || b->bytes > size - b->offset) abort();
-      for (uint64_t k = 0; k < b->bytes; k += 61) sink ^= data[b->offset + k];
+      if (b->offset < cursor || b->offset % LM_KV_STATE_ALIGN || b->offset > size ||
+          b->bytes > size - b->offset)
+        abort();
+      for (uint64_t k = 0; k < b->bytes; k += 61)
+        sink ^= data[b->offset + k];
       cursor = b->offset + b->bytes;
     }
   }

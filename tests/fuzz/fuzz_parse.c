@@ -1,7 +1,7 @@
-/* fuzz_parse.c — libFuzzer target for model-output parsing: the Gemma 4 call syntax on any bytes, and
- * the streaming parsers (Gemma 4 and generic) on any sequence of pieces and control tokens. Checks
- * the contract too: what comes out of a call is a JSON object, and the streamed deltas add up to the
- * collected results. */
+/* fuzz_parse.c — libFuzzer target for model-output parsing: the Gemma 4 call syntax on any bytes,
+ * and the streaming parsers (Gemma 4 and generic) on any sequence of pieces and control tokens.
+ * Checks the contract too: what comes out of a call is a JSON object, and the streamed deltas add
+ * up to the collected results. */
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,9 +16,12 @@ typedef struct sink {
 
 static lm_status on_event(void *user, const lm_parse_event *ev) {
   sink *s = user;
-  if (ev->kind == LM_PARSE_CONTENT) s->content += ev->len;
-  else if (ev->kind == LM_PARSE_REASONING) s->reasoning += ev->len;
-  else s->calls++;
+  if (ev->kind == LM_PARSE_CONTENT)
+    s->content += ev->len;
+  else if (ev->kind == LM_PARSE_REASONING)
+    s->reasoning += ev->len;
+  else
+    s->calls++;
   return LM_OK;
 }
 
@@ -29,10 +32,12 @@ static void check_object(const char *args) {
 }
 
 /* Input layout: byte 0 picks the format and start state; then records of (tag byte, length byte,
- * bytes): tag < 8 feeds one of the control tokens, anything else feeds the bytes as a text piece. */
+ * bytes): tag < 8 feeds one of the control tokens, anything else feeds the bytes as a text piece.
+ */
 static void run_stream(const uint8_t *data, size_t size) {
-  static const char *const ctl[] = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
-                                    "<|tool_response>", "<turn|>", "<eos>", "<|\"|>"};
+  static const char *const ctl[] = {
+      "<|channel>",       "<channel|>", "<|tool_call>", "<tool_call|>",
+      "<|tool_response>", "<turn|>",    "<eos>",        "<|\"|>"};
   sink s = {0, 0, 0};
   lm_parser_opts o = {0};
   o.format = data[0] & 1 ? LM_PARSER_GENERIC : LM_PARSER_GEMMA4;
@@ -56,9 +61,11 @@ static void run_stream(const uint8_t *data, size_t size) {
   }
   lm_parser_finish(p);
   if (s.content != lm_parser_content_len(p) || s.reasoning != lm_parser_reasoning_len(p) ||
-      s.calls != lm_parser_tool_call_count(p) || (lm_parser_reasoning(p) == NULL) != (s.reasoning == 0))
+      s.calls != lm_parser_tool_call_count(p) ||
+      (lm_parser_reasoning(p) == NULL) != (s.reasoning == 0))
     abort();
-  for (size_t k = 0; k < lm_parser_tool_call_count(p); k++) check_object(lm_parser_tool_call_arguments(p, k));
+  for (size_t k = 0; k < lm_parser_tool_call_count(p); k++)
+    check_object(lm_parser_tool_call_arguments(p, k));
   lm_parser_free(p);
 }
 

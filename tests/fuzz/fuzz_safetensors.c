@@ -18,12 +18,14 @@ static void check_header(const lm_st_header *h, const uint8_t *data, size_t size
     if ((const uint8_t *)t->data != data + t->offset) abort();
     if (t->ndim < 0 || t->ndim > LM_ST_MAX_DIMS || t->dtype >= LM_DT_COUNT) abort();
     if ((uint64_t)lm_st_numel(t) * lm_dtype_size(t->dtype) != t->nbytes) abort();
-    for (uint64_t b = 0; b < t->nbytes; b++) sink ^= ((const uint8_t *)t->data)[b];
+    for (uint64_t b = 0; b < t->nbytes; b++)
+      sink ^= ((const uint8_t *)t->data)[b];
     sink ^= (uint8_t)strlen(t->name);
     cursor += t->nbytes;
   }
   if (cursor != size) abort();
-  for (size_t i = 0; i < h->n_meta; i++) sink ^= (uint8_t)(strlen(h->meta_keys[i]) + strlen(h->meta_values[i]));
+  for (size_t i = 0; i < h->n_meta; i++)
+    sink ^= (uint8_t)(strlen(h->meta_keys[i]) + strlen(h->meta_values[i]));
   (void)sink;
 }
 

@@ -38,10 +38,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     req = json_incref(body);
   }
   if (!r) r = lm_srv_parse_common(req, &d, 4096, &p, &e);
-  if (!r) r = kind == 1 ? lm_srv_parse_completion(req, 4096, &p, &e) : lm_srv_parse_chat(req, &p, &e);
-  if (r) check_error(r, &e);
-  else if (kind != 1 && (!json_is_array(p.messages) || !json_is_object(p.kwargs))) abort();
-  else if (kind == 1 && !p.prompt && !p.prompt_ids) abort();
+  if (!r)
+    r = kind == 1 ? lm_srv_parse_completion(req, 4096, &p, &e) : lm_srv_parse_chat(req, &p, &e);
+  if (r)
+    check_error(r, &e);
+  else if (kind != 1 && (!json_is_array(p.messages) || !json_is_object(p.kwargs)))
+    abort();
+  else if (kind == 1 && !p.prompt && !p.prompt_ids)
+    abort();
   lm_srv_params_clear(&p);
   json_decref(req);
   json_decref(body);

@@ -26,26 +26,36 @@ static const char sp_json[] =
     "{\"id\":42,\"content\":\"ab\",\"single_word\":true,\"normalized\":false},"
     "{\"id\":43,\"content\":\"a b\",\"normalized\":true}],"
     "\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"},"
-    "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"MergedWithPrevious\"},"
-    "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<bos>\"}},"
+    "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" "
+    "\"},\"behavior\":\"MergedWithPrevious\"},"
+    "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<"
+    "bos>\"}},"
     "{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{\"<bos>\":{\"id\":\"<bos>\",\"ids\":[1]}}},"
-    "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\u2581\"},"
-    "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]},"
+    "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{"
+    "\"String\":\"\\u2581\"},"
+    "\"content\":\" "
+    "\"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" "
+    "\",\"start\":1,\"stop\":0}]},"
     "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"byte_fallback\":true,"
-    "\"vocab\":{\"<unk>\":0,\"<bos>\":1,\"<0x00>\":2,\"<0x0A>\":3,\"<0x20>\":4,\"<0xC3>\":5,\"<0xA9>\":6,\"<0xE6>\":7,"
-    "\"<0x97>\":8,\"<0xA5>\":9,\"\\u2581\":10,\"a\":11,\"b\":12,\"c\":13,\"ab\":14,\"abc\":15,\"\\u2581a\":16,"
+    "\"vocab\":{\"<unk>\":0,\"<bos>\":1,\"<0x00>\":2,\"<0x0A>\":3,\"<0x20>\":4,\"<0xC3>\":5,\"<"
+    "0xA9>\":6,\"<0xE6>\":7,"
+    "\"<0x97>\":8,\"<0xA5>\":9,\"\\u2581\":10,\"a\":11,\"b\":12,\"c\":13,\"ab\":14,\"abc\":15,"
+    "\"\\u2581a\":16,"
     "\"\\u2581\\u2581\":17,\"\\u00e9\":18,\"<L>\":40,\"<R>\":41},"
     "\"merges\":[[\"a\",\"b\"],[\"ab\",\"c\"],[\"\\u2581\",\"a\"],[\"\\u2581\",\"\\u2581\"]]}}";
 
 static const char bl_json[] =
     "{\"added_tokens\":[{\"id\":300,\"content\":\"<|s|>\",\"special\":true,\"normalized\":false}],"
     "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"}]},"
-    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
-    "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{"
+    "\"Regex\":"
+    "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|"
     "\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},\"behavior\":\"Isolated\"},"
     "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
     "\"decoder\":{\"type\":\"ByteLevel\"},"
-    "\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{VOCAB},\"merges\":[\"\\u0120 t\",\"h e\"]}}";
+    "\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{VOCAB},\"merges\":[\"\\u0120 "
+    "t\",\"h e\"]}}";
 
 /* bl_json with {VOCAB} replaced by the 256 GPT-2 byte characters and the merge results. */
 static char *byte_level_json(void) {
@@ -115,7 +125,8 @@ static void exercise(const lm_tokenizer *t, const uint8_t *data, size_t size) {
       size_t n2;
       if (lm_utf8_sanitize((const char *)data, size, &fixed, &fl) == LM_OK) {
         if (lm_tokenizer_encode(t, fixed, fl, 1, &ids2, &n2) == LM_OK) {
-          if (n2 != n || memcmp(ids, ids2, n * sizeof *ids)) abort(); /* repair is what encode does */
+          if (n2 != n || memcmp(ids, ids2, n * sizeof *ids))
+            abort(); /* repair is what encode does */
           free(ids2);
         }
         free(fixed);
@@ -126,7 +137,8 @@ static void exercise(const lm_tokenizer *t, const uint8_t *data, size_t size) {
   /* the raw bytes as ids, some out of range */
   size_t m = size / 2;
   int32_t *raw = malloc((m ? m : 1) * sizeof *raw);
-  for (size_t i = 0; raw && i < m; i++) raw[i] = (int32_t)(data[2 * i] | (data[2 * i + 1] << 8)) % 320;
+  for (size_t i = 0; raw && i < m; i++)
+    raw[i] = (int32_t)(data[2 * i] | (data[2 * i + 1] << 8)) % 320;
   if (raw) decode_both(t, raw, m, 0);
   free(raw);
 }

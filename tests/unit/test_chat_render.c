@@ -1,6 +1,6 @@
-/* test_chat_render.c — chat formatting against the Gemma 4 goldens (rendered by Python jinja2 from the
- * checkpoints' own templates), the jansson request path, template loading from a model directory,
- * request normalization and the built-in ChatML format. */
+/* test_chat_render.c — chat formatting against the Gemma 4 goldens (rendered by Python jinja2 from
+ * the checkpoints' own templates), the jansson request path, template loading from a model
+ * directory, request normalization and the built-in ChatML format. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +17,8 @@
 
 #define TD LM_SHARED_DIR "/testdata/gemma4/"
 
-/* Which template each rendered* field of chat_cases.json comes from (tools/gemma4_chat/gemma4_chat_cases.py). */
+/* Which template each rendered* field of chat_cases.json comes from
+ * (tools/gemma4_chat/gemma4_chat_cases.py). */
 static const struct {
   const char *field, *file;
 } FIELDS[] = {
@@ -96,12 +97,16 @@ static void t_chat_cases_golden(void **state) {
       if (want.kind != LM_JV_STR) continue;
       total++;
       char *out = NULL;
-      lm_status s = lm_chat_render_values(t, a, get(c, "messages"), get(c, "tools"), thinking_kwargs(a, c),
-                                          lm_jv_truthy(get(c, "add_generation_prompt")), "<bos>", "<eos>", &out);
-      if (s != LM_OK) print_message("%s %s: %s\n", FIELDS[f].file, get(c, "name").u.s->s, lm_errmsg());
+      lm_status s = lm_chat_render_values(
+          t, a, get(c, "messages"), get(c, "tools"), thinking_kwargs(a, c),
+          lm_jv_truthy(get(c, "add_generation_prompt")), "<bos>", "<eos>", &out);
+      if (s != LM_OK)
+        print_message("%s %s: %s\n", FIELDS[f].file, get(c, "name").u.s->s, lm_errmsg());
       else if (strcmp(out, want.u.s->s) != 0)
-        print_message("%s %s:\n got:  %s\n want: %s\n", FIELDS[f].file, get(c, "name").u.s->s, out, want.u.s->s);
-      else ok++;
+        print_message("%s %s:\n got:  %s\n want: %s\n", FIELDS[f].file, get(c, "name").u.s->s, out,
+                      want.u.s->s);
+      else
+        ok++;
       free(out);
     }
     lm_chat_template_free(t);
@@ -135,17 +140,22 @@ static void t_chat_cases_jansson(void **state) {
       }
       json_t *kw = json_pack("{s:O}", "enable_thinking", json_object_get(jc, "enable_thinking"));
       char *out = NULL;
-      lm_status s = lm_chat_render(t, json_object_get(jc, "messages"), json_object_get(jc, "tools"), kw,
-                                   json_is_true(json_object_get(jc, "add_generation_prompt")), "<bos>", "<eos>", &out);
-      if (s == LM_OK && strcmp(out, json_string_value(json_object_get(jc, FIELDS[f].field))) == 0) ok++;
-      else print_message("%s %s: %s\n", FIELDS[f].file, json_string_value(json_object_get(jc, "name")), s ? lm_errmsg() : out);
+      lm_status s = lm_chat_render(t, json_object_get(jc, "messages"), json_object_get(jc, "tools"),
+                                   kw, json_is_true(json_object_get(jc, "add_generation_prompt")),
+                                   "<bos>", "<eos>", &out);
+      if (s == LM_OK && strcmp(out, json_string_value(json_object_get(jc, FIELDS[f].field))) == 0)
+        ok++;
+      else
+        print_message("%s %s: %s\n", FIELDS[f].file, json_string_value(json_object_get(jc, "name")),
+                      s ? lm_errmsg() : out);
       free(out);
       json_decref(kw);
       json_decref(jc);
     }
     lm_chat_template_free(t);
   }
-  print_message("chat_cases.json via jansson: %zu byte-exact, %zu not representable in jansson\n", ok, skipped);
+  print_message("chat_cases.json via jansson: %zu byte-exact, %zu not representable in jansson\n",
+                ok, skipped);
   assert_int_equal(skipped, 3);
   assert_int_equal(ok, 27);
   lm_jarena_free(a);
@@ -163,19 +173,22 @@ static void t_chat_template_cases(void **state) {
   size_t i, ok = 0;
   json_array_foreach(cases, i, c) {
     char *out = NULL;
-    assert_int_equal(lm_chat_render(t, json_object_get(c, "messages"), NULL, NULL, 1, "<bos>", "<eos>", &out), LM_OK);
+    assert_int_equal(
+        lm_chat_render(t, json_object_get(c, "messages"), NULL, NULL, 1, "<bos>", "<eos>", &out),
+        LM_OK);
     if (strcmp(out, json_string_value(json_object_get(c, "rendered"))) == 0) ok++;
     free(out);
   }
-  print_message("chat_template_cases.json: %zu/%zu renders byte-exact\n", ok, json_array_size(cases));
+  print_message("chat_template_cases.json: %zu/%zu renders byte-exact\n", ok,
+                json_array_size(cases));
   assert_int_equal(ok, json_array_size(cases));
   assert_int_equal(ok, 2);
   lm_chat_template_free(t);
   json_decref(root);
 }
 
-/* The launch-day template has no golden field; it must run every case, and gemma4-chat.md states its
- * form for E1 and for the thinking switch (`<|think|>` without a newline). */
+/* The launch-day template has no golden field; it must run every case, and gemma4-chat.md states
+ * its form for E1 and for the thinking switch (`<|think|>` without a newline). */
 static void t_v0_release_template(void **state) {
   (void)state;
   lm_jarena *a;
@@ -185,8 +198,9 @@ static void t_v0_release_template(void **state) {
   for (size_t i = 0; i < cases.u.l->n; i++) {
     lm_jv c = cases.u.l->v[i];
     char *out = NULL;
-    assert_int_equal(lm_chat_render_values(t, a, get(c, "messages"), get(c, "tools"), thinking_kwargs(a, c),
-                                           lm_jv_truthy(get(c, "add_generation_prompt")), "<bos>", "<eos>", &out),
+    assert_int_equal(lm_chat_render_values(
+                         t, a, get(c, "messages"), get(c, "tools"), thinking_kwargs(a, c),
+                         lm_jv_truthy(get(c, "add_generation_prompt")), "<bos>", "<eos>", &out),
                      LM_OK);
     if (i == 0) assert_string_equal(out, "<bos><|turn>user\nWhat is 2+2?<turn|>\n<|turn>model\n");
     if (i == 1) assert_non_null(strstr(out, "<|turn>system\n<|think|>You are terse.<turn|>"));
@@ -206,12 +220,16 @@ static json_t *parse(const char *text) {
 
 static void t_string_arguments(void **state) {
   (void)state;
-  json_t *msgs = parse("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"a\","
-                       "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1, \\\"b\\\": 2.0}\"}}]}]");
-  lm_chat_template *canon = load_template("chat_template.jinja"), *v1 = load_template("chat_template.v1.jinja");
+  json_t *msgs = parse("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"tool_"
+                       "calls\":[{\"id\":\"a\","
+                       "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{"
+                       "\\\"a\\\": 1, \\\"b\\\": 2.0}\"}}]}]");
+  lm_chat_template *canon = load_template("chat_template.jinja"),
+                   *v1 = load_template("chat_template.v1.jinja");
   char *out = NULL;
   /* the canonical template refuses string arguments (raise_exception), with a position */
-  assert_int_equal(lm_chat_render(canon, msgs, NULL, NULL, 0, "<bos>", "<eos>", &out), LM_ERR_INVALID);
+  assert_int_equal(lm_chat_render(canon, msgs, NULL, NULL, 0, "<bos>", "<eos>", &out),
+                   LM_ERR_INVALID);
   assert_non_null(strstr(lm_errmsg(), "must be a JSON object"));
   assert_non_null(strstr(lm_errmsg(), "line "));
   assert_null(out);
@@ -234,42 +252,53 @@ static void t_string_arguments(void **state) {
 
 static void t_normalize(void **state) {
   (void)state;
-  json_t *msgs = parse(
-      "[{\"role\":\"user\",\"content\":\"q\"},"
-      "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"
-      "{\"name\":\"get\",\"arguments\":\"\"}}]},"
-      "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":{\"temp\":18}},"
-      "{\"role\":\"tool\",\"tool_call_id\":\"zz\",\"content\":null}]");
-  json_t *tools = parse("[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"properties\":"
-                        "{\"city\":{\"description\":\"c\"},\"n\":{\"enum\":[1,2]},\"tags\":{\"items\":{\"enum\":[\"a\"]}},"
-                        "\"opts\":{\"properties\":{\"x\":{}}}}}}}]");
+  json_t *msgs = parse("[{\"role\":\"user\",\"content\":\"q\"},"
+                       "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\","
+                       "\"type\":\"function\",\"function\":"
+                       "{\"name\":\"get\",\"arguments\":\"\"}}]},"
+                       "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":{\"temp\":18}},"
+                       "{\"role\":\"tool\",\"tool_call_id\":\"zz\",\"content\":null}]");
+  json_t *tools =
+      parse("[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"properties\":"
+            "{\"city\":{\"description\":\"c\"},\"n\":{\"enum\":[1,2]},\"tags\":{\"items\":{"
+            "\"enum\":[\"a\"]}},"
+            "\"opts\":{\"properties\":{\"x\":{}}}}}}}]");
   json_t *nm, *nt;
   assert_int_equal(lm_chat_normalize(msgs, tools, &nm, &nt), LM_OK);
-  json_t *fn = json_object_get(json_array_get(json_object_get(json_array_get(nm, 1), "tool_calls"), 0), "function");
+  json_t *fn = json_object_get(
+      json_array_get(json_object_get(json_array_get(nm, 1), "tool_calls"), 0), "function");
   assert_true(json_is_object(json_object_get(fn, "arguments")));
-  assert_string_equal(json_string_value(json_object_get(json_array_get(nm, 2), "content")), "{\"temp\":18}");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(nm, 2), "content")),
+                      "{\"temp\":18}");
   assert_string_equal(json_string_value(json_object_get(json_array_get(nm, 2), "name")), "get");
   assert_string_equal(json_string_value(json_object_get(json_array_get(nm, 3), "content")), "");
   assert_null(json_object_get(json_array_get(nm, 3), "name"));
-  json_t *params = json_object_get(json_object_get(json_array_get(nt, 0), "function"), "parameters");
+  json_t *params =
+      json_object_get(json_object_get(json_array_get(nt, 0), "function"), "parameters");
   json_t *props = json_object_get(params, "properties");
   assert_string_equal(json_string_value(json_object_get(params, "type")), "object");
-  assert_string_equal(json_string_value(json_object_get(json_object_get(props, "city"), "type")), "string");
-  assert_string_equal(json_string_value(json_object_get(json_object_get(props, "n"), "type")), "integer");
-  assert_string_equal(json_string_value(json_object_get(json_object_get(props, "tags"), "type")), "array");
-  assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(props, "tags"), "items"), "type")),
+  assert_string_equal(json_string_value(json_object_get(json_object_get(props, "city"), "type")),
+                      "string");
+  assert_string_equal(json_string_value(json_object_get(json_object_get(props, "n"), "type")),
+                      "integer");
+  assert_string_equal(json_string_value(json_object_get(json_object_get(props, "tags"), "type")),
+                      "array");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(props, "tags"), "items"), "type")),
                       "string");
   json_t *opts = json_object_get(props, "opts");
   assert_string_equal(json_string_value(json_object_get(opts, "type")), "object");
-  assert_string_equal(
-      json_string_value(json_object_get(json_object_get(json_object_get(opts, "properties"), "x"), "type")), "string");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(opts, "properties"), "x"), "type")),
+                      "string");
   /* the normalized request renders a balanced declaration (no "},}") and the string result */
   lm_chat_template *t = load_template("chat_template.jinja");
   char *out = NULL;
   assert_int_equal(lm_chat_render(t, nm, nt, NULL, 1, "<bos>", "<eos>", &out), LM_OK);
   assert_null(strstr(out, "},}"));
   assert_non_null(strstr(out, "city:{description:<|\"|>c<|\"|>,type:<|\"|>STRING<|\"|>}"));
-  assert_non_null(strstr(out, "<|tool_call>call:get{}<tool_call|><|tool_response>response:get{value:<|\"|>{\"temp\":18}<|\"|>}"));
+  assert_non_null(strstr(out, "<|tool_call>call:get{}<tool_call|><|tool_response>response:get{"
+                              "value:<|\"|>{\"temp\":18}<|\"|>}"));
   free(out);
   lm_chat_template_free(t);
   json_decref(nm);
@@ -285,11 +314,16 @@ static void t_normalize(void **state) {
       {"[{\"content\":\"x\"}]", "needs a string role"},
       {"[{\"role\":\"assistant\",\"tool_calls\":{}}]", "tool_calls: must be an array"},
       {"[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":1}]}]", "needs a function object"},
-      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}]", "name: must be a string"},
-      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{bad\"}}]}]", "invalid JSON"},
-      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]}]",
+      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}]",
+       "name: must be a string"},
+      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{"
+       "bad\"}}]}]",
+       "invalid JSON"},
+      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]"
+       "\"}}]}]",
        "must be a JSON object"},
-      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"n\\\": "
+      {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{"
+       "\\\"n\\\": "
        "123456789012345678901234}\"}}]}]",
        "invalid JSON"},
   };
@@ -323,7 +357,8 @@ static void remove_file(const char *dir, const char *name) {
 }
 
 static char *render_simple(const lm_chat_template *t, const char *tools_json) {
-  json_t *msgs = parse("[{\"role\":\"user\",\"content\":\"hi\"}]"), *tools = tools_json ? parse(tools_json) : NULL;
+  json_t *msgs = parse("[{\"role\":\"user\",\"content\":\"hi\"}]"),
+         *tools = tools_json ? parse(tools_json) : NULL;
   char *out = NULL;
   assert_int_equal(lm_chat_render(t, msgs, tools, NULL, 1, "<s>", "</s>", &out), LM_OK);
   json_decref(msgs);
@@ -343,16 +378,19 @@ static void t_load_model_dir(void **state) {
   assert_int_equal(lm_chat_template_load(dir, &t), LM_OK);
   assert_null(t);
   /* tokenizer_config.json string */
-  write_file(dir, "tokenizer_config.json", "{\"chat_template\": \"{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}\"}");
+  write_file(dir, "tokenizer_config.json",
+             "{\"chat_template\": \"{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% "
+             "endfor %}\"}");
   assert_int_equal(lm_chat_template_load(dir, &t), LM_OK);
   char *out = render_simple(t, NULL);
   assert_string_equal(out, "<s>[hi]");
   free(out);
   lm_chat_template_free(t);
   /* a list of named templates: default, and tool_use when tools are given */
-  write_file(dir, "tokenizer_config.json",
-             "{\"chat_template\": [{\"name\": \"default\", \"template\": \"D{{ messages|length }}\"},"
-             " {\"name\": \"tool_use\", \"template\": \"T{{ tools|length }}\"}]}");
+  write_file(
+      dir, "tokenizer_config.json",
+      "{\"chat_template\": [{\"name\": \"default\", \"template\": \"D{{ messages|length }}\"},"
+      " {\"name\": \"tool_use\", \"template\": \"T{{ tools|length }}\"}]}");
   assert_int_equal(lm_chat_template_load(dir, &t), LM_OK);
   out = render_simple(t, NULL);
   assert_string_equal(out, "D1");
@@ -384,7 +422,8 @@ static void t_load_model_dir(void **state) {
   remove_file(dir, "chat_template.json");
   write_file(dir, "tokenizer_config.json", "{\"chat_template\": ");
   assert_int_equal(lm_chat_template_load(dir, &t), LM_ERR_CORRUPT);
-  write_file(dir, "tokenizer_config.json", "{\"chat_template\": [{\"name\": \"x\", \"template\": \"\"}]}");
+  write_file(dir, "tokenizer_config.json",
+             "{\"chat_template\": [{\"name\": \"x\", \"template\": \"\"}]}");
   assert_int_equal(lm_chat_template_load(dir, &t), LM_ERR_CORRUPT);
   assert_non_null(strstr(lm_errmsg(), "default"));
   write_file(dir, "tokenizer_config.json", "{\"chat_template\": 5}");
@@ -398,29 +437,43 @@ static void t_chatml_builtin(void **state) {
   (void)state;
   lm_chat_template *t;
   assert_int_equal(lm_chat_template_chatml(&t), LM_OK);
-  json_t *msgs = parse(
-      "[{\"role\":\"system\",\"content\":\"Be brief.\"},"
-      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Weather \"},{\"type\":\"image\"},"
-      "{\"type\":\"text\",\"text\":\"in Paris?\"}]},"
-      "{\"role\":\"assistant\",\"content\":\"Let me check.\",\"reasoning_content\":\"old\",\"tool_calls\":["
-      "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\"n\":1.0}}}]},"
-      "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"18C\"},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"dry\"},"
-      "{\"role\":\"user\",\"content\":\"Thanks\"},"
-      "{\"role\":\"assistant\",\"content\":\"You are welcome.\",\"reasoning_content\":\" Polite. \"}]");
-  json_t *tools = parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]");
+  json_t *msgs = parse("[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Weather "
+                       "\"},{\"type\":\"image\"},"
+                       "{\"type\":\"text\",\"text\":\"in Paris?\"}]},"
+                       "{\"role\":\"assistant\",\"content\":\"Let me "
+                       "check.\",\"reasoning_content\":\"old\",\"tool_calls\":["
+                       "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_"
+                       "weather\",\"arguments\":{\"city\":\"Paris\",\"n\":1.0}}}]},"
+                       "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"18C\"},{\"role\":"
+                       "\"tool\",\"tool_call_id\":\"c1\",\"content\":\"dry\"},"
+                       "{\"role\":\"user\",\"content\":\"Thanks\"},"
+                       "{\"role\":\"assistant\",\"content\":\"You are "
+                       "welcome.\",\"reasoning_content\":\" Polite. \"}]");
+  json_t *tools = parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                        "\"parameters\":{\"type\":\"object\"}}}]");
   char *out = NULL;
   assert_int_equal(lm_chat_render(t, msgs, tools, NULL, 1, NULL, NULL, &out), LM_OK);
-  assert_string_equal(out,
-                      "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call the functions below. Their JSON schemas, one "
-                      "per line, are inside <tools></tools>:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
-                      "\"get_weather\", \"parameters\": {\"type\": \"object\"}}}\n</tools>\n\nTo call a function, reply with "
-                      "a JSON object that names it and gives its arguments, inside <tool_call></tool_call> tags:\n"
-                      "<tool_call>\n{\"name\": \"function_name\", \"arguments\": {\"argument\": \"value\"}}\n</tool_call>"
-                      "<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\nLet me check.\n"
-                      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 1.0}}\n"
-                      "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n18C\n</tool_response>\n<tool_response>\n"
-                      "dry\n</tool_response><|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n<think>\n"
-                      "Polite.\n</think>\n\nYou are welcome.<|im_end|>\n<|im_start|>assistant\n");
+  assert_string_equal(
+      out,
+      "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call the functions below. Their JSON "
+      "schemas, one "
+      "per line, are inside <tools></tools>:\n<tools>\n{\"type\": \"function\", \"function\": "
+      "{\"name\": "
+      "\"get_weather\", \"parameters\": {\"type\": \"object\"}}}\n</tools>\n\nTo call a function, "
+      "reply with "
+      "a JSON object that names it and gives its arguments, inside <tool_call></tool_call> tags:\n"
+      "<tool_call>\n{\"name\": \"function_name\", \"arguments\": {\"argument\": "
+      "\"value\"}}\n</tool_call>"
+      "<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\nLet me "
+      "check.\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 1.0}}\n"
+      "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n18C\n</"
+      "tool_response>\n<tool_response>\n"
+      "dry\n</"
+      "tool_response><|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n<think>"
+      "\n"
+      "Polite.\n</think>\n\nYou are welcome.<|im_end|>\n<|im_start|>assistant\n");
   free(out);
   json_t *plain = parse("[{\"role\":\"user\",\"content\":\"hi\"}]");
   assert_int_equal(lm_chat_render(t, plain, NULL, NULL, 0, NULL, NULL, &out), LM_OK);
@@ -439,7 +492,8 @@ static void t_render_errors(void **state) {
   json_t *obj = parse("{}"), *msgs = parse("[{\"role\":\"user\",\"content\":\"x\"}]");
   char *out = NULL;
   assert_int_equal(lm_chat_render(t, obj, NULL, NULL, 0, NULL, NULL, &out), LM_ERR_INVALID);
-  assert_int_equal(lm_chat_render(t, msgs, NULL, msgs, 0, NULL, NULL, &out), LM_ERR_INVALID); /* kwargs not an object */
+  assert_int_equal(lm_chat_render(t, msgs, NULL, msgs, 0, NULL, NULL, &out),
+                   LM_ERR_INVALID); /* kwargs not an object */
   assert_int_equal(lm_chat_render(NULL, msgs, NULL, NULL, 0, NULL, NULL, &out), LM_ERR_INVALID);
   json_t *kw = parse("{\"messages\": [{\"content\": \"overridden\"}]}");
   assert_int_equal(lm_chat_render(t, msgs, NULL, kw, 0, NULL, NULL, &out), LM_OK);
@@ -455,10 +509,10 @@ static void t_render_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_chat_cases_golden), cmocka_unit_test(t_chat_cases_jansson),
+      cmocka_unit_test(t_chat_cases_golden),   cmocka_unit_test(t_chat_cases_jansson),
       cmocka_unit_test(t_chat_template_cases), cmocka_unit_test(t_v0_release_template),
-      cmocka_unit_test(t_string_arguments),  cmocka_unit_test(t_normalize),
-      cmocka_unit_test(t_load_model_dir),    cmocka_unit_test(t_chatml_builtin),
+      cmocka_unit_test(t_string_arguments),    cmocka_unit_test(t_normalize),
+      cmocka_unit_test(t_load_model_dir),      cmocka_unit_test(t_chatml_builtin),
       cmocka_unit_test(t_render_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

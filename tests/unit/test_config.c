@@ -75,16 +75,19 @@ static void t_big(void **st) {
   lm_config_free(&c);
 }
 
-#define BASE "\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":64," \
-             "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":8"
+#define BASE                                                                                       \
+  "\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":64,"  \
+  "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":8"
 
-/* per_layer_config wins over global_head_dim; keys are zero-padded strings; last layer forced full. */
+/* per_layer_config wins over global_head_dim; keys are zero-padded strings; last layer forced full.
+ */
 static void t_forms(void **st) {
   (void)st;
   lm_model_config c;
-  const char *a = "{" BASE ",\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\","
-                  "\"sliding_attention\"],\"global_head_dim\":16,\"attention_k_eq_v\":true,"
-                  "\"num_global_key_value_heads\":1}";
+  const char *a =
+      "{" BASE ",\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+      "\"sliding_attention\"],\"global_head_dim\":16,\"attention_k_eq_v\":true,"
+      "\"num_global_key_value_heads\":1}";
   assert_int_equal(lm_config_parse(a, strlen(a), "a", &c), LM_OK);
   assert_int_equal(c.layers[1].head_dim, 16);
   assert_int_equal(c.layers[1].n_kv_heads, 1);
@@ -92,8 +95,10 @@ static void t_forms(void **st) {
   assert_int_equal(c.layers[3].head_dim, 16);
   lm_config_free(&c);
   const char *b = "{\"model_type\":\"gemma4\",\"text_config\":{" BASE ",\"global_head_dim\":99,"
-                  "\"per_layer_config\":{\"1\":{\"head_dim\":24},\"3\":{\"head_dim\":24,\"num_key_value_heads\":1}},"
-                  "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\"]}}";
+                  "\"per_layer_config\":{\"1\":{\"head_dim\":24},\"3\":{\"head_dim\":24,\"num_key_"
+                  "value_heads\":1}},"
+                  "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+                  "\"full_attention\"]}}";
   assert_int_equal(lm_config_parse(b, strlen(b), "b", &c), LM_OK);
   assert_int_equal(c.layers[1].head_dim, 24);
   assert_int_equal(c.layers[1].n_kv_heads, 2);
@@ -114,20 +119,25 @@ static void t_bad(void **st) {
       {"{\"model_type\":\"llama\"}", "'llama' is not supported", LM_ERR_UNSUPPORTED},
       {"{\"model_type\":\"gemma4_text\",\"vocab_size\":64}", "'hidden_size'", LM_ERR_NOT_FOUND},
       {"{" BASE ",\"hidden_size\":\"32\"}", NULL, LM_ERR_CORRUPT}, /* duplicate key */
-      {"{\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":\"x\"}", "'hidden_size' must be an integer",
-       LM_ERR_CORRUPT},
+      {"{\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":\"x\"}",
+       "'hidden_size' must be an integer", LM_ERR_CORRUPT},
       {"{" BASE ",\"num_kv_shared_layers\":9}", "num_kv_shared_layers", LM_ERR_CORRUPT},
       {"{" BASE ",\"layer_types\":[\"sliding_attention\"]}", "layer_types", LM_ERR_CORRUPT},
       {"{" BASE ",\"layer_types\":[\"a\",\"b\",\"c\",\"d\"]}", "layer_types[0]", LM_ERR_CORRUPT},
-      {"{" BASE ",\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"yarn\"}}}", "yarn", LM_ERR_UNSUPPORTED},
-      {"{" BASE ",\"per_layer_config\":{\"7\":{\"head_dim\":8}}}", "not a layer index", LM_ERR_CORRUPT},
+      {"{" BASE ",\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"yarn\"}}}", "yarn",
+       LM_ERR_UNSUPPORTED},
+      {"{" BASE ",\"per_layer_config\":{\"7\":{\"head_dim\":8}}}", "not a layer index",
+       LM_ERR_CORRUPT},
       {"{" BASE ",\"per_layer_config\":{\"1\":{\"rope\":8}}}", "not supported", LM_ERR_UNSUPPORTED},
       {"{" BASE ",\"enable_moe_block\":true}", "'num_experts'", LM_ERR_NOT_FOUND},
       {"{" BASE ",\"num_key_value_heads\":3}", "", LM_ERR_CORRUPT},
-      {"{\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":-5}", "outside", LM_ERR_CORRUPT},
+      {"{\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":-5}", "outside",
+       LM_ERR_CORRUPT},
       {"{" BASE ",\"use_bidirectional_attention\":\"all\"}", "encoder", LM_ERR_UNSUPPORTED},
-      {"{" BASE ",\"num_kv_shared_layers\":3,\"layer_types\":[\"full_attention\",\"sliding_attention\","
-       "\"sliding_attention\",\"full_attention\"]}", "no earlier sliding_attention", LM_ERR_CORRUPT},
+      {"{" BASE
+       ",\"num_kv_shared_layers\":3,\"layer_types\":[\"full_attention\",\"sliding_attention\","
+       "\"sliding_attention\",\"full_attention\"]}",
+       "no earlier sliding_attention", LM_ERR_CORRUPT},
   };
   for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
     lm_model_config c;
@@ -141,7 +151,8 @@ static void t_bad(void **st) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_e2b), cmocka_unit_test(t_e4b), cmocka_unit_test(t_big),
-                                     cmocka_unit_test(t_forms), cmocka_unit_test(t_bad)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_e2b), cmocka_unit_test(t_e4b),
+                                     cmocka_unit_test(t_big), cmocka_unit_test(t_forms),
+                                     cmocka_unit_test(t_bad)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,7 +35,9 @@ static void tw_free(tw *t) {
   free(t->biases);
 }
 
-static uint16_t to_dtype16(float f, lm_dtype t) { return t == LM_DT_BF16 ? lm_f32_to_bf16(f) : lm_f32_to_f16(f); }
+static uint16_t to_dtype16(float f, lm_dtype t) {
+  return t == LM_DT_BF16 ? lm_f32_to_bf16(f) : lm_f32_to_f16(f);
+}
 
 static void store_f(void *p, lm_dtype t, int64_t i, float f) {
   if (t == LM_DT_F32)
@@ -46,8 +48,8 @@ static void store_f(void *p, lm_dtype t, int64_t i, float f) {
 
 /* Random codes packed LSB-first per row; scales/biases shaped like MLX's quantizer output
  * (bias = −scale·(2^bits−1)/2 ± jitter), so rows are centred and cancellation is exercised. */
-static tw make_quant(int64_t rows, int64_t cols, int bits, int group, lm_dtype sdt, int64_t ne, int64_t erows,
-                     uint64_t seed) {
+static tw make_quant(int64_t rows, int64_t cols, int bits, int group, lm_dtype sdt, int64_t ne,
+                     int64_t erows, uint64_t seed) {
   tw t = {0};
   int64_t nstore = (ne ? ne : 1) * erows, rb = cols * bits / 8, ng = cols / group;
   size_t ssz = lm_dtype_size(sdt);
@@ -57,7 +59,8 @@ static tw make_quant(int64_t rows, int64_t cols, int bits, int group, lm_dtype s
   uint8_t *d = t.data;
   for (int64_t r = 0; r < nstore; r++) {
     for (int64_t c = 0; c < cols; c++) {
-      uint64_t q = lm_rng_u64(seed, 1, (uint64_t)(r * cols + c)) & ((1u << bits) - 1u), bit = (uint64_t)c * bits;
+      uint64_t q = lm_rng_u64(seed, 1, (uint64_t)(r * cols + c)) & ((1u << bits) - 1u),
+               bit = (uint64_t)c * bits;
       for (int b = 0; b < bits; b++)
         if (q >> b & 1) d[r * rb + (int64_t)((bit + b) >> 3)] |= (uint8_t)(1u << ((bit + b) & 7));
     }
@@ -68,18 +71,34 @@ static tw make_quant(int64_t rows, int64_t cols, int bits, int group, lm_dtype s
       store_f(t.biases, sdt, r * ng + g, -s * ((float)((1 << bits) - 1) / 2.0f + jit));
     }
   }
-  t.w = (lm_weight){.name = "tq", .n_experts = ne, .rows = rows, .cols = cols, .expert_rows = erows,
-                    .dtype = LM_DT_U32, .bits = bits, .group = group, .sdtype = sdt, .data = t.data,
-                    .scales = t.scales, .biases = t.biases};
+  t.w = (lm_weight){.name = "tq",
+                    .n_experts = ne,
+                    .rows = rows,
+                    .cols = cols,
+                    .expert_rows = erows,
+                    .dtype = LM_DT_U32,
+                    .bits = bits,
+                    .group = group,
+                    .sdtype = sdt,
+                    .data = t.data,
+                    .scales = t.scales,
+                    .biases = t.biases};
   return t;
 }
 
-static tw make_dense(int64_t rows, int64_t cols, lm_dtype dt, int64_t ne, int64_t erows, uint64_t seed) {
+static tw make_dense(int64_t rows, int64_t cols, lm_dtype dt, int64_t ne, int64_t erows,
+                     uint64_t seed) {
   tw t = {0};
   int64_t n = (ne ? ne : 1) * erows * cols;
   t.data = malloc((size_t)n * lm_dtype_size(dt));
-  for (int64_t i = 0; i < n; i++) store_f(t.data, dt, i, 0.1f * (lm_rng_uniform(seed, 4, (uint64_t)i) - 0.5f));
-  t.w = (lm_weight){.name = "td", .n_experts = ne, .rows = rows, .cols = cols, .expert_rows = erows, .dtype = dt,
+  for (int64_t i = 0; i < n; i++)
+    store_f(t.data, dt, i, 0.1f * (lm_rng_uniform(seed, 4, (uint64_t)i) - 0.5f));
+  t.w = (lm_weight){.name = "td",
+                    .n_experts = ne,
+                    .rows = rows,
+                    .cols = cols,
+                    .expert_rows = erows,
+                    .dtype = dt,
                     .data = t.data};
   return t;
 }
@@ -90,9 +109,12 @@ static float *make_x(int64_t m, int64_t ldx, int64_t cols, uint64_t seed) {
   for (int64_t t = 0; t < m; t++)
     for (int64_t c = 0; c < ldx; c++) {
       float v = 2.0f * lm_rng_uniform(seed, 5, (uint64_t)(t * ldx + c)) - 1.0f;
-      if (c >= cols) v = NAN; /* past cols: must never be read */
-      else if (c >= 32 && c < 64 && cols >= 96) v = 0.0f;
-      else if (c == (t * 7) % cols) v *= 30.0f;
+      if (c >= cols)
+        v = NAN; /* past cols: must never be read */
+      else if (c >= 32 && c < 64 && cols >= 96)
+        v = 0.0f;
+      else if (c == (t * 7) % cols)
+        v *= 30.0f;
       x[t * ldx + c] = v;
     }
   return x;
@@ -121,12 +143,22 @@ static void run_case(const lm_weight *w, const tcase *c, const char *label) {
   float *x = make_x(c->m, c->ldx, cols, 77 + (uint64_t)c->m);
   int64_t ny = c->m * c->ldy + GUARD;
   float *y = malloc((size_t)ny * sizeof(float)), *init = malloc((size_t)ny * sizeof(float));
-  for (int64_t i = 0; i < ny; i++) init[i] = y[i] = SENTINEL;
+  for (int64_t i = 0; i < ny; i++)
+    init[i] = y[i] = SENTINEL;
   for (int64_t t = 0; t < c->m; t++)
     for (int64_t r = c->row0; r < c->row0 + nr; r++)
       init[t * c->ldy + r] = y[t * c->ldy + r] = c->acc ? 0.25f * (float)((t + r) % 5) - 0.5f : NAN;
-  lm_cpu_matmul_args a = {.y = y, .ldy = c->ldy, .x = x, .ldx = c->ldx, .m = c->m, .w = w, .expert = c->expert,
-                          .row0 = c->row0, .nrows = c->nrows, .prec = c->prec, .accumulate = c->acc};
+  lm_cpu_matmul_args a = {.y = y,
+                          .ldy = c->ldy,
+                          .x = x,
+                          .ldx = c->ldx,
+                          .m = c->m,
+                          .w = w,
+                          .expert = c->expert,
+                          .row0 = c->row0,
+                          .nrows = c->nrows,
+                          .prec = c->prec,
+                          .accumulate = c->acc};
   lm_status s = lm_cpu_matmul_isa(&a, c->isa);
   if (s != LM_OK) fail_msg("%s: %s", label, lm_errmsg());
   float *wr = malloc((size_t)cols * sizeof(float));
@@ -134,8 +166,10 @@ static void run_case(const lm_weight *w, const tcase *c, const char *label) {
   for (int64_t t = 0; t < c->m; t++)
     for (int64_t b = 0; b < cols / 32; b++) {
       double amax = 0;
-      for (int64_t i = b * 32; i < b * 32 + 32 && i < cols; i++) amax = fmax(amax, fabs(x[t * c->ldx + i]));
-      for (int64_t i = b * 32; i < b * 32 + 32 && i < cols; i++) step[t * cols + i] = amax / 127.0 * 0.5;
+      for (int64_t i = b * 32; i < b * 32 + 32 && i < cols; i++)
+        amax = fmax(amax, fabs(x[t * c->ldx + i]));
+      for (int64_t i = b * 32; i < b * 32 + 32 && i < cols; i++)
+        step[t * cols + i] = amax / 127.0 * 0.5;
     }
   for (int64_t r = c->row0; r < c->row0 + nr; r++) {
     lm_weight_dequant_row(w, c->expert, r, wr);
@@ -147,15 +181,18 @@ static void run_case(const lm_weight *w, const tcase *c, const char *label) {
         mag += fabs((double)wr[k] * xt[k]);
       }
       if (c->prec == LM_CPU_PREC_FAST && w->bits) {
-        const uint8_t *sp = lm_weight_scale_ptr(w, c->expert, r), *row = lm_weight_row_ptr(w, c->expert, r);
+        const uint8_t *sp = lm_weight_scale_ptr(w, c->expert, r),
+                      *row = lm_weight_row_ptr(w, c->expert, r);
         for (int64_t k = 0; k < cols; k++)
-          qbound += fabs(lm_load_f32(sp, w->sdtype, k / w->group) * (double)code_at(row, k, w->bits)) * step[t * cols + k];
+          qbound +=
+              fabs(lm_load_f32(sp, w->sdtype, k / w->group) * (double)code_at(row, k, w->bits)) *
+              step[t * cols + k];
       }
       double want = (c->acc ? init[t * c->ldy + r] : 0.0) + ref, got = y[t * c->ldy + r];
       double tol = 1e-5 * mag + 1.001 * qbound + 1e-6 * fabs(want) + 1e-30;
       if (!(fabs(got - want) <= tol))
-        fail_msg("%s: t=%lld r=%lld: got %.9g want %.9g (tol %.3g, mag %.3g)", label, (long long)t, (long long)r,
-                 got, want, tol, mag);
+        fail_msg("%s: t=%lld r=%lld: got %.9g want %.9g (tol %.3g, mag %.3g)", label, (long long)t,
+                 (long long)r, got, want, tol, mag);
     }
   }
   free(step);
@@ -183,20 +220,26 @@ static void quant_sweep(int bits) {
     for (int si = 0; si < 3; si++) {
       int group = groups[gi];
       int64_t rows = 37, cols = group == 32 ? 160 : group * 3, ne = (gi + si) % 2 ? 3 : 0;
-      tw t = make_quant(rows, cols, bits, group, sdts[si], ne, ne ? rows + 5 : rows, 1000 + (uint64_t)(bits * 9 + n));
+      tw t = make_quant(rows, cols, bits, group, sdts[si], ne, ne ? rows + 5 : rows,
+                        1000 + (uint64_t)(bits * 9 + n));
       for (size_t ii = 0; ii < 3; ii++) {
         if (!lm_cpu_isa_available(isas[ii])) continue;
         for (size_t mi = 0; mi < 4; mi++)
           for (int p = 0; p < 2; p++, n++) {
-            tcase c = {.m = ms[mi], .ldx = cols + (n % 3) * 5, .isa = isas[ii], .prec = (lm_cpu_prec)p,
-                       .acc = n % 2, .expert = ne ? n % 3 : 0};
+            tcase c = {.m = ms[mi],
+                       .ldx = cols + (n % 3) * 5,
+                       .isa = isas[ii],
+                       .prec = (lm_cpu_prec)p,
+                       .acc = n % 2,
+                       .expert = ne ? n % 3 : 0};
             if (n % 4 >= 2) {
               c.row0 = 5;
               c.nrows = 21;
             }
             c.ldy = (c.nrows ? c.row0 + c.nrows : rows) + (n % 5);
             char label[160];
-            snprintf(label, sizeof label, "q%d g%d %s ne%lld m%lld %s %s row0 %lld nrows %lld acc %d", bits, group,
+            snprintf(label, sizeof label,
+                     "q%d g%d %s ne%lld m%lld %s %s row0 %lld nrows %lld acc %d", bits, group,
                      lm_dtype_name(sdts[si]), (long long)ne, (long long)c.m, lm_cpu_isa_name(c.isa),
                      p ? "fast" : "f32", (long long)c.row0, (long long)c.nrows, c.acc);
             run_case(&t.w, &c, label);
@@ -206,12 +249,30 @@ static void quant_sweep(int bits) {
     }
 }
 
-static void t_q2(void **s) { (void)s; quant_sweep(2); }
-static void t_q3(void **s) { (void)s; quant_sweep(3); }
-static void t_q4(void **s) { (void)s; quant_sweep(4); }
-static void t_q5(void **s) { (void)s; quant_sweep(5); }
-static void t_q6(void **s) { (void)s; quant_sweep(6); }
-static void t_q8(void **s) { (void)s; quant_sweep(8); }
+static void t_q2(void **s) {
+  (void)s;
+  quant_sweep(2);
+}
+static void t_q3(void **s) {
+  (void)s;
+  quant_sweep(3);
+}
+static void t_q4(void **s) {
+  (void)s;
+  quant_sweep(4);
+}
+static void t_q5(void **s) {
+  (void)s;
+  quant_sweep(5);
+}
+static void t_q6(void **s) {
+  (void)s;
+  quant_sweep(6);
+}
+static void t_q8(void **s) {
+  (void)s;
+  quant_sweep(8);
+}
 
 static void t_dense(void **state) {
   (void)state;
@@ -224,7 +285,11 @@ static void t_dense(void **state) {
       if (!lm_cpu_isa_available(isas[ii])) continue;
       for (size_t mi = 0; mi < 4; mi++)
         for (int p = 0; p < 2; p++, n++) {
-          tcase c = {.m = ms[mi], .ldx = cols + n % 4, .isa = isas[ii], .prec = (lm_cpu_prec)p, .acc = n % 2,
+          tcase c = {.m = ms[mi],
+                     .ldx = cols + n % 4,
+                     .isa = isas[ii],
+                     .prec = (lm_cpu_prec)p,
+                     .acc = n % 2,
                      .expert = ne ? n % 2 : 0};
           if (n % 3 == 1) {
             c.row0 = 3;
@@ -232,8 +297,8 @@ static void t_dense(void **state) {
           }
           c.ldy = (c.nrows ? c.row0 + c.nrows : rows) + n % 3;
           char label[128];
-          snprintf(label, sizeof label, "dense %s m%lld %s %s", lm_dtype_name(dts[di]), (long long)c.m,
-                   lm_cpu_isa_name(c.isa), p ? "fast" : "f32");
+          snprintf(label, sizeof label, "dense %s m%lld %s %s", lm_dtype_name(dts[di]),
+                   (long long)c.m, lm_cpu_isa_name(c.isa), p ? "fast" : "f32");
           run_case(&t.w, &c, label);
         }
     }
@@ -271,13 +336,13 @@ static void t_bad_args(void **state) {
     lm_cpu_matmul_args a;
     lm_weight w;
   } rows[] = {
-      {"NULL x", LM_ERR_INVALID, ok, t.w},          {"expert 2 of 2", LM_ERR_INVALID, ok, t.w},
-      {"expert -1", LM_ERR_INVALID, ok, t.w},       {"row range", LM_ERR_INVALID, ok, t.w},
-      {"negative m", LM_ERR_INVALID, ok, t.w},      {"ldx < cols", LM_ERR_INVALID, ok, t.w},
-      {"ldy < rows", LM_ERR_INVALID, ok, t.w},      {"7-bit", LM_ERR_UNSUPPORTED, ok, t.w},
-      {"group 48", LM_ERR_UNSUPPORTED, ok, t.w},    {"cols % group", LM_ERR_INVALID, ok, t.w},
-      {"dense U8", LM_ERR_UNSUPPORTED, ok, t.w},    {"precision 5", LM_ERR_INVALID, ok, t.w},
-      {"no scales", LM_ERR_INVALID, ok, t.w},       {"expert_rows < rows", LM_ERR_INVALID, ok, t.w},
+      {"NULL x", LM_ERR_INVALID, ok, t.w},       {"expert 2 of 2", LM_ERR_INVALID, ok, t.w},
+      {"expert -1", LM_ERR_INVALID, ok, t.w},    {"row range", LM_ERR_INVALID, ok, t.w},
+      {"negative m", LM_ERR_INVALID, ok, t.w},   {"ldx < cols", LM_ERR_INVALID, ok, t.w},
+      {"ldy < rows", LM_ERR_INVALID, ok, t.w},   {"7-bit", LM_ERR_UNSUPPORTED, ok, t.w},
+      {"group 48", LM_ERR_UNSUPPORTED, ok, t.w}, {"cols % group", LM_ERR_INVALID, ok, t.w},
+      {"dense U8", LM_ERR_UNSUPPORTED, ok, t.w}, {"precision 5", LM_ERR_INVALID, ok, t.w},
+      {"no scales", LM_ERR_INVALID, ok, t.w},    {"expert_rows < rows", LM_ERR_INVALID, ok, t.w},
   };
   rows[0].a.x = NULL;
   rows[1].a.expert = 2;
@@ -296,7 +361,8 @@ static void t_bad_args(void **state) {
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     rows[i].a.w = &rows[i].w;
     lm_status s = lm_cpu_matmul(&rows[i].a);
-    if (s != rows[i].want) fail_msg("%s: status %s (%s)", rows[i].what, lm_status_name(s), lm_errmsg());
+    if (s != rows[i].want)
+      fail_msg("%s: status %s (%s)", rows[i].what, lm_status_name(s), lm_errmsg());
     assert_true(strlen(lm_errmsg()) > 0);
   }
   assert_int_equal(lm_cpu_matmul(NULL), LM_ERR_INVALID);
@@ -313,9 +379,9 @@ static void t_bad_args(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_bad_args), cmocka_unit_test(t_dense), cmocka_unit_test(t_q4), cmocka_unit_test(t_q8),
-      cmocka_unit_test(t_q2),       cmocka_unit_test(t_q3),    cmocka_unit_test(t_q5), cmocka_unit_test(t_q6),
-      cmocka_unit_test(t_wide),
+      cmocka_unit_test(t_bad_args), cmocka_unit_test(t_dense), cmocka_unit_test(t_q4),
+      cmocka_unit_test(t_q8),       cmocka_unit_test(t_q2),    cmocka_unit_test(t_q3),
+      cmocka_unit_test(t_q5),       cmocka_unit_test(t_q6),    cmocka_unit_test(t_wide),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

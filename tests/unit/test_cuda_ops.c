@@ -40,7 +40,8 @@ static float urand(void) { return 2.0f * lm_rng_uniform(7, 11, g_seed++) - 1.0f;
 
 static float *rand_vec(int64_t n, float scale) {
   float *v = malloc((size_t)n * sizeof *v);
-  for (int64_t i = 0; i < n; i++) v[i] = urand() * scale;
+  for (int64_t i = 0; i < n; i++)
+    v[i] = urand() * scale;
   return v;
 }
 
@@ -56,14 +57,19 @@ static uint32_t sentinel_bits(lm_dtype dt) {
 }
 
 static void put_elem(void *p, lm_dtype dt, int64_t i, float v) {
-  if (dt == LM_DT_BF16) ((uint16_t *)p)[i] = lm_f32_to_bf16(v);
-  else if (dt == LM_DT_I32) ((int32_t *)p)[i] = (int32_t)v;
-  else ((float *)p)[i] = v;
+  if (dt == LM_DT_BF16)
+    ((uint16_t *)p)[i] = lm_f32_to_bf16(v);
+  else if (dt == LM_DT_I32)
+    ((int32_t *)p)[i] = (int32_t)v;
+  else
+    ((float *)p)[i] = v;
 }
 
 static void put_bits(void *p, lm_dtype dt, int64_t i, uint32_t b) {
-  if (dt == LM_DT_BF16) ((uint16_t *)p)[i] = (uint16_t)b;
-  else memcpy((char *)p + 4 * i, &b, 4);
+  if (dt == LM_DT_BF16)
+    ((uint16_t *)p)[i] = (uint16_t)b;
+  else
+    memcpy((char *)p + 4 * i, &b, 4);
 }
 
 static uint32_t get_bits(const void *p, lm_dtype dt, int64_t i) {
@@ -75,14 +81,17 @@ static uint32_t get_bits(const void *p, lm_dtype dt, int64_t i) {
 
 /* [rows][cols] with ld = cols + PAD; vals (f32, [rows][cols]) or NULL for an output. */
 /* A device buffer [rows][cols] with row stride ld, guarded by sentinels. */
-static dbuf dput_ld(lm_backend *be, int64_t rows, int64_t cols, int64_t ld, lm_dtype dt, const float *vals) {
+static dbuf dput_ld(lm_backend *be, int64_t rows, int64_t cols, int64_t ld, lm_dtype dt,
+                    const float *vals) {
   dbuf b = {.t = {.rows = rows, .cols = cols, .ld = ld, .dtype = dt}};
   b.n = rows * b.t.ld + GUARD;
   size_t es = lm_dtype_size(dt);
   void *h = malloc((size_t)b.n * es);
-  for (int64_t i = 0; i < b.n; i++) put_bits(h, dt, i, sentinel_bits(dt));
+  for (int64_t i = 0; i < b.n; i++)
+    put_bits(h, dt, i, sentinel_bits(dt));
   for (int64_t r = 0; vals && r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) put_elem(h, dt, r * b.t.ld + c, vals[r * cols + c]);
+    for (int64_t c = 0; c < cols; c++)
+      put_elem(h, dt, r * b.t.ld + c, vals[r * cols + c]);
   assert_int_equal(be->ops->alloc(be, (size_t)b.n * es, &b.t.data), LM_OK);
   assert_int_equal(be->ops->upload(be, b.t.data, h, (size_t)b.n * es), LM_OK);
   free(h);
@@ -105,9 +114,12 @@ static float *dget(lm_backend *be, dbuf *b) {
     if (r < b->t.rows && c < b->t.cols) {
       uint32_t bits = get_bits(h, b->t.dtype, i);
       float f;
-      if (b->t.dtype == LM_DT_BF16) f = lm_bf16_to_f32((uint16_t)bits);
-      else if (b->t.dtype == LM_DT_I32) f = (float)(int32_t)bits;
-      else memcpy(&f, &bits, 4);
+      if (b->t.dtype == LM_DT_BF16)
+        f = lm_bf16_to_f32((uint16_t)bits);
+      else if (b->t.dtype == LM_DT_I32)
+        f = (float)(int32_t)bits;
+      else
+        memcpy(&f, &bits, 4);
       v[r * b->t.cols + c] = f;
     } else {
       bad += get_bits(h, b->t.dtype, i) != sentinel_bits(b->t.dtype);
@@ -130,14 +142,16 @@ static void dfree(lm_backend *be, dbuf *b) {
 static lm_tensor htensor(int64_t rows, int64_t cols, const float *vals) {
   lm_tensor t = {.rows = rows, .cols = cols, .ld = cols + PAD, .dtype = LM_DT_F32};
   float *d = calloc((size_t)(rows * t.ld + 1), sizeof *d);
-  for (int64_t r = 0; vals && r < rows; r++) memcpy(d + r * t.ld, vals + r * cols, (size_t)cols * sizeof *d);
+  for (int64_t r = 0; vals && r < rows; r++)
+    memcpy(d + r * t.ld, vals + r * cols, (size_t)cols * sizeof *d);
   t.data = d;
   return t;
 }
 
 static float *hget(lm_tensor t) { /* packs and frees */
   float *v = malloc((size_t)(t.rows * t.cols + 1) * sizeof *v);
-  for (int64_t r = 0; r < t.rows; r++) memcpy(v + r * t.cols, (float *)t.data + r * t.ld, (size_t)t.cols * sizeof *v);
+  for (int64_t r = 0; r < t.rows; r++)
+    memcpy(v + r * t.cols, (float *)t.data + r * t.ld, (size_t)t.cols * sizeof *v);
   free(t.data);
   return v;
 }
@@ -152,13 +166,16 @@ static double nmse(const float *got, const float *ref, int64_t n) {
   return s > 0 ? e / s : e;
 }
 
-static void expect_close(const char *what, const float *got, const float *ref, int64_t n, double bound) {
+static void expect_close(const char *what, const float *got, const float *ref, int64_t n,
+                         double bound) {
   double e = nmse(got, ref, n);
   printf("  %-44s nmse %.3g (bound %.3g)%s\n", what, e, bound, e <= bound ? "" : "  FAIL");
   assert_true(e <= bound);
 }
 
-static double bound_for(const lm_backend *gpu, double f32, double bf16) { return gpu->act_dtype == LM_DT_F32 ? f32 : bf16; }
+static double bound_for(const lm_backend *gpu, double f32, double bf16) {
+  return gpu->act_dtype == LM_DT_F32 ? f32 : bf16;
+}
 
 /* ---- weights ------------------------------------------------------------------------------ */
 
@@ -168,20 +185,25 @@ typedef struct hweight {
 } hweight;
 
 static void store_dt(void *p, lm_dtype t, int64_t i, float f) {
-  if (t == LM_DT_F32) ((float *)p)[i] = f;
-  else ((uint16_t *)p)[i] = t == LM_DT_BF16 ? lm_f32_to_bf16(f) : lm_f32_to_f16(f);
+  if (t == LM_DT_F32)
+    ((float *)p)[i] = f;
+  else
+    ((uint16_t *)p)[i] = t == LM_DT_BF16 ? lm_f32_to_bf16(f) : lm_f32_to_f16(f);
 }
 
 /* bits 0: dense of dtype dt; else MLX affine codes (LSB-first) with sdt scales/biases. */
-static hweight make_weight(int64_t ne, int64_t rows, int64_t cols, int bits, int group, lm_dtype dt) {
+static hweight make_weight(int64_t ne, int64_t rows, int64_t cols, int bits, int group,
+                           lm_dtype dt) {
   hweight h = {0};
   int64_t nr = (ne ? ne : 1) * rows;
-  h.w = (lm_weight){.name = "test.weight", .n_experts = ne, .rows = rows, .cols = cols, .expert_rows = rows};
+  h.w = (lm_weight){
+      .name = "test.weight", .n_experts = ne, .rows = rows, .cols = cols, .expert_rows = rows};
   if (!bits) {
     h.w.dtype = dt;
     h.data = malloc((size_t)(nr * cols) * lm_dtype_size(dt));
     float a = 1.0f / sqrtf((float)cols);
-    for (int64_t i = 0; i < nr * cols; i++) store_dt(h.data, dt, i, urand() * a);
+    for (int64_t i = 0; i < nr * cols; i++)
+      store_dt(h.data, dt, i, urand() * a);
   } else {
     int64_t rb = cols * bits / 8, ng = cols / group;
     h.w.dtype = LM_DT_U32;
@@ -217,9 +239,11 @@ static hweight make_weight(int64_t ne, int64_t rows, int64_t cols, int bits, int
 static hweight make_vector(int64_t n, float base) {
   hweight h = {0};
   float *v = malloc((size_t)n * sizeof *v);
-  for (int64_t i = 0; i < n; i++) v[i] = base + 0.3f * urand();
+  for (int64_t i = 0; i < n; i++)
+    v[i] = base + 0.3f * urand();
   h.data = v;
-  h.w = (lm_weight){.name = "test.vector", .rows = 1, .cols = n, .expert_rows = 1, .dtype = LM_DT_F32, .data = v};
+  h.w = (lm_weight){
+      .name = "test.vector", .rows = 1, .cols = n, .expert_rows = 1, .dtype = LM_DT_F32, .data = v};
   return h;
 }
 
@@ -240,8 +264,8 @@ typedef struct step_env {
 } step_env;
 
 /* Sequence i's caches are specs[i*stride ...]: stride 0 gives every sequence the same kinds. */
-static void step_env_init_strided(env *e, step_env *s, int n_seqs, const lm_kv_spec *specs, int n_caches,
-                                  int stride) {
+static void step_env_init_strided(env *e, step_env *s, int n_seqs, const lm_kv_spec *specs,
+                                  int n_caches, int stride) {
   memset(s, 0, sizeof *s);
   s->n_seqs = n_seqs;
   s->n_caches = n_caches;
@@ -275,9 +299,16 @@ static int step_batch(step_env *s, const int *counts, int n_logits) {
       s->seq[T] = i;
     }
   }
-  for (int i = 0; i < n_logits; i++) s->rows[i] = (int32_t)((i * 5 + 1) % T);
-  s->bc = (lm_batch){.n_tokens = T, .ids = s->ids, .pos = s->pos, .seq = s->seq, .n_seqs = s->n_seqs,
-                     .kv = s->kc, .n_logits = n_logits, .logit_rows = s->rows};
+  for (int i = 0; i < n_logits; i++)
+    s->rows[i] = (int32_t)((i * 5 + 1) % T);
+  s->bc = (lm_batch){.n_tokens = T,
+                     .ids = s->ids,
+                     .pos = s->pos,
+                     .seq = s->seq,
+                     .n_seqs = s->n_seqs,
+                     .kv = s->kc,
+                     .n_logits = n_logits,
+                     .logit_rows = s->rows};
   s->bg = s->bc;
   s->bg.kv = s->kg;
   return T;
@@ -291,7 +322,8 @@ static int ring_step_begin(env *e, step_env *s, int c0, int c1, int n_logits, in
   step_env_init(e, s, 2, &spec, 1);
   int counts[2] = {c0, c1};
   int T = step_batch(s, counts, n_logits);
-  for (int i = 0; i < T; i++) s->pos[i] += spread * i;
+  for (int i = 0; i < T; i++)
+    s->pos[i] += spread * i;
   assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s->bc), LM_OK);
   assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s->bg), LM_OK);
   return T;
@@ -303,7 +335,8 @@ static int setup(void **state, lm_precision prec) {
 #ifdef LM_HAVE_CUDA
   if (lm_cuda_device_count() <= 0) return 0;
   env *e = calloc(1, sizeof *e);
-  if (lm_backend_cpu_create(LM_PRECISION_F32, 0, &e->cpu) || lm_backend_cuda_create(prec, 0, &e->gpu)) {
+  if (lm_backend_cpu_create(LM_PRECISION_F32, 0, &e->cpu) ||
+      lm_backend_cuda_create(prec, 0, &e->gpu)) {
     fprintf(stderr, "backend: %s\n", lm_errmsg());
     return -1;
   }
@@ -326,11 +359,11 @@ static int teardown(void **state) {
   return 0;
 }
 
-#define NEED_GPU(state)                                                                          \
-  env *e = *(state);                                                                             \
-  if (!e) {                                                                                      \
-    printf("no CUDA device (or no CUDA build): skipped\n");                                      \
-    skip();                                                                                      \
+#define NEED_GPU(state)                                                                            \
+  env *e = *(state);                                                                               \
+  if (!e) {                                                                                        \
+    printf("no CUDA device (or no CUDA build): skipped\n");                                        \
+    skip();                                                                                        \
   }
 
 static void t_rmsnorm(void **state) {
@@ -344,10 +377,15 @@ static void t_rmsnorm(void **state) {
       hweight w = make_vector(C, 1.0f);
       if (mode != 1) assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
       lm_tensor hx = htensor(R, C, x), hr = htensor(R, C, res), ho = htensor(R, C, NULL);
-      dbuf dx = dput(e->gpu, R, C, act, x), dr = dput(e->gpu, R, C, act, res), dout = dput(e->gpu, R, C, act, NULL);
-      lm_rmsnorm_args ac = {.out = ho, .x = hx, .w = mode == 1 ? NULL : &w.w, .eps = 1e-6f,
+      dbuf dx = dput(e->gpu, R, C, act, x), dr = dput(e->gpu, R, C, act, res),
+           dout = dput(e->gpu, R, C, act, NULL);
+      lm_rmsnorm_args ac = {.out = ho,
+                            .x = hx,
+                            .w = mode == 1 ? NULL : &w.w,
+                            .eps = 1e-6f,
                             .residual = mode == 2 ? &hr : NULL};
-      lm_rmsnorm_args ag = {.out = dout.t, .x = dx.t, .w = ac.w, .eps = 1e-6f, .residual = mode == 2 ? &dr.t : NULL};
+      lm_rmsnorm_args ag = {
+          .out = dout.t, .x = dx.t, .w = ac.w, .eps = 1e-6f, .residual = mode == 2 ? &dr.t : NULL};
       assert_int_equal(e->cpu->ops->rmsnorm(e->cpu, &ac), LM_OK);
       assert_int_equal(e->gpu->ops->rmsnorm(e->gpu, &ag), LM_OK);
       float *ref = hget(mode == 2 ? hr : ho), *got = dget(e->gpu, mode == 2 ? &dr : &dout);
@@ -370,15 +408,22 @@ static void t_elementwise(void **state) {
   float *a = rand_vec(R * C, 4.0f), *b = rand_vec(R * C, 4.0f);
   for (int op = 0; op < 4; op++) { /* geglu, add, add (no b), softcap */
     lm_tensor ha = htensor(R, C, a), hb = htensor(R, C, b), ho = htensor(R, C, NULL);
-    dbuf da = dput(e->gpu, R, C, act, a), db = dput(e->gpu, R, C, act, b), dout = dput(e->gpu, R, C, act, NULL);
-    const char *name = op == 0 ? "geglu" : op == 1 ? "add (a+b)*s" : op == 2 ? "add a*s" : "softcap (in place)";
+    dbuf da = dput(e->gpu, R, C, act, a), db = dput(e->gpu, R, C, act, b),
+         dout = dput(e->gpu, R, C, act, NULL);
+    const char *name = op == 0   ? "geglu"
+                       : op == 1 ? "add (a+b)*s"
+                       : op == 2 ? "add a*s"
+                                 : "softcap (in place)";
     if (op == 0) {
       assert_int_equal(e->cpu->ops->geglu(e->cpu, &(lm_geglu_args){ho, ha, hb}), LM_OK);
       assert_int_equal(e->gpu->ops->geglu(e->gpu, &(lm_geglu_args){dout.t, da.t, db.t}), LM_OK);
     } else if (op < 3) {
       lm_tensor none = {0};
-      assert_int_equal(e->cpu->ops->add(e->cpu, &(lm_add_args){ho, ha, op == 1 ? hb : none, 0.7071f}), LM_OK);
-      assert_int_equal(e->gpu->ops->add(e->gpu, &(lm_add_args){dout.t, da.t, op == 1 ? db.t : none, 0.7071f}), LM_OK);
+      assert_int_equal(
+          e->cpu->ops->add(e->cpu, &(lm_add_args){ho, ha, op == 1 ? hb : none, 0.7071f}), LM_OK);
+      assert_int_equal(
+          e->gpu->ops->add(e->gpu, &(lm_add_args){dout.t, da.t, op == 1 ? db.t : none, 0.7071f}),
+          LM_OK);
     } else {
       assert_int_equal(e->cpu->ops->softcap(e->cpu, &(lm_softcap_args){ha, 3.0f}), LM_OK);
       assert_int_equal(e->gpu->ops->softcap(e->gpu, &(lm_softcap_args){da.t, 3.0f}), LM_OK);
@@ -405,7 +450,8 @@ static void t_argmax(void **state) {
   assert_int_equal(e->cpu->ops->argmax(e->cpu, &(lm_argmax_args){hi, hx}), LM_OK);
   assert_int_equal(e->gpu->ops->argmax(e->gpu, &(lm_argmax_args){di.t, dx.t}), LM_OK);
   float *got = dget(e->gpu, &di);
-  for (int64_t r = 0; r < R; r++) assert_int_equal((int32_t)got[r], ((int32_t *)hi.data)[r * 2]);
+  for (int64_t r = 0; r < R; r++)
+    assert_int_equal((int32_t)got[r], ((int32_t *)hi.data)[r * 2]);
   assert_int_equal((int32_t)got[3], 3 * 0 + 12);
   printf("  argmax %lldx%lld: exact\n", (long long)R, (long long)C);
   dfree(e->gpu, &dx);
@@ -416,20 +462,28 @@ static void t_argmax(void **state) {
 static void t_matmul(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
-  static const struct { int bits, group; lm_dtype dt; int64_t rows, cols, ne; } W[] = {
-      {4, 64, LM_DT_BF16, 37, 2560, 0}, {4, 32, LM_DT_BF16, 100, 96, 0},   {4, 128, LM_DT_BF16, 19, 384, 0},
-      {8, 64, LM_DT_BF16, 33, 192, 0},  {2, 32, LM_DT_BF16, 21, 64, 0},    {2, 64, LM_DT_BF16, 7, 256, 0},
-      {3, 32, LM_DT_BF16, 29, 320, 0},  {5, 64, LM_DT_BF16, 13, 128, 0},   {6, 32, LM_DT_BF16, 11, 160, 0},
-      {4, 64, LM_DT_F16, 17, 128, 0},   {4, 64, LM_DT_F32, 9, 192, 0},     {0, 0, LM_DT_BF16, 45, 200, 0},
-      {0, 0, LM_DT_F32, 23, 36, 0},     {0, 0, LM_DT_F16, 31, 64, 0},      {0, 0, LM_DT_BF16, 5, 37, 0},
-      {4, 64, LM_DT_BF16, 24, 128, 3},  {0, 0, LM_DT_BF16, 12, 64, 4},   {4, 64, LM_DT_BF16, 40, 12288, 0},
-      {4, 32, LM_DT_BF16, 50, 256, 0},  {4, 128, LM_DT_BF16, 19, 1024, 0}, {4, 64, LM_DT_BF16, 24, 512, 3}};
+  static const struct {
+    int bits, group;
+    lm_dtype dt;
+    int64_t rows, cols, ne;
+  } W[] = {{4, 64, LM_DT_BF16, 37, 2560, 0}, {4, 32, LM_DT_BF16, 100, 96, 0},
+           {4, 128, LM_DT_BF16, 19, 384, 0}, {8, 64, LM_DT_BF16, 33, 192, 0},
+           {2, 32, LM_DT_BF16, 21, 64, 0},   {2, 64, LM_DT_BF16, 7, 256, 0},
+           {3, 32, LM_DT_BF16, 29, 320, 0},  {5, 64, LM_DT_BF16, 13, 128, 0},
+           {6, 32, LM_DT_BF16, 11, 160, 0},  {4, 64, LM_DT_F16, 17, 128, 0},
+           {4, 64, LM_DT_F32, 9, 192, 0},    {0, 0, LM_DT_BF16, 45, 200, 0},
+           {0, 0, LM_DT_F32, 23, 36, 0},     {0, 0, LM_DT_F16, 31, 64, 0},
+           {0, 0, LM_DT_BF16, 5, 37, 0},     {4, 64, LM_DT_BF16, 24, 128, 3},
+           {0, 0, LM_DT_BF16, 12, 64, 4},    {4, 64, LM_DT_BF16, 40, 12288, 0},
+           {4, 32, LM_DT_BF16, 50, 256, 0},  {4, 128, LM_DT_BF16, 19, 1024, 0},
+           {4, 64, LM_DT_BF16, 24, 512, 3}};
   static const int64_t ms[] = {1, 2, 3, 5, 8, 17, 64};
   for (size_t wi = 0; wi < sizeof W / sizeof *W; wi++) {
     hweight w = make_weight(W[wi].ne, W[wi].rows, W[wi].cols, W[wi].bits, W[wi].group, W[wi].dt);
     assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
     for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
-      for (int v = 0; v < 3; v++) { /* v 0: x rows padded by PAD; 1: accumulate; 2: x rows 16-byte aligned */
+      for (int v = 0; v < 3;
+           v++) { /* v 0: x rows padded by PAD; 1: accumulate; 2: x rows 16-byte aligned */
         int64_t M = ms[mi], N = W[wi].rows, K = W[wi].cols, ex = W[wi].ne ? W[wi].ne - 1 : 0;
         int acc = v == 1, aligned = v == 2;
         if ((acc && mi % 3) || (aligned && (K % 8 || M > 17))) continue;
@@ -437,16 +491,24 @@ static void t_matmul(void **state) {
         float *x = rand_vec(M * K, 1.0f), *y0 = rand_vec(M * N, 0.5f);
         lm_tensor hx = htensor(M, K, x), hy = htensor(M, N, acc ? y0 : NULL);
         /* the packed and tensor-core GEMVs need x rows at 16-byte boundaries; others fall back */
-        dbuf dx = dput_ld(e->gpu, M, K, aligned ? K + 8 : K + PAD, act, x), dy = dput(e->gpu, M, N, odt, acc ? y0 : NULL);
-        assert_int_equal(e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){.out = hy, .x = hx, .w = &w.w, .expert = ex, .accumulate = acc}), LM_OK);
-        lm_status s = e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = ex, .accumulate = acc});
+        dbuf dx = dput_ld(e->gpu, M, K, aligned ? K + 8 : K + PAD, act, x),
+             dy = dput(e->gpu, M, N, odt, acc ? y0 : NULL);
+        assert_int_equal(
+            e->cpu->ops->matmul(
+                e->cpu,
+                &(lm_matmul_args){.out = hy, .x = hx, .w = &w.w, .expert = ex, .accumulate = acc}),
+            LM_OK);
+        lm_status s = e->gpu->ops->matmul(
+            e->gpu,
+            &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = ex, .accumulate = acc});
         if (s) fprintf(stderr, "%s\n", lm_errmsg());
         assert_int_equal(s, LM_OK);
         float *ref = hget(hy), *got = dget(e->gpu, &dy);
         char what[112];
-        snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s%s", W[wi].bits, W[wi].group,
-                 lm_dtype_name(W[wi].dt), (long long)N, (long long)K, W[wi].ne ? " expert" : "", (long long)M,
-                 acc ? " acc" : "", aligned ? " aligned" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "");
+        snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s%s", W[wi].bits,
+                 W[wi].group, lm_dtype_name(W[wi].dt), (long long)N, (long long)K,
+                 W[wi].ne ? " expert" : "", (long long)M, acc ? " acc" : "",
+                 aligned ? " aligned" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "");
         expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-9, 1e-4));
         dfree(e->gpu, &dx);
         free(hx.data), free(ref), free(got), free(x), free(y0);
@@ -459,7 +521,8 @@ static void t_matmul(void **state) {
 static void t_step_ops(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
-  hweight tq = make_weight(0, 50, 96, 4, 32, LM_DT_BF16), td = make_weight(0, 50, 40, 0, 0, LM_DT_BF16);
+  hweight tq = make_weight(0, 50, 96, 4, 32, LM_DT_BF16),
+          td = make_weight(0, 50, 40, 0, 0, LM_DT_BF16);
   hweight inv = make_vector(24, 0.5f);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &tq.w), LM_OK);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &td.w), LM_OK);
@@ -473,7 +536,8 @@ static void t_step_ops(void **state) {
     assert_int_equal(e->cpu->ops->embed(e->cpu, &(lm_embed_args){ho, &t->w, 1.7f}), LM_OK);
     assert_int_equal(e->gpu->ops->embed(e->gpu, &(lm_embed_args){dout.t, &t->w, 1.7f}), LM_OK);
     float *ref = hget(ho), *got = dget(e->gpu, &dout);
-    expect_close(k ? "embed dense bf16" : "embed q4/g32", got, ref, T * t->w.cols, bound_for(e->gpu, 1e-12, 2e-5));
+    expect_close(k ? "embed dense bf16" : "embed q4/g32", got, ref, T * t->w.cols,
+                 bound_for(e->gpu, 1e-12, 2e-5));
     free(ref), free(got);
   }
   { /* rope over 3 heads of 48 */
@@ -483,7 +547,8 @@ static void t_step_ops(void **state) {
     assert_int_equal(e->cpu->ops->rope(e->cpu, &(lm_rope_args){hx, 3, 48, &inv.w}), LM_OK);
     assert_int_equal(e->gpu->ops->rope(e->gpu, &(lm_rope_args){dx.t, 3, 48, &inv.w}), LM_OK);
     float *ref = hget(hx), *got = dget(e->gpu, &dx);
-    expect_close("rope 3x48, positions to 10000", got, ref, T * 144, bound_for(e->gpu, 1e-10, 4e-5));
+    expect_close("rope 3x48, positions to 10000", got, ref, T * 144,
+                 bound_for(e->gpu, 1e-10, 4e-5));
     free(ref), free(got), free(x);
   }
   { /* gather of 3 logit rows */
@@ -491,7 +556,8 @@ static void t_step_ops(void **state) {
     lm_tensor hx = htensor(T, 77, x), ho = htensor(3, 77, NULL);
     dbuf dx = dput(e->gpu, T, 77, LM_DT_F32, x), dout = dput(e->gpu, 3, 77, LM_DT_F32, NULL);
     assert_int_equal(e->cpu->ops->gather_logit_rows(e->cpu, &(lm_gather_args){ho, hx}), LM_OK);
-    assert_int_equal(e->gpu->ops->gather_logit_rows(e->gpu, &(lm_gather_args){dout.t, dx.t}), LM_OK);
+    assert_int_equal(e->gpu->ops->gather_logit_rows(e->gpu, &(lm_gather_args){dout.t, dx.t}),
+                     LM_OK);
     float *ref = hget(ho), *got = dget(e->gpu, &dout);
     free(dget(e->gpu, &dx)); /* frees x, checking its guards: the gather only reads it */
     assert_memory_equal(got, ref, 3 * 77 * sizeof(float));
@@ -521,7 +587,8 @@ static void t_fused(void **state) {
     assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &inv.w), LM_OK);
     lm_tensor hx = htensor(R, hd, x);
     dbuf dx = dput(e->gpu, R, hd, act, x);
-    lm_rmsnorm_args ac = {.out = hx, .x = hx, .w = &w.w, .eps = 1e-6f, .rope = &inv.w, .rope_heads = H};
+    lm_rmsnorm_args ac = {
+        .out = hx, .x = hx, .w = &w.w, .eps = 1e-6f, .rope = &inv.w, .rope_heads = H};
     lm_rmsnorm_args ag = ac;
     ag.out = ag.x = dx.t;
     assert_int_equal(e->cpu->ops->rmsnorm(e->cpu, &ac), LM_OK);
@@ -542,9 +609,16 @@ static void t_fused(void **state) {
       assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
       assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w2.w), LM_OK);
       lm_tensor hx = htensor(R, C, x), hr = htensor(R, C, res), hn = htensor(R, C, NULL);
-      dbuf dx = dput(e->gpu, R, C, act, x), dr = dput(e->gpu, R, C, act, res), dn = dput(e->gpu, R, C, act, NULL);
-      lm_rmsnorm_args ac = {.x = hx, .w = &w.w, .eps = 1e-6f, .residual = &hr, .scaled = 1, .scale = 0.625f,
-                            .next_out = hn, .next_w = nw ? &w2.w : NULL};
+      dbuf dx = dput(e->gpu, R, C, act, x), dr = dput(e->gpu, R, C, act, res),
+           dn = dput(e->gpu, R, C, act, NULL);
+      lm_rmsnorm_args ac = {.x = hx,
+                            .w = &w.w,
+                            .eps = 1e-6f,
+                            .residual = &hr,
+                            .scaled = 1,
+                            .scale = 0.625f,
+                            .next_out = hn,
+                            .next_w = nw ? &w2.w : NULL};
       lm_rmsnorm_args ag = ac;
       ag.x = dx.t, ag.residual = &dr.t, ag.next_out = dn.t;
       assert_int_equal(e->cpu->ops->rmsnorm(e->cpu, &ac), LM_OK);
@@ -567,14 +641,18 @@ static void t_fused(void **state) {
       int64_t M = ms[mi], N = wq.w.rows, K = wq.w.cols;
       float *x = rand_vec(M * K, 1.0f), *o = rand_vec(M * N, 2.0f);
       lm_tensor hx = htensor(M, K, x), ho = htensor(M, N, o), hy = htensor(M, N, NULL);
-      dbuf dx = dput(e->gpu, M, K, act, x), dob = dput(e->gpu, M, N, act, o), dy = dput(e->gpu, M, N, act, NULL);
-      lm_matmul_args ac = {.out = hy, .x = hx, .w = &wq.w, .epilogue = (lm_mm_epilogue)epi, .other = ho};
-      lm_matmul_args ag = {.out = dy.t, .x = dx.t, .w = &wq.w, .epilogue = (lm_mm_epilogue)epi, .other = dob.t};
+      dbuf dx = dput(e->gpu, M, K, act, x), dob = dput(e->gpu, M, N, act, o),
+           dy = dput(e->gpu, M, N, act, NULL);
+      lm_matmul_args ac = {
+          .out = hy, .x = hx, .w = &wq.w, .epilogue = (lm_mm_epilogue)epi, .other = ho};
+      lm_matmul_args ag = {
+          .out = dy.t, .x = dx.t, .w = &wq.w, .epilogue = (lm_mm_epilogue)epi, .other = dob.t};
       assert_int_equal(e->cpu->ops->matmul(e->cpu, &ac), LM_OK);
       assert_int_equal(e->gpu->ops->matmul(e->gpu, &ag), LM_OK);
       float *ref = hget(hy), *got = dget(e->gpu, &dy);
       char what[80];
-      snprintf(what, sizeof what, "matmul q4 %lldx%lld m=%lld epilogue %s", (long long)N, (long long)K, (long long)M,
+      snprintf(what, sizeof what, "matmul q4 %lldx%lld m=%lld epilogue %s", (long long)N,
+               (long long)K, (long long)M,
                epi == LM_EPI_GLU_OTHER ? "gelu(other)*y" : "gelu(y)*other");
       expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-8, 2e-4));
       free(hx.data), free(ho.data), free(ref), free(got), free(x), free(o);
@@ -592,8 +670,11 @@ static void t_fused(void **state) {
 static void t_glu_pair(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
-  static const struct { int group; int64_t rows, cols; } W[] = {
-      {64, 37, 256}, {64, 6000, 256}, {64, 9000, 128}, {32, 100, 96}, {128, 19, 384}, {64, 37, 12288}};
+  static const struct {
+    int group;
+    int64_t rows, cols;
+  } W[] = {{64, 37, 256}, {64, 6000, 256}, {64, 9000, 128},
+           {32, 100, 96}, {128, 19, 384},  {64, 37, 12288}};
   static const int64_t ms[] = {1, 3, 8};
   for (size_t wi = 0; wi < sizeof W / sizeof *W; wi++) {
     hweight wg = make_weight(0, W[wi].rows, W[wi].cols, 4, W[wi].group, LM_DT_BF16);
@@ -606,20 +687,28 @@ static void t_glu_pair(void **state) {
       lm_tensor hx = htensor(M, K, x), hg = htensor(M, N, NULL), hy = htensor(M, N, NULL);
       dbuf dx = dput_ld(e->gpu, M, K, K + 8, act, x), dg = dput(e->gpu, M, N, act, NULL);
       dbuf dy = dput(e->gpu, M, N, act, NULL), dy2 = dput(e->gpu, M, N, act, NULL);
-      lm_matmul_args ac = {.out = hy, .x = hx, .w = &wg.w, .w2 = &wu.w, .epilogue = LM_EPI_GLU_PAIR, .other = hg};
-      lm_matmul_args ag = {.out = dy.t, .x = dx.t, .w = &wg.w, .w2 = &wu.w, .epilogue = LM_EPI_GLU_PAIR, .other = dg.t};
+      lm_matmul_args ac = {
+          .out = hy, .x = hx, .w = &wg.w, .w2 = &wu.w, .epilogue = LM_EPI_GLU_PAIR, .other = hg};
+      lm_matmul_args ag = {.out = dy.t,
+                           .x = dx.t,
+                           .w = &wg.w,
+                           .w2 = &wu.w,
+                           .epilogue = LM_EPI_GLU_PAIR,
+                           .other = dg.t};
       assert_int_equal(e->cpu->ops->matmul(e->cpu, &ac), LM_OK);
       assert_int_equal(e->gpu->ops->matmul(e->gpu, &ag), LM_OK);
       ag.out = dy2.t;
       assert_int_equal(lm_matmul_glu_pair(e->gpu, &ag, e->gpu->ops->matmul), LM_OK);
       float *ref = hget(hy), *got = dget(e->gpu, &dy), *two = dget(e->gpu, &dy2);
       char what[96];
-      snprintf(what, sizeof what, "gate/up pair g%d %lldx%lld m=%lld", W[wi].group, (long long)N, (long long)K,
-               (long long)M);
+      snprintf(what, sizeof what, "gate/up pair g%d %lldx%lld m=%lld", W[wi].group, (long long)N,
+               (long long)K, (long long)M);
       expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-8, 2e-4));
       int64_t differ = 0;
-      for (int64_t i = 0; i < M * N; i++) differ += memcmp(&got[i], &two[i], sizeof(float)) != 0;
-      if (differ) fprintf(stderr, "%s: %lld values differ from the two products\n", what, (long long)differ);
+      for (int64_t i = 0; i < M * N; i++)
+        differ += memcmp(&got[i], &two[i], sizeof(float)) != 0;
+      if (differ)
+        fprintf(stderr, "%s: %lld values differ from the two products\n", what, (long long)differ);
       assert_int_equal(differ, 0);
       free(hx.data), free(hg.data), free(ref), free(got), free(two), free(x);
       dfree(e->gpu, &dx), dfree(e->gpu, &dg);
@@ -633,10 +722,19 @@ static void t_glu_pair(void **state) {
 static void t_attention(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
-  static const struct { int nh, nkv, hd; int64_t window; } C[] = {
-      {4, 1, 64, 0}, {8, 2, 256, 0}, {16, 1, 512, 0}, {2, 2, 48, 0}, {4, 2, 32, 5}, {8, 8, 256, 40},
-      /* 8 and 16 query heads per KV head: the shared-memory decode kernel */
-      {8, 1, 256, 0}, {16, 2, 512, 40}, {32, 2, 256, 0}};
+  static const struct {
+    int nh, nkv, hd;
+    int64_t window;
+  } C[] = {{4, 1, 64, 0},
+           {8, 2, 256, 0},
+           {16, 1, 512, 0},
+           {2, 2, 48, 0},
+           {4, 2, 32, 5},
+           {8, 8, 256, 40},
+           /* 8 and 16 query heads per KV head: the shared-memory decode kernel */
+           {8, 1, 256, 0},
+           {16, 2, 512, 40},
+           {32, 2, 256, 0}};
   static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
   for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
     /* the q norm + RoPE as attention's first step: fused in the decode kernel (power-of-two
@@ -645,8 +743,10 @@ static void t_attention(void **state) {
     hweight qw = make_vector(hd, 1.0f), qi = make_vector(hd / 2, 0.3f);
     assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &qw.w), LM_OK);
     assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &qi.w), LM_OK);
-    lm_kv_spec spec = {.kind = C[ci].window ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN, .n_kv_heads = C[ci].nkv,
-                       .head_dim = C[ci].hd, .window = C[ci].window};
+    lm_kv_spec spec = {.kind = C[ci].window ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN,
+                       .n_kv_heads = C[ci].nkv,
+                       .head_dim = C[ci].hd,
+                       .window = C[ci].window};
     step_env s;
     step_env_init(e, &s, 2, &spec, 1);
     int64_t qd = (int64_t)C[ci].nh * C[ci].hd, kvd = (int64_t)C[ci].nkv * C[ci].hd;
@@ -654,15 +754,29 @@ static void t_attention(void **state) {
       int T = step_batch(&s, steps[st], 0);
       if (!T) continue;
       float *q = rand_vec(T * qd, 1.0f), *k = rand_vec(T * kvd, 1.0f), *v = rand_vec(T * kvd, 1.0f);
-      lm_tensor hq = htensor(T, qd, q), hk = htensor(T, kvd, k), hv = htensor(T, kvd, v), ho = htensor(T, qd, NULL);
-      dbuf dq = dput(e->gpu, T, qd, act, q), dk = dput(e->gpu, T, kvd, act, k), dv = dput(e->gpu, T, kvd, act, v);
+      lm_tensor hq = htensor(T, qd, q), hk = htensor(T, kvd, k), hv = htensor(T, kvd, v),
+                ho = htensor(T, qd, NULL);
+      dbuf dq = dput(e->gpu, T, qd, act, q), dk = dput(e->gpu, T, kvd, act, k),
+           dv = dput(e->gpu, T, kvd, act, v);
       dbuf dout = dput(e->gpu, T, qd, act, NULL);
-      lm_attn_args ac = {.out = ho, .q = hq, .k_new = hk, .v_new = hv, .cache = 0, .n_heads = C[ci].nh,
-                         .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .window = C[ci].window, .scale = 0.125f};
+      lm_attn_args ac = {.out = ho,
+                         .q = hq,
+                         .k_new = hk,
+                         .v_new = hv,
+                         .cache = 0,
+                         .n_heads = C[ci].nh,
+                         .n_kv_heads = C[ci].nkv,
+                         .head_dim = C[ci].hd,
+                         .window = C[ci].window,
+                         .scale = 0.125f};
       lm_attn_args ag = ac;
       ag.out = dout.t, ag.q = dq.t, ag.k_new = dk.t, ag.v_new = dv.t;
       /* the q norm works on head rows: q's tokens must be contiguous (a padded q is refused) */
-      lm_tensor hqn = {.rows = T, .cols = qd, .ld = qd, .dtype = LM_DT_F32, .data = malloc((size_t)(T * qd) * 4)};
+      lm_tensor hqn = {.rows = T,
+                       .cols = qd,
+                       .ld = qd,
+                       .dtype = LM_DT_F32,
+                       .data = malloc((size_t)(T * qd) * 4)};
       lm_tensor hon = htensor(T, qd, NULL);
       memcpy(hqn.data, q, (size_t)(T * qd) * 4);
       lm_attn_args acn = ac;
@@ -675,7 +789,9 @@ static void t_attention(void **state) {
         bad.q = hq;
         assert_int_equal(e->cpu->ops->attention(e->cpu, &bad), LM_ERR_INVALID);
       }
-      assert_int_equal(e->cpu->ops->kv_append(e->cpu, &(lm_kv_append_args){.k_new = hk, .v_new = hv, .cache = 0}), LM_OK);
+      assert_int_equal(e->cpu->ops->kv_append(
+                           e->cpu, &(lm_kv_append_args){.k_new = hk, .v_new = hv, .cache = 0}),
+                       LM_OK);
       assert_int_equal(e->cpu->ops->end_step(e->cpu), LM_OK);
       assert_int_equal(e->gpu->ops->begin_step(e->gpu, &s.bg), LM_OK);
       lm_status rs = e->gpu->ops->attention(e->gpu, &ag);
@@ -692,26 +808,33 @@ static void t_attention(void **state) {
         agn.q = dq.t; /* padded */
         assert_int_equal(e->gpu->ops->attention(e->gpu, &agn), LM_ERR_INVALID);
       }
-      assert_int_equal(e->gpu->ops->kv_append(e->gpu, &(lm_kv_append_args){.k_new = dk.t, .v_new = dv.t, .cache = 0}), LM_OK);
+      assert_int_equal(e->gpu->ops->kv_append(
+                           e->gpu, &(lm_kv_append_args){.k_new = dk.t, .v_new = dv.t, .cache = 0}),
+                       LM_OK);
       assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
-      for (int i = 0; i < 2; i++) assert_int_equal(lm_kv_set_len(s.kc[i]), lm_kv_set_len(s.kg[i]));
+      for (int i = 0; i < 2; i++)
+        assert_int_equal(lm_kv_set_len(s.kc[i]), lm_kv_set_len(s.kg[i]));
       float *ref = hget(ho), *got = dget(e->gpu, &dout);
       char what[96];
-      snprintf(what, sizeof what, "attention %d/%d x%d win %lld step %zu (T=%d)", C[ci].nh, C[ci].nkv, C[ci].hd,
-               (long long)C[ci].window, st, T);
+      snprintf(what, sizeof what, "attention %d/%d x%d win %lld step %zu (T=%d)", C[ci].nh,
+               C[ci].nkv, C[ci].hd, (long long)C[ci].window, st, T);
       expect_close(what, got, ref, T * qd, bound_for(e->gpu, 1e-9, 1e-4));
       float *rn = hget(hon), *gn = dget(e->gpu, &don), *gs = dget(e->gpu, &dos);
       if (qn_on) {
         strncat(what, " q norm", sizeof what - strlen(what) - 1);
         expect_close(what, gn, rn, T * qd, bound_for(e->gpu, 1e-9, 1e-4));
         int64_t differ = 0;
-        for (int64_t i = 0; i < T * qd; i++) differ += memcmp(&gn[i], &gs[i], sizeof(float)) != 0;
-        if (differ) fprintf(stderr, "%s: %lld values differ from norm-then-attention\n", what, (long long)differ);
+        for (int64_t i = 0; i < T * qd; i++)
+          differ += memcmp(&gn[i], &gs[i], sizeof(float)) != 0;
+        if (differ)
+          fprintf(stderr, "%s: %lld values differ from norm-then-attention\n", what,
+                  (long long)differ);
         assert_int_equal(differ, 0);
       }
       free(hq.data), free(hk.data), free(hv.data), free(ref), free(got), free(q), free(k), free(v);
       free(hqn.data), free(rn), free(gn), free(gs);
-      dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv), dfree(e->gpu, &dqn), dfree(e->gpu, &dqs);
+      dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv), dfree(e->gpu, &dqn),
+          dfree(e->gpu, &dqs);
     }
     step_env_free(&s);
     hweight_free(&qw), hweight_free(&qi);
@@ -722,7 +845,8 @@ static void t_moe(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
   int64_t E = 8, K = 2, H = 64, I = 96;
-  hweight wg = make_weight(E, I, H, 4, 32, LM_DT_BF16), wu = make_weight(E, I, H, 4, 32, LM_DT_BF16);
+  hweight wg = make_weight(E, I, H, 4, 32, LM_DT_BF16),
+          wu = make_weight(E, I, H, 4, 32, LM_DT_BF16);
   hweight wd = make_weight(E, H, I, 4, 32, LM_DT_BF16), pes = make_vector(E, 1.0f);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wg.w), LM_OK);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &wu.w), LM_OK);
@@ -732,42 +856,58 @@ static void t_moe(void **state) {
   for (size_t ti = 0; ti < 3; ti++) {
     int64_t T = Ts[ti];
     float *lg = rand_vec(T * E, 3.0f), *x = rand_vec(T * H, 1.0f);
-    lm_tensor hl = htensor(T, E, lg), hw = htensor(T, K, NULL), hx = htensor(T, H, x), ho = htensor(T, H, NULL);
-    lm_tensor hi = {.rows = T, .cols = K, .ld = K + PAD, .dtype = LM_DT_I32, .data = calloc((size_t)(T * (K + PAD)), 4)};
+    lm_tensor hl = htensor(T, E, lg), hw = htensor(T, K, NULL), hx = htensor(T, H, x),
+              ho = htensor(T, H, NULL);
+    lm_tensor hi = {.rows = T,
+                    .cols = K,
+                    .ld = K + PAD,
+                    .dtype = LM_DT_I32,
+                    .data = calloc((size_t)(T * (K + PAD)), 4)};
     dbuf dl = dput(e->gpu, T, E, LM_DT_F32, lg), dw = dput(e->gpu, T, K, LM_DT_F32, NULL);
     dbuf di = dput(e->gpu, T, K, LM_DT_I32, NULL);
-    assert_int_equal(e->cpu->ops->moe_route(e->cpu, &(lm_moe_route_args){hi, hw, hl, (int)K, &pes.w}), LM_OK);
-    assert_int_equal(e->gpu->ops->moe_route(e->gpu, &(lm_moe_route_args){di.t, dw.t, dl.t, (int)K, &pes.w}), LM_OK);
+    assert_int_equal(
+        e->cpu->ops->moe_route(e->cpu, &(lm_moe_route_args){hi, hw, hl, (int)K, &pes.w}), LM_OK);
+    assert_int_equal(
+        e->gpu->ops->moe_route(e->gpu, &(lm_moe_route_args){di.t, dw.t, dl.t, (int)K, &pes.w}),
+        LM_OK);
     float *gi = dget(e->gpu, &di), *gw = dget(e->gpu, &dw), *rw = hget(hw);
-    for (int64_t i = 0; i < T * K; i++) assert_int_equal((int32_t)gi[i], ((int32_t *)hi.data)[(i / K) * hi.ld + i % K]);
+    for (int64_t i = 0; i < T * K; i++)
+      assert_int_equal((int32_t)gi[i], ((int32_t *)hi.data)[(i / K) * hi.ld + i % K]);
     expect_close("moe_route weights (ids exact)", gw, rw, T * K, 1e-12);
     /* experts on the CPU's routing */
     float ids_f[T * K];
-    for (int64_t i = 0; i < T * K; i++) ids_f[i] = (float)((int32_t *)hi.data)[(i / K) * hi.ld + i % K];
+    for (int64_t i = 0; i < T * K; i++)
+      ids_f[i] = (float)((int32_t *)hi.data)[(i / K) * hi.ld + i % K];
     di = dput(e->gpu, T, K, LM_DT_I32, ids_f);
     dw = dput(e->gpu, T, K, LM_DT_F32, rw);
     hw = htensor(T, K, rw);
-    /* T = 3 with rows padded by PAD (the generic kernels), else 16-byte aligned rows (packed, tensor cores) */
+    /* T = 3 with rows padded by PAD (the generic kernels), else 16-byte aligned rows (packed,
+     * tensor cores) */
     int64_t pad = ti == 1 ? PAD : 8;
     dbuf dx = dput_ld(e->gpu, T, H, H + pad, act, x), dout = dput(e->gpu, T, H, act, NULL);
-    dbuf dsc = dput_ld(e->gpu, T * K, 2 * I + 2 * H, 2 * I + 2 * H + pad, act, NULL), dis = dput(e->gpu, 1, T * K + E + 1, LM_DT_I32, NULL);
-    lm_tensor hsc = htensor(T * K, 2 * I + 2 * H, NULL), his = {.rows = 1, .cols = T * K + E + 1, .ld = T * K + E + 1,
-                                                             .dtype = LM_DT_I32};
+    dbuf dsc = dput_ld(e->gpu, T * K, 2 * I + 2 * H, 2 * I + 2 * H + pad, act, NULL),
+         dis = dput(e->gpu, 1, T * K + E + 1, LM_DT_I32, NULL);
+    lm_tensor hsc = htensor(T * K, 2 * I + 2 * H, NULL),
+              his = {.rows = 1, .cols = T * K + E + 1, .ld = T * K + E + 1, .dtype = LM_DT_I32};
     his.data = calloc((size_t)his.cols, 4);
-    assert_int_equal(e->cpu->ops->moe_experts(e->cpu, &(lm_moe_experts_args){ho, hx, hi, hw, &wg.w, &wu.w, &wd.w, hsc,
-                                                                             his}),
-                     LM_OK);
-    lm_status s = e->gpu->ops->moe_experts(e->gpu, &(lm_moe_experts_args){dout.t, dx.t, di.t, dw.t, &wg.w, &wu.w,
-                                                                          &wd.w, dsc.t, dis.t});
+    assert_int_equal(
+        e->cpu->ops->moe_experts(
+            e->cpu, &(lm_moe_experts_args){ho, hx, hi, hw, &wg.w, &wu.w, &wd.w, hsc, his}),
+        LM_OK);
+    lm_status s =
+        e->gpu->ops->moe_experts(e->gpu, &(lm_moe_experts_args){dout.t, dx.t, di.t, dw.t, &wg.w,
+                                                                &wu.w, &wd.w, dsc.t, dis.t});
     if (s) fprintf(stderr, "%s\n", lm_errmsg());
     assert_int_equal(s, LM_OK);
     float *ref = hget(ho), *got = dget(e->gpu, &dout);
     char what[64];
-    snprintf(what, sizeof what, "moe_experts T=%lld (%s)", (long long)T, T <= 4 ? "grouped gemv" : "gathered gemm");
+    snprintf(what, sizeof what, "moe_experts T=%lld (%s)", (long long)T,
+             T <= 4 ? "grouped gemv" : "gathered gemm");
     expect_close(what, got, ref, T * H, bound_for(e->gpu, 1e-9, 1e-4));
     free(ref), free(got), free(gi), free(gw), free(rw), free(lg), free(x);
     free(hl.data), free(hw.data), free(hx.data), free(hi.data), free(hsc.data), free(his.data);
-    dfree(e->gpu, &dl), dfree(e->gpu, &di), dfree(e->gpu, &dw), dfree(e->gpu, &dx), dfree(e->gpu, &dsc);
+    dfree(e->gpu, &dl), dfree(e->gpu, &di), dfree(e->gpu, &dw), dfree(e->gpu, &dx),
+        dfree(e->gpu, &dsc);
     dfree(e->gpu, &dis);
   }
   hweight_free(&wg), hweight_free(&wu), hweight_free(&wd), hweight_free(&pes);
@@ -787,11 +927,17 @@ static float *kv_values(int64_t rows, int64_t w, int group, float big, lm_dtype 
       float *x = v + r * w + g * group, c = x[0];
       for (int i = 0; i < group; i++) {
         int kind = (int)((r + g) % 8);
-        x[i] = kind == 0 ? c : kind == 1 ? 0.0f : kind == 2 ? x[i] * 1e-9f : kind == 3 ? x[i] * big
-             : kind == 4 && i == group / 2 ? -big : kind == 5 ? -fabsf(x[i]) - 0.5f : x[i];
+        x[i] = kind == 0                     ? c
+               : kind == 1                   ? 0.0f
+               : kind == 2                   ? x[i] * 1e-9f
+               : kind == 3                   ? x[i] * big
+               : kind == 4 && i == group / 2 ? -big
+               : kind == 5                   ? -fabsf(x[i]) - 0.5f
+                                             : x[i];
       }
     }
-  for (int64_t i = 0; act == LM_DT_BF16 && i < rows * w; i++) v[i] = lm_round_bf16(v[i]);
+  for (int64_t i = 0; act == LM_DT_BF16 && i < rows * w; i++)
+    v[i] = lm_round_bf16(v[i]);
   return v;
 }
 
@@ -828,14 +974,16 @@ static int64_t diff_bytes(const char *what, const uint8_t *got, const uint8_t *r
 
 /* The device cache holds what the CPU's holds, bit for bit: codes, scales and biases of the
  * held slots for quantized kinds, the K/V values for plain ones. */
-static void expect_same_cache(lm_backend *gpu, const lm_kv_cache *hc, const lm_kv_cache *gc, const char *what) {
+static void expect_same_cache(lm_backend *gpu, const lm_kv_cache *hc, const lm_kv_cache *gc,
+                              const char *what) {
   char s1[64], s2[64], w[160];
   assert_string_equal(lm_kv_signature(hc, s1, sizeof s1), lm_kv_signature(gc, s2, sizeof s2));
   assert_int_equal(hc->n, gc->n);
   int64_t held = lm_kv_held(hc), bad = 0;
   const void *ha[LM_KV_ARRAYS] = {hc->k, hc->v, hc->ks, hc->kb, hc->vs, hc->vb};
   const void *ga[LM_KV_ARRAYS] = {gc->k, gc->v, gc->ks, gc->kb, gc->vs, gc->vb};
-  static const char *names[LM_KV_ARRAYS] = {"K codes", "V codes", "K scales", "K biases", "V scales", "V biases"};
+  static const char *names[LM_KV_ARRAYS] = {"K codes",  "V codes",  "K scales",
+                                            "K biases", "V scales", "V biases"};
   for (int a = 0; a < LM_KV_ARRAYS && hc->bits; a++) {
     size_t n = (size_t)(held * lm_kv_row_bytes(hc, a));
     uint8_t *g = dbytes_get(gpu, ga[a], n);
@@ -847,10 +995,11 @@ static void expect_same_cache(lm_backend *gpu, const lm_kv_cache *hc, const lm_k
   for (int a = 0; a < 2 && !hc->bits; a++) {
     uint8_t *g = dbytes_get(gpu, ga[a], (size_t)nv * lm_dtype_size(gc->dtype));
     for (int64_t i = 0; i < nv; i++) {
-      float x = gc->dtype == LM_DT_BF16 ? lm_bf16_to_f32(((const uint16_t *)g)[i]) : ((const float *)g)[i];
+      float x = gc->dtype == LM_DT_BF16 ? lm_bf16_to_f32(((const uint16_t *)g)[i])
+                                        : ((const float *)g)[i];
       if (x != ((const float *)ha[a])[i] && !bad++)
-        printf("  %s %s %s: value %lld is %g, want %g  FAIL\n", what, s1, a ? "V" : "K", (long long)i, (double)x,
-               (double)((const float *)ha[a])[i]);
+        printf("  %s %s %s: value %lld is %g, want %g  FAIL\n", what, s1, a ? "V" : "K",
+               (long long)i, (double)x, (double)((const float *)ha[a])[i]);
     }
     free(g);
   }
@@ -864,23 +1013,34 @@ static void expect_same_cache(lm_backend *gpu, const lm_kv_cache *hc, const lm_k
 static void t_kv_stage(void **state) {
   NEED_GPU(state);
   lm_dtype act = e->gpu->act_dtype;
-  static const struct { int bits, group, nkv, hd; } C[] = {
-      {8, 32, 2, 32}, {4, 32, 1, 64}, {8, 64, 4, 128}, {4, 128, 2, 256}, {8, 128, 1, 512}, {4, 64, 8, 256}};
+  static const struct {
+    int bits, group, nkv, hd;
+  } C[] = {{8, 32, 2, 32},   {4, 32, 1, 64},   {8, 64, 4, 128},
+           {4, 128, 2, 256}, {8, 128, 1, 512}, {4, 64, 8, 256}};
   for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
-    lm_kv_spec specs[3] = {
-        {.kind = LM_KV_QUANT, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .bits = C[ci].bits, .group = C[ci].group},
-        {.kind = LM_KV_PLAIN, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd},
-        {.kind = LM_KV_QUANT, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .bits = 12 - C[ci].bits, .group = 32}};
+    lm_kv_spec specs[3] = {{.kind = LM_KV_QUANT,
+                            .n_kv_heads = C[ci].nkv,
+                            .head_dim = C[ci].hd,
+                            .bits = C[ci].bits,
+                            .group = C[ci].group},
+                           {.kind = LM_KV_PLAIN, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd},
+                           {.kind = LM_KV_QUANT,
+                            .n_kv_heads = C[ci].nkv,
+                            .head_dim = C[ci].hd,
+                            .bits = 12 - C[ci].bits,
+                            .group = 32}};
     step_env s;
     step_env_init_strided(e, &s, 3, specs, 1, 1);
     int counts[3] = {5, 3, 4};
     int T = step_batch(&s, counts, 0);
     int64_t w = (int64_t)C[ci].nkv * C[ci].hd, sld = lm_kv_stage_row_bound(w) + 5;
     size_t sbytes = (size_t)(T * sld + GUARD);
-    float *k = kv_values(T, w, C[ci].group, 3e4f, act), *v = kv_values(T, w, C[ci].group, 3e4f, act);
+    float *k = kv_values(T, w, C[ci].group, 3e4f, act),
+          *v = kv_values(T, w, C[ci].group, 3e4f, act);
     lm_tensor hk = htensor(T, w, k), hv = htensor(T, w, v);
     dbuf dk = dput(e->gpu, T, w, act, k), dv = dput(e->gpu, T, w, act, v);
-    lm_tensor hs = {.data = bytes_filled(sbytes), .rows = T, .cols = sld - 5, .ld = sld, .dtype = LM_DT_U8};
+    lm_tensor hs = {
+        .data = bytes_filled(sbytes), .rows = T, .cols = sld - 5, .ld = sld, .dtype = LM_DT_U8};
     lm_tensor ds = hs;
     ds.data = dbytes(e->gpu, sbytes);
     assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s.bc), LM_OK);
@@ -892,8 +1052,8 @@ static void t_kv_stage(void **state) {
     assert_int_equal(st, LM_OK);
     assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
     char what[96];
-    snprintf(what, sizeof what, "kv_stage q%d/g%d %dx%d (+ plain, + q%d/g32)", C[ci].bits, C[ci].group, C[ci].nkv,
-             C[ci].hd, 12 - C[ci].bits);
+    snprintf(what, sizeof what, "kv_stage q%d/g%d %dx%d (+ plain, + q%d/g32)", C[ci].bits,
+             C[ci].group, C[ci].nkv, C[ci].hd, 12 - C[ci].bits);
     uint8_t *gs = dbytes_get(e->gpu, ds.data, sbytes);
     int64_t bad = diff_bytes(what, gs, hs.data, sbytes);
     float *rk = hget(hk), *rv = hget(hv), *gk = dget(e->gpu, &dk), *gv = dget(e->gpu, &dv);
@@ -901,8 +1061,8 @@ static void t_kv_stage(void **state) {
       float ek = act == LM_DT_BF16 ? lm_round_bf16(rk[i]) : rk[i];
       float ev = act == LM_DT_BF16 ? lm_round_bf16(rv[i]) : rv[i];
       if ((gk[i] != ek || gv[i] != ev) && !bad++)
-        printf("  %s: stored value %lld is K %g V %g, want %g %g  FAIL\n", what, (long long)i, (double)gk[i],
-               (double)gv[i], (double)ek, (double)ev);
+        printf("  %s: stored value %lld is K %g V %g, want %g %g  FAIL\n", what, (long long)i,
+               (double)gk[i], (double)gv[i], (double)ek, (double)ev);
     }
     printf("  %-56s %s\n", what, bad ? "FAIL" : "stage bytes and stored K/V exact");
     assert_int_equal(bad, 0);
@@ -919,15 +1079,27 @@ static void kvq_step(env *e, step_env *s, int T, int nh, int nkv, int hd, int64_
   lm_dtype act = e->gpu->act_dtype;
   int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, sld = lm_kv_stage_row_bound(kvd) + 5;
   size_t sbytes = (size_t)(T * sld + GUARD);
-  float *q = rand_vec(T * qd, 1.0f), *k = kv_values(T, kvd, group, 4.0f, act), *v = kv_values(T, kvd, group, 4.0f, act);
-  lm_tensor hq = htensor(T, qd, q), hk = htensor(T, kvd, k), hv = htensor(T, kvd, v), ho = htensor(T, qd, NULL);
-  dbuf dq = dput(e->gpu, T, qd, act, q), dk = dput(e->gpu, T, kvd, act, k), dv = dput(e->gpu, T, kvd, act, v);
+  float *q = rand_vec(T * qd, 1.0f), *k = kv_values(T, kvd, group, 4.0f, act),
+        *v = kv_values(T, kvd, group, 4.0f, act);
+  lm_tensor hq = htensor(T, qd, q), hk = htensor(T, kvd, k), hv = htensor(T, kvd, v),
+            ho = htensor(T, qd, NULL);
+  dbuf dq = dput(e->gpu, T, qd, act, q), dk = dput(e->gpu, T, kvd, act, k),
+       dv = dput(e->gpu, T, kvd, act, v);
   dbuf dout = dput(e->gpu, T, qd, act, NULL);
-  lm_tensor hs = {.data = bytes_filled(sbytes), .rows = T, .cols = sld - 5, .ld = sld, .dtype = LM_DT_U8};
+  lm_tensor hs = {
+      .data = bytes_filled(sbytes), .rows = T, .cols = sld - 5, .ld = sld, .dtype = LM_DT_U8};
   lm_tensor ds = hs;
   ds.data = dbytes(e->gpu, sbytes);
-  lm_attn_args ac = {.out = ho, .q = hq, .k_new = hk, .v_new = hv, .cache = 0, .n_heads = nh, .n_kv_heads = nkv,
-                     .head_dim = hd, .window = window, .scale = 0.125f};
+  lm_attn_args ac = {.out = ho,
+                     .q = hq,
+                     .k_new = hk,
+                     .v_new = hv,
+                     .cache = 0,
+                     .n_heads = nh,
+                     .n_kv_heads = nkv,
+                     .head_dim = hd,
+                     .window = window,
+                     .scale = 0.125f};
   lm_attn_args ag = ac;
   ag.out = dout.t, ag.q = dq.t, ag.k_new = dk.t, ag.v_new = dv.t;
   assert_int_equal(e->cpu->ops->begin_step(e->cpu, &s->bc), LM_OK);
@@ -946,9 +1118,11 @@ static void kvq_step(env *e, step_env *s, int T, int nh, int nkv, int hd, int64_
   expect_close(what, got, ref, T * qd, bound_for(e->gpu, 1e-9, 1e-4));
   uint8_t *gs = dbytes_get(e->gpu, ds.data, sbytes);
   assert_int_equal(diff_bytes(what, gs, hs.data, sbytes), 0);
-  for (int i = 0; i < s->n_seqs; i++) expect_same_cache(e->gpu, s->kc[i]->caches[0], s->kg[i]->caches[0], what);
+  for (int i = 0; i < s->n_seqs; i++)
+    expect_same_cache(e->gpu, s->kc[i]->caches[0], s->kg[i]->caches[0], what);
   e->gpu->ops->free(e->gpu, ds.data);
-  free(hs.data), free(gs), free(hq.data), free(hk.data), free(hv.data), free(ref), free(got), free(q), free(k), free(v);
+  free(hs.data), free(gs), free(hq.data), free(hk.data), free(hv.data), free(ref), free(got),
+      free(q), free(k), free(v);
   dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv);
 }
 
@@ -958,24 +1132,36 @@ static void kvq_step(env *e, step_env *s, int T, int nh, int nkv, int hd, int64_
  * the "mixed" cases the second sequence's cache of the same index is plain. */
 static void t_kv_quant_attention(void **state) {
   NEED_GPU(state);
-  static const struct { int nh, nkv, hd; int64_t window; int bits, group, mixed; } C[] = {
-      {4, 1, 64, 0, 8, 32, 0},    {8, 2, 256, 0, 4, 64, 0}, {16, 1, 512, 0, 8, 128, 0}, {4, 2, 32, 5, 4, 32, 0},
-      {8, 8, 256, 40, 8, 64, 1}, {2, 2, 128, 0, 4, 128, 1}, {8, 1, 256, 0, 4, 32, 0}};
+  static const struct {
+    int nh, nkv, hd;
+    int64_t window;
+    int bits, group, mixed;
+  } C[] = {{4, 1, 64, 0, 8, 32, 0}, {8, 2, 256, 0, 4, 64, 0},  {16, 1, 512, 0, 8, 128, 0},
+           {4, 2, 32, 5, 4, 32, 0}, {8, 8, 256, 40, 8, 64, 1}, {2, 2, 128, 0, 4, 128, 1},
+           {8, 1, 256, 0, 4, 32, 0}};
   static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
   for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
-    lm_kv_spec specs[2] = {{.kind = C[ci].window ? LM_KV_ROTATING_QUANT : LM_KV_QUANT, .n_kv_heads = C[ci].nkv,
-                            .head_dim = C[ci].hd, .window = C[ci].window, .bits = C[ci].bits, .group = C[ci].group}};
+    lm_kv_spec specs[2] = {{.kind = C[ci].window ? LM_KV_ROTATING_QUANT : LM_KV_QUANT,
+                            .n_kv_heads = C[ci].nkv,
+                            .head_dim = C[ci].hd,
+                            .window = C[ci].window,
+                            .bits = C[ci].bits,
+                            .group = C[ci].group}};
     specs[1] = specs[0];
-    if (C[ci].mixed) specs[1] = (lm_kv_spec){.kind = C[ci].window ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN,
-                                             .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd, .window = C[ci].window};
+    if (C[ci].mixed)
+      specs[1] = (lm_kv_spec){.kind = C[ci].window ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN,
+                              .n_kv_heads = C[ci].nkv,
+                              .head_dim = C[ci].hd,
+                              .window = C[ci].window};
     step_env s;
     step_env_init_strided(e, &s, 2, specs, 1, 1);
     for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
       int T = step_batch(&s, steps[st], 0);
       if (!T) continue;
       char what[96];
-      snprintf(what, sizeof what, "kvq attention %d/%d x%d q%d/g%d%s win %lld step %zu (T=%d)", C[ci].nh, C[ci].nkv,
-               C[ci].hd, C[ci].bits, C[ci].group, C[ci].mixed ? " +plain" : "", (long long)C[ci].window, st, T);
+      snprintf(what, sizeof what, "kvq attention %d/%d x%d q%d/g%d%s win %lld step %zu (T=%d)",
+               C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].bits, C[ci].group, C[ci].mixed ? " +plain" : "",
+               (long long)C[ci].window, st, T);
       kvq_step(e, &s, T, C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].window, C[ci].group, what);
     }
     step_env_free(&s);
@@ -988,26 +1174,36 @@ static void t_kv_quant_attention(void **state) {
  * cache of one index. Converted caches must equal the CPU's bit for bit. */
 static void t_kv_convert(void **state) {
   NEED_GPU(state);
-  static const struct { int nh, nkv, hd; int64_t window; int bits, group; } C[] = {
-      {4, 2, 64, 0, 8, 32}, {2, 1, 128, 6, 4, 64}, {8, 4, 256, 0, 4, 128}};
+  static const struct {
+    int nh, nkv, hd;
+    int64_t window;
+    int bits, group;
+  } C[] = {{4, 2, 64, 0, 8, 32}, {2, 1, 128, 6, 4, 64}, {8, 4, 256, 0, 4, 128}};
   static const int steps[][2] = {{7, 4}, {5, 9}, {1, 1}, {2, 8}, {1, 1}, {1, 1}};
   for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
-    lm_kv_spec specs[2] = {{.kind = C[ci].window ? LM_KV_ROTATING_QUANT : LM_KV_QUANT, .n_kv_heads = C[ci].nkv,
-                            .head_dim = C[ci].hd, .window = C[ci].window, .bits = C[ci].bits, .group = C[ci].group,
+    lm_kv_spec specs[2] = {{.kind = C[ci].window ? LM_KV_ROTATING_QUANT : LM_KV_QUANT,
+                            .n_kv_heads = C[ci].nkv,
+                            .head_dim = C[ci].hd,
+                            .window = C[ci].window,
+                            .bits = C[ci].bits,
+                            .group = C[ci].group,
                             .quant_start = 9}};
     specs[1] = specs[0];
     specs[1].quant_start = 20;
     step_env s;
     step_env_init_strided(e, &s, 2, specs, 1, 1);
     for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
-      int T = step_batch(&s, steps[st], 0); /* reserves: converts the caches that reached their start */
+      int T =
+          step_batch(&s, steps[st], 0); /* reserves: converts the caches that reached their start */
       char what[96];
-      snprintf(what, sizeof what, "kv_convert %dx%d q%d/g%d win %lld step %zu", C[ci].nkv, C[ci].hd, C[ci].bits,
-               C[ci].group, (long long)C[ci].window, st);
-      for (int i = 0; i < 2; i++) expect_same_cache(e->gpu, s.kc[i]->caches[0], s.kg[i]->caches[0], what);
+      snprintf(what, sizeof what, "kv_convert %dx%d q%d/g%d win %lld step %zu", C[ci].nkv, C[ci].hd,
+               C[ci].bits, C[ci].group, (long long)C[ci].window, st);
+      for (int i = 0; i < 2; i++)
+        expect_same_cache(e->gpu, s.kc[i]->caches[0], s.kg[i]->caches[0], what);
       kvq_step(e, &s, T, C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].window, C[ci].group, what);
     }
-    for (int i = 0; i < 2; i++) assert_true(lm_kv_kind_quant(s.kg[i]->caches[0]->kind));
+    for (int i = 0; i < 2; i++)
+      assert_true(lm_kv_kind_quant(s.kg[i]->caches[0]->kind));
     step_env_free(&s);
   }
 }
@@ -1016,20 +1212,29 @@ static void t_kv_convert(void **state) {
 static void t_bad_calls(void **state) {
   NEED_GPU(state);
   hweight w = make_weight(0, 16, 64, 4, 32, LM_DT_BF16);
-  dbuf dx = dput(e->gpu, 2, 64, e->gpu->act_dtype, NULL), dy = dput(e->gpu, 2, 16, e->gpu->act_dtype, NULL);
+  dbuf dx = dput(e->gpu, 2, 64, e->gpu->act_dtype, NULL),
+       dy = dput(e->gpu, 2, 16, e->gpu->act_dtype, NULL);
   /* not prepared */
-  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w}), LM_ERR_STATE);
+  assert_int_equal(
+      e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w}),
+      LM_ERR_STATE);
   assert_int_equal(e->gpu->ops->prepare_weight(e->gpu, &w.w), LM_OK);
   lm_tensor bad = dx.t;
   bad.cols = 63;
-  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = bad, .w = &w.w}), LM_ERR_INVALID);
-  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = 1}), LM_ERR_INVALID);
+  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = bad, .w = &w.w}),
+                   LM_ERR_INVALID);
+  assert_int_equal(e->gpu->ops->matmul(
+                       e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .expert = 1}),
+                   LM_ERR_INVALID);
   /* a half-formed gate/up pair: the second weight without the epilogue, the epilogue without it */
-  assert_int_equal(e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .w2 = &w.w}), LM_ERR_INVALID);
+  assert_int_equal(
+      e->gpu->ops->matmul(e->gpu, &(lm_matmul_args){.out = dy.t, .x = dx.t, .w = &w.w, .w2 = &w.w}),
+      LM_ERR_INVALID);
   {
     lm_tensor hx = htensor(2, 64, NULL), hy = htensor(2, 16, NULL);
-    assert_int_equal(e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){.out = hy, .x = hx, .w = &w.w, .w2 = &w.w}),
-                     LM_ERR_INVALID);
+    assert_int_equal(
+        e->cpu->ops->matmul(e->cpu, &(lm_matmul_args){.out = hy, .x = hx, .w = &w.w, .w2 = &w.w}),
+        LM_ERR_INVALID);
     free(hx.data), free(hy.data);
   }
   /* ops that need a step, outside one */
@@ -1047,15 +1252,19 @@ static void t_bad_calls(void **state) {
   assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:quant:8:16"));
   assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:rotating-quant:8:64x"));
   { /* a stage row too small for a quantized cache's codes, scales and biases */
-    lm_kv_spec spec = {.kind = LM_KV_QUANT, .n_kv_heads = 1, .head_dim = 64, .bits = 8, .group = 32};
+    lm_kv_spec spec = {
+        .kind = LM_KV_QUANT, .n_kv_heads = 1, .head_dim = 64, .bits = 8, .group = 32};
     step_env se;
     step_env_init(e, &se, 1, &spec, 1);
     int counts[1] = {2};
     step_batch(&se, counts, 0);
-    lm_tensor ds = {.data = dbytes(e->gpu, 256), .rows = 2, .cols = 64, .ld = 64, .dtype = LM_DT_U8};
+    lm_tensor ds = {
+        .data = dbytes(e->gpu, 256), .rows = 2, .cols = 64, .ld = 64, .dtype = LM_DT_U8};
     assert_int_equal(e->gpu->ops->begin_step(e->gpu, &se.bg), LM_OK);
-    assert_int_equal(e->gpu->ops->kv_stage(e->gpu, &(lm_kv_stage_args){dx.t, dx.t, ds, 0}), LM_ERR_INVALID);
-    assert_int_equal(e->gpu->ops->kv_append(e->gpu, &(lm_kv_append_args){dx.t, dx.t, ds, 0}), LM_ERR_INVALID);
+    assert_int_equal(e->gpu->ops->kv_stage(e->gpu, &(lm_kv_stage_args){dx.t, dx.t, ds, 0}),
+                     LM_ERR_INVALID);
+    assert_int_equal(e->gpu->ops->kv_append(e->gpu, &(lm_kv_append_args){dx.t, dx.t, ds, 0}),
+                     LM_ERR_INVALID);
     assert_int_equal(e->gpu->ops->end_step(e->gpu), LM_OK);
     e->gpu->ops->free(e->gpu, ds.data);
     step_env_free(&se);
@@ -1067,11 +1276,29 @@ static void t_bad_calls(void **state) {
 int main(void) {
 #define BOTH(fn) cmocka_unit_test_setup_teardown(fn, setup_f32, teardown)
 #define BF16(fn) cmocka_unit_test_setup_teardown(fn, setup_bf16, teardown)
-  const struct CMUnitTest tests[] = {BOTH(t_rmsnorm),   BF16(t_rmsnorm),   BOTH(t_elementwise), BF16(t_elementwise),
-                                     BOTH(t_argmax),    BOTH(t_matmul),    BF16(t_matmul),      BOTH(t_step_ops),
-                                     BF16(t_step_ops),  BOTH(t_fused), BF16(t_fused), BOTH(t_glu_pair), BF16(t_glu_pair),  BOTH(t_attention), BF16(t_attention),   BOTH(t_moe),
-                                     BF16(t_moe),       BOTH(t_kv_stage),  BF16(t_kv_stage),    BOTH(t_kv_convert),
-                                     BF16(t_kv_convert), BOTH(t_kv_quant_attention), BF16(t_kv_quant_attention),
+  const struct CMUnitTest tests[] = {BOTH(t_rmsnorm),
+                                     BF16(t_rmsnorm),
+                                     BOTH(t_elementwise),
+                                     BF16(t_elementwise),
+                                     BOTH(t_argmax),
+                                     BOTH(t_matmul),
+                                     BF16(t_matmul),
+                                     BOTH(t_step_ops),
+                                     BF16(t_step_ops),
+                                     BOTH(t_fused),
+                                     BF16(t_fused),
+                                     BOTH(t_glu_pair),
+                                     BF16(t_glu_pair),
+                                     BOTH(t_attention),
+                                     BF16(t_attention),
+                                     BOTH(t_moe),
+                                     BF16(t_moe),
+                                     BOTH(t_kv_stage),
+                                     BF16(t_kv_stage),
+                                     BOTH(t_kv_convert),
+                                     BF16(t_kv_convert),
+                                     BOTH(t_kv_quant_attention),
+                                     BF16(t_kv_quant_attention),
                                      BOTH(t_bad_calls)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

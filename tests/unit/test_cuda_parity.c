@@ -43,18 +43,24 @@ static const char *env_or(const char *name, const char *dflt) {
 
 static const char *small_cfg =
     "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":512,"
-    "\"hidden_size\":128,\"intermediate_size\":256,\"num_hidden_layers\":6,\"num_attention_heads\":4,"
+    "\"hidden_size\":128,\"intermediate_size\":256,\"num_hidden_layers\":6,\"num_attention_heads\":"
+    "4,"
     "\"num_key_value_heads\":2,\"head_dim\":64,\"global_head_dim\":128,\"sliding_window\":8,"
-    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":64,\"vocab_size_per_layer_input\":512,"
-    "\"num_kv_shared_layers\":2,\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\","
+    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":64,\"vocab_size_per_layer_"
+    "input\":512,"
+    "\"num_kv_shared_layers\":2,\"layer_types\":[\"sliding_attention\",\"sliding_attention\","
+    "\"full_attention\","
     "\"sliding_attention\",\"sliding_attention\",\"full_attention\"]}}";
 
 static const char *moe_cfg =
     "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":512,"
-    "\"hidden_size\":128,\"intermediate_size\":128,\"num_hidden_layers\":4,\"num_attention_heads\":4,"
-    "\"num_key_value_heads\":2,\"num_global_key_value_heads\":1,\"head_dim\":64,\"global_head_dim\":128,"
+    "\"hidden_size\":128,\"intermediate_size\":128,\"num_hidden_layers\":4,\"num_attention_heads\":"
+    "4,"
+    "\"num_key_value_heads\":2,\"num_global_key_value_heads\":1,\"head_dim\":64,\"global_head_"
+    "dim\":128,"
     "\"attention_k_eq_v\":true,\"sliding_window\":8,\"final_logit_softcapping\":30.0,"
-    "\"hidden_size_per_layer_input\":0,\"enable_moe_block\":true,\"num_experts\":8,\"top_k_experts\":2,"
+    "\"hidden_size_per_layer_input\":0,\"enable_moe_block\":true,\"num_experts\":8,\"top_k_"
+    "experts\":2,"
     "\"moe_intermediate_size\":128,\"layer_types\":[\"sliding_attention\",\"full_attention\","
     "\"sliding_attention\",\"full_attention\"]}}";
 
@@ -66,10 +72,10 @@ static int gpu_present(void) {
 #endif
 }
 
-#define NEED_GPU()                                                                               \
-  if (!gpu_present()) {                                                                          \
-    printf("no CUDA device (or no CUDA build): skipped\n");                                      \
-    skip();                                                                                      \
+#define NEED_GPU()                                                                                 \
+  if (!gpu_present()) {                                                                            \
+    printf("no CUDA device (or no CUDA build): skipped\n");                                        \
+    skip();                                                                                        \
   }
 
 static lm_backend *make_backend(int cuda, lm_precision prec) {
@@ -87,8 +93,8 @@ static lm_backend *make_backend(int cuda, lm_precision prec) {
 
 /* Feeds ids (prefill in chunks, then decode one by one) into a fresh cache set of these kinds:
  * [T][V]. */
-static float *run_specs(lm_model *m, lm_backend *be, const lm_kv_spec *specs, const int32_t *ids, int64_t T,
-                        int64_t prefill, int64_t chunk) {
+static float *run_specs(lm_model *m, lm_backend *be, const lm_kv_spec *specs, const int32_t *ids,
+                        int64_t T, int64_t prefill, int64_t chunk) {
   int64_t V = m->cfg.vocab_size;
   float *out = malloc((size_t)(T * V) * sizeof(float));
   lm_kv_set *kv = NULL;
@@ -106,7 +112,8 @@ static float *run_specs(lm_model *m, lm_backend *be, const lm_kv_spec *specs, co
 }
 
 /* run_specs with the model's default (plain) caches. */
-static float *run_mode(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill, int64_t chunk) {
+static float *run_mode(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill,
+                       int64_t chunk) {
   lm_kv_spec specs[m->cfg.n_caches + 1];
   lm_model_kv_specs(m, specs);
   return run_specs(m, be, specs, ids, T, prefill, chunk);
@@ -116,27 +123,33 @@ typedef struct bound {
   double mean_kl_max, argmax_min; /* < 0: the f32 bound (max|Δ| and every argmax) */
 } bound;
 
-static int check(const char *what, const float *ref, const float *got, int64_t T, int64_t V, bound b) {
+static int check(const char *what, const float *ref, const float *got, int64_t T, int64_t V,
+                 bound b) {
   lm_fx_cmp c = lm_fx_compare(ref, got, T, V);
   int ok = b.mean_kl_max < 0 ? c.max_abs_diff <= 1e-3 * c.max_abs_ref && c.argmax_agree == T
-                             : isfinite(c.mean_kl) && c.mean_kl <= b.mean_kl_max && c.argmax_agree >= b.argmax_min;
-  printf("  %-40s T=%-4lld max|d|=%.3g (max|ref| %.3g) kl=%.3g argmax %lld/%lld %s\n", what, (long long)T,
-         c.max_abs_diff, c.max_abs_ref, c.mean_kl, (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
+                             : isfinite(c.mean_kl) && c.mean_kl <= b.mean_kl_max &&
+                                   c.argmax_agree >= b.argmax_min;
+  printf("  %-40s T=%-4lld max|d|=%.3g (max|ref| %.3g) kl=%.3g argmax %lld/%lld %s\n", what,
+         (long long)T, c.max_abs_diff, c.max_abs_ref, c.mean_kl, (long long)c.argmax_agree,
+         (long long)T, ok ? "ok" : "FAIL");
   return ok;
 }
 
 static const bound F32 = {-1, -1};
 
 /* The three feeding modes of test_parity.c against one reference. */
-static int check_modes(const char *name, lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, const float *ref,
-                       bound b) {
-  struct { const char *mode; int64_t prefill, chunk; } modes[] = {
-      {"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2 > 0 ? T / 2 : 1}};
+static int check_modes(const char *name, lm_model *m, lm_backend *be, const int32_t *ids, int64_t T,
+                       const float *ref, bound b) {
+  struct {
+    const char *mode;
+    int64_t prefill, chunk;
+  } modes[] = {{"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2 > 0 ? T / 2 : 1}};
   int fails = 0;
   for (size_t i = 0; i < 3; i++) {
     float *got = run_mode(m, be, ids, T, modes[i].prefill, modes[i].chunk);
     char what[128];
-    snprintf(what, sizeof what, "%s %s %s", name, be->act_dtype == LM_DT_F32 ? "f32" : "bf16", modes[i].mode);
+    snprintf(what, sizeof what, "%s %s %s", name, be->act_dtype == LM_DT_F32 ? "f32" : "bf16",
+             modes[i].mode);
     fails += !check(what, ref, got, T, m->cfg.vocab_size, b);
     free(got);
   }
@@ -187,7 +200,8 @@ static void t_fixtures(void **state) {
 
 static lm_model *synth(const char *name, const char *json, int bits, int group) {
   char p[1024];
-  snprintf(p, sizeof p, "%s/lumen_cuda_parity_%d_%s.json", env_or("TMPDIR", "/tmp"), (int)getpid(), name);
+  snprintf(p, sizeof p, "%s/lumen_cuda_parity_%d_%s.json", env_or("TMPDIR", "/tmp"), (int)getpid(),
+           name);
   FILE *f = fopen(p, "wb");
   assert_non_null(f);
   fputs(json, f);
@@ -201,7 +215,8 @@ static lm_model *synth(const char *name, const char *json, int bits, int group) 
 }
 
 static void ids_for(int32_t *ids, int64_t T, int64_t V) {
-  for (int64_t i = 0; i < T; i++) ids[i] = (int32_t)(3 + (i * 2654435761u) % (uint64_t)(V - 3));
+  for (int64_t i = 0; i < T; i++)
+    ids[i] = (int32_t)(3 + (i * 2654435761u) % (uint64_t)(V - 3));
 }
 
 static const bound BF16_LOOSE = {1e-2, 0};
@@ -227,9 +242,13 @@ static void t_synthetic(void **state) {
   (void)state;
   NEED_GPU();
   int fails = 0;
-  struct { const char *name, *json; int bits, group; } M[] = {
-      {"small-q4", small_cfg, 4, 64}, {"small-bf16", small_cfg, 0, 0}, {"moe-q4", moe_cfg, 4, 64},
-      {"moe-q8", moe_cfg, 8, 32}};
+  struct {
+    const char *name, *json;
+    int bits, group;
+  } M[] = {{"small-q4", small_cfg, 4, 64},
+           {"small-bf16", small_cfg, 0, 0},
+           {"moe-q4", moe_cfg, 4, 64},
+           {"moe-q8", moe_cfg, 8, 32}};
   for (size_t i = 0; i < sizeof M / sizeof *M; i++) {
     lm_model *m = synth(M[i].name, M[i].json, M[i].bits, M[i].group);
     vs_cpu(M[i].name, m, 23, &fails);
@@ -277,8 +296,8 @@ static void t_e4b(void **state) {
 /* Runs ids (prefill 5, then decode) over caches of these kinds with plans off and on: the
  * logits must be bit-identical, the planned run must have replayed every decode step and
  * built at least min_builds plans. */
-static void plans_identical(const char *what, lm_model *m, lm_precision prec, const lm_kv_spec *specs, int64_t T,
-                            int64_t min_builds) {
+static void plans_identical(const char *what, lm_model *m, lm_precision prec,
+                            const lm_kv_spec *specs, int64_t T, int64_t min_builds) {
   int64_t V = m->cfg.vocab_size, uses[2], builds[2];
   int32_t ids[T];
   ids_for(ids, T, V);
@@ -288,11 +307,12 @@ static void plans_identical(const char *what, lm_model *m, lm_precision prec, co
     lm_cuda_set_plans(be, on);
     out[on] = run_specs(m, be, specs, ids, T, 5, 5);
     lm_cuda_plan_stats(be, &uses[on], &builds[on]);
-    if (on && builds[on] < min_builds) printf("  last refused capture: %s\n", lm_cuda_plan_error(be));
+    if (on && builds[on] < min_builds)
+      printf("  last refused capture: %s\n", lm_cuda_plan_error(be));
     lm_backend_destroy(be);
   }
-  printf("  %s: off uses %lld; on uses %lld, builds %lld\n", what, (long long)uses[0], (long long)uses[1],
-         (long long)builds[1]);
+  printf("  %s: off uses %lld; on uses %lld, builds %lld\n", what, (long long)uses[0],
+         (long long)uses[1], (long long)builds[1]);
   assert_int_equal(uses[0], 0);
   assert_true(builds[1] >= min_builds);
   assert_true(uses[1] >= T - 5);
@@ -312,7 +332,8 @@ static void t_plan(void **state) {
     lm_model *m = synth("plan", pi ? moe_cfg : small_cfg, 4, 64);
     lm_kv_spec specs[m->cfg.n_caches + 1];
     lm_model_kv_specs(m, specs);
-    plans_identical(pi ? "plan moe bf16" : "plan small f32", m, pi ? LM_PRECISION_FAST : LM_PRECISION_F32, specs, 17, 1);
+    plans_identical(pi ? "plan moe bf16" : "plan small f32", m,
+                    pi ? LM_PRECISION_FAST : LM_PRECISION_F32, specs, 17, 1);
     lm_model_free(m);
   }
 #endif
@@ -334,8 +355,10 @@ static void t_kv_fixtures(void **state) {
     printf("  %s has no weights: skipped\n", dir);
     skip();
   }
-  static const struct { const char *name, *mode; int group; } F[] = {
-      {"e4b_like_kv8", "8", 32}, {"e4b_like_kv4", "4", 32}, {"e4b_like_kvmix", "config", 0}};
+  static const struct {
+    const char *name, *mode;
+    int group;
+  } F[] = {{"e4b_like_kv8", "8", 32}, {"e4b_like_kv4", "4", 32}, {"e4b_like_kvmix", "config", 0}};
   lm_model *m = NULL;
   assert_int_equal(lm_model_load(dir, &m), LM_OK);
   int fails = 0;
@@ -355,8 +378,10 @@ static void t_kv_fixtures(void **state) {
     bound b32 = meta_bound(fx, "fp32"), b16 = meta_bound(fx, "bf16");
     assert_true(b32.mean_kl_max >= 0 && b16.mean_kl_max >= 0);
     b32.mean_kl_max = fmin(b32.mean_kl_max, 1e-3);
-    struct { const char *mode; int64_t prefill, chunk; } modes[] = {{"prefill", T, T}, {"chunked", T, 5},
-                                                                    {"decode", T / 2, T / 2}};
+    struct {
+      const char *mode;
+      int64_t prefill, chunk;
+    } modes[] = {{"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2}};
     for (int pi = 0; pi < 2; pi++) {
       lm_backend *be = make_backend(1, pi ? LM_PRECISION_FAST : LM_PRECISION_F32);
       for (size_t k = 0; k < 3; k++) {
@@ -398,14 +423,17 @@ static void t_kv_quant_start(void **state) {
    * difference in K/V puts a value on the other side of a rounding boundary) add up */
   T = T < 40 ? T : 40;
   lm_kv_spec specs[m->cfg.n_caches + 1];
-  assert_int_equal(lm_model_kv_plan(m, &(lm_kv_options){.mode = "8", .group = 32, .quant_start = 20}, specs), LM_OK);
+  assert_int_equal(
+      lm_model_kv_plan(m, &(lm_kv_options){.mode = "8", .group = 32, .quant_start = 20}, specs),
+      LM_OK);
   lm_backend *cpu = make_backend(0, LM_PRECISION_F32);
   float *ref = run_specs(m, cpu, specs, ids, T, 20, 4);
   lm_backend_destroy(cpu);
   lm_backend *be = make_backend(1, LM_PRECISION_F32);
   float *got = run_specs(m, be, specs, ids, T, 20, 4);
   lm_backend_destroy(be);
-  int ok = check("e4b_like kv8 start 20 f32 vs cpu", ref, got, T, V, (bound){1e-3, (double)(T - 2)});
+  int ok =
+      check("e4b_like kv8 start 20 f32 vs cpu", ref, got, T, V, (bound){1e-3, (double)(T - 2)});
   free(ref), free(got), free(ids);
   lm_model_free(m);
   assert_true(ok);
@@ -433,9 +461,10 @@ static void t_kv_plan(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_plan),        cmocka_unit_test(t_synthetic),
-                                     cmocka_unit_test(t_fixtures),    cmocka_unit_test(t_e4b),
-                                     cmocka_unit_test(t_kv_fixtures), cmocka_unit_test(t_kv_quant_start),
-                                     cmocka_unit_test(t_kv_plan)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(t_plan),        cmocka_unit_test(t_synthetic),
+      cmocka_unit_test(t_fixtures),    cmocka_unit_test(t_e4b),
+      cmocka_unit_test(t_kv_fixtures), cmocka_unit_test(t_kv_quant_start),
+      cmocka_unit_test(t_kv_plan)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,10 +4,11 @@
  * reuse of the cache when a turn is appended or a context re-synced (the caches grow by the new
  * tokens only and the logits equal a from-scratch run), seeded sampling, and bad input.
  *
- * `test_generate --write-model DIR [--vocab N] [--window N]` writes the same checkpoint (config.json,
- * model.safetensors, tokenizer.json, tokenizer_config.json, generation_config.json,
+ * `test_generate --write-model DIR [--vocab N] [--window N]` writes the same checkpoint
+ * (config.json, model.safetensors, tokenizer.json, tokenizer_config.json, generation_config.json,
  * chat_template.jinja) for the CLI script tests; with --vocab N (> 64) the model has N ids and no
- * tokenizer is written (pair it with another tokenizer.json); --window N sets the sliding window. */
+ * tokenizer is written (pair it with another tokenizer.json); --window N sets the sliding window.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,20 +29,53 @@
 
 /* ---- the test checkpoint --------------------------------------------------------------------- */
 
-static const char *const specials[] = {"<pad>",      "<eos>",       "<bos>",      "<unk>",          "<|turn>",
-                                       "<turn|>",    "<|think|>",   "<|channel>", "<channel|>",     "<|tool_call>",
-                                       "<tool_call|>", "<|tool_response>", "<tool_response|>", "<|\"|>"};
+static const char *const specials[] = {"<pad>",
+                                       "<eos>",
+                                       "<bos>",
+                                       "<unk>",
+                                       "<|turn>",
+                                       "<turn|>",
+                                       "<|think|>",
+                                       "<|channel>",
+                                       "<channel|>",
+                                       "<|tool_call>",
+                                       "<tool_call|>",
+                                       "<|tool_response>",
+                                       "<tool_response|>",
+                                       "<|\"|>"};
 enum { N_SPECIALS = 14 };
-static const char *const plain[] = {"\n", "\xE2\x96\x81", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k",
-                                    "l",  "m", "n", "o", "p", "q", "r", "s", "t", "u", "v", "w", "x", "y", "z",
-                                    ".",  ",", "!", "?", ":", "{", "}", "0", "1", "2", "3", "'", "-", "th",
-                                    "he", "ll", "in", "\xE2\x96\x81t", "er", "an", "on", "\xC3\xA9"};
-static const char *const merges[][2] = {{"t", "h"}, {"h", "e"}, {"l", "l"}, {"i", "n"}, {"\xE2\x96\x81", "t"},
-                                        {"e", "r"}, {"a", "n"}, {"o", "n"}};
+static const char *const plain[] = {"\n", "\xE2\x96\x81",
+                                    "a",  "b",
+                                    "c",  "d",
+                                    "e",  "f",
+                                    "g",  "h",
+                                    "i",  "j",
+                                    "k",  "l",
+                                    "m",  "n",
+                                    "o",  "p",
+                                    "q",  "r",
+                                    "s",  "t",
+                                    "u",  "v",
+                                    "w",  "x",
+                                    "y",  "z",
+                                    ".",  ",",
+                                    "!",  "?",
+                                    ":",  "{",
+                                    "}",  "0",
+                                    "1",  "2",
+                                    "3",  "'",
+                                    "-",  "th",
+                                    "he", "ll",
+                                    "in", "\xE2\x96\x81t",
+                                    "er", "an",
+                                    "on", "\xC3\xA9"};
+static const char *const merges[][2] = {
+    {"t", "h"}, {"h", "e"}, {"l", "l"}, {"i", "n"}, {"\xE2\x96\x81", "t"},
+    {"e", "r"}, {"a", "n"}, {"o", "n"}};
 
 static json_t *added_token(int id, const char *content) {
-  return json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", id, "content", content, "single_word", 0, "lstrip", 0,
-                   "rstrip", 0, "normalized", 0, "special", 1);
+  return json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", id, "content", content, "single_word", 0,
+                   "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
 }
 
 static json_t *tokenizer_json(void) {
@@ -56,21 +90,23 @@ static json_t *tokenizer_json(void) {
     json_array_append_new(mg, json_pack("[s,s]", merges[i][0], merges[i][1]));
   json_t *bos = json_pack("{s:{s:s,s:i}}", "SpecialToken", "id", "<bos>", "type_id", 0);
   json_t *seq = json_pack("{s:{s:s,s:i}}", "Sequence", "id", "A", "type_id", 0);
-  return json_pack(
-      "{s:s,s:n,s:n,s:o,s:{s:s,s:{s:s},s:s},s:n,"
-      "s:{s:s,s:[o,o],s:{s:{s:s,s:[i],s:[s]}}},"
-      "s:{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s}]},"
-      "s:{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
-      "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer", "type", "Replace", "pattern",
-      "String", " ", "content", "\xE2\x96\x81", "pre_tokenizer", "post_processor", "type", "TemplateProcessing",
-      "single", bos, seq, "special_tokens", "<bos>", "id", "<bos>", "ids", 2, "tokens", "<bos>", "decoder", "type",
-      "Sequence", "decoders", "type", "Replace", "pattern", "String", "\xE2\x96\x81", "content", " ", "type",
-      "ByteFallback", "type", "Fuse", "model", "type", "BPE", "dropout", "unk_token", "<unk>",
-      "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 1, "byte_fallback", 0, "ignore_merges", 0,
-      "vocab", vocab, "merges", mg);
+  return json_pack("{s:s,s:n,s:n,s:o,s:{s:s,s:{s:s},s:s},s:n,"
+                   "s:{s:s,s:[o,o],s:{s:{s:s,s:[i],s:[s]}}},"
+                   "s:{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s}]},"
+                   "s:{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
+                   "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer",
+                   "type", "Replace", "pattern", "String", " ", "content", "\xE2\x96\x81",
+                   "pre_tokenizer", "post_processor", "type", "TemplateProcessing", "single", bos,
+                   seq, "special_tokens", "<bos>", "id", "<bos>", "ids", 2, "tokens", "<bos>",
+                   "decoder", "type", "Sequence", "decoders", "type", "Replace", "pattern",
+                   "String", "\xE2\x96\x81", "content", " ", "type", "ByteFallback", "type", "Fuse",
+                   "model", "type", "BPE", "dropout", "unk_token", "<unk>",
+                   "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 1,
+                   "byte_fallback", 0, "ignore_merges", 0, "vocab", vocab, "merges", mg);
 }
 
-/* A small template in the Gemma 4 turn format; enable_thinking=false pre-closes an empty channel. */
+/* A small template in the Gemma 4 turn format; enable_thinking=false pre-closes an empty channel.
+ */
 static const char *chat_template =
     "{{- bos_token -}}\n"
     "{%- for m in messages -%}\n"
@@ -79,7 +115,8 @@ static const char *chat_template =
     "{%- endfor -%}\n"
     "{%- if add_generation_prompt -%}\n"
     "{{- '<|turn>model\\n' -}}\n"
-    "{%- if enable_thinking is defined and not enable_thinking -%}{{- '<|channel>thought\\n<channel|>' -}}{%- endif -%}\n"
+    "{%- if enable_thinking is defined and not enable_thinking -%}{{- "
+    "'<|channel>thought\\n<channel|>' -}}{%- endif -%}\n"
     "{%- endif -%}\n";
 
 static int write_text(const char *dir, const char *name, const char *text) {
@@ -95,7 +132,8 @@ static int write_text(const char *dir, const char *name, const char *text) {
  * sliding_window to `window`. */
 static char *tiny_config(int64_t vocab, int64_t window) {
   const char *c = lm_test_tiny_config;
-  const char *keys[] = {"\"vocab_size\":64,", "\"sliding_window\":4,", "\"vocab_size_per_layer_input\":64,"};
+  const char *keys[] = {"\"vocab_size\":64,", "\"sliding_window\":4,",
+                        "\"vocab_size_per_layer_input\":64,"};
   const int64_t vals[] = {vocab, window, vocab};
   char *out = malloc(strlen(c) + 96), *w = out;
   const char *p = c;
@@ -125,11 +163,13 @@ static lm_status write_checkpoint(const char *dir, int64_t vocab, int64_t window
     int rc = json_dump_file(t, p, JSON_INDENT(1));
     json_decref(t);
     if (rc) return LM_ERRF(LM_ERR_IO, "%s: cannot write", p);
-    if (write_text(dir, "tokenizer_config.json", "{\"bos_token\":\"<bos>\",\"eos_token\":\"<eos>\"}\n") ||
+    if (write_text(dir, "tokenizer_config.json",
+                   "{\"bos_token\":\"<bos>\",\"eos_token\":\"<eos>\"}\n") ||
         write_text(dir, "chat_template.jinja", chat_template))
       return LM_ERRF(LM_ERR_IO, "%s: cannot write", dir);
   }
-  if (vocab == 64 && write_text(dir, "generation_config.json", "{\"do_sample\":false,\"eos_token_id\":[1,5]}\n"))
+  if (vocab == 64 &&
+      write_text(dir, "generation_config.json", "{\"do_sample\":false,\"eos_token_id\":[1,5]}\n"))
     return LM_ERRF(LM_ERR_IO, "%s: cannot write", dir);
   return LM_OK;
 }
@@ -229,7 +269,8 @@ static void t_stop_id_and_length(void **st) {
   int k = -1; /* the first id that appears first at index >= 3 */
   for (int i = 3; i < b.n && k < 0; i++) {
     int first = 1;
-    for (int j = 0; j < i; j++) first &= b.id[j] != b.id[i];
+    for (int j = 0; j < i; j++)
+      first &= b.id[j] != b.id[i];
     if (first) k = i;
   }
   assert_true(k > 0);
@@ -244,15 +285,16 @@ static void t_stop_id_and_length(void **st) {
   assert_int_equal(lm_gen_run(g), LM_OK);
   assert_int_equal(lm_gen_stop_reason(g), LM_GEN_STOP_ID);
   assert_int_equal(lm_gen_stop_id(g), b.id[k]);
-  assert_int_equal(t.n, k + 1);            /* the stop id reaches the callback too */
+  assert_int_equal(t.n, k + 1); /* the stop id reaches the callback too */
   assert_int_equal(t.id[k], b.id[k]);
-  assert_int_equal(t.len, b.cum[k - 1]);   /* its text is not streamed */
+  assert_int_equal(t.len, b.cum[k - 1]); /* its text is not streamed */
   assert_memory_equal(t.text, b.text, t.len);
   int64_t nh;
   const int32_t *h = lm_gen_tokens(g, &nh);
-  assert_int_equal(nh, (int64_t)np + k);   /* the stop id stays out of the context */
+  assert_int_equal(nh, (int64_t)np + k); /* the stop id stays out of the context */
   assert_memory_equal(h + np, b.id, (size_t)k * sizeof *h);
-  assert_int_equal(lm_gen_kv_len(g), nh); /* the step that sampled the stop id fed the token before it */
+  assert_int_equal(lm_gen_kv_len(g),
+                   nh); /* the step that sampled the stop id fed the token before it */
   int32_t id;
   assert_int_equal(lm_gen_step(g, &id), LM_ERR_STATE); /* the response has ended */
   lm_gen_free(g);
@@ -332,10 +374,10 @@ static void t_stop_strings(void **st) {
   assert_int_equal(lm_gen_append(g, p, (int64_t)np), LM_OK);
   assert_int_equal(lm_gen_run(g), LM_OK);
   assert_int_equal(lm_gen_stop_reason(g), LM_GEN_STOP_STRING);
-  assert_int_equal(t.n, k + 1);                 /* ends on the token that completes it */
-  assert_int_equal(t.len, at);                  /* the text before it, nothing of it or after */
+  assert_int_equal(t.n, k + 1); /* ends on the token that completes it */
+  assert_int_equal(t.len, at);  /* the text before it, nothing of it or after */
   assert_memory_equal(t.text, b.text, at);
-  assert_int_equal(t.cum[k - 1], at);           /* its first byte was held back */
+  assert_int_equal(t.cum[k - 1], at); /* its first byte was held back */
   size_t len;
   assert_string_equal(lm_gen_text(g, &len), t.text);
   lm_gen_free(g);
@@ -404,7 +446,8 @@ static void expect_same_logits(fx *f, lm_gen *g) {
   assert_non_null(lm_gen_logits(g));
   float *ref = scratch_logits(f, h, n, 512), scale;
   float d = max_diff(lm_gen_logits(g), ref, V, &scale);
-  printf("context %lld: max |Δlogit| vs from scratch %.3g (max |logit| %.3g)\n", (long long)n, d, scale);
+  printf("context %lld: max |Δlogit| vs from scratch %.3g (max |logit| %.3g)\n", (long long)n, d,
+         scale);
   assert_true(scale > 0.1f && d <= 1e-4f * scale);
   free(ref);
 }
@@ -476,7 +519,8 @@ static void t_append_reuses_cache(void **st) {
 
 static void run_ids(lm_gen *g, const int32_t *p, size_t np, int32_t *out, int n) {
   assert_int_equal(lm_gen_sync(g, p, (int64_t)np, NULL), LM_OK);
-  for (int i = 0; i < n; i++) assert_int_equal(lm_gen_step(g, &out[i]), LM_OK);
+  for (int i = 0; i < n; i++)
+    assert_int_equal(lm_gen_step(g, &out[i]), LM_OK);
 }
 
 static void t_seeded(void **st) {
@@ -534,7 +578,8 @@ static void t_bad_input(void **st) {
   assert_int_equal(lm_gen_create(f->m, f->be, f->tok, &o, &none), LM_ERR_INVALID);
   o.stop_strings = broken;
   assert_int_equal(lm_gen_create(f->m, f->be, f->tok, &o, &none), LM_ERR_INVALID);
-  assert_int_equal(lm_gen_create(f->m, f->be, NULL, &o, &none), LM_ERR_INVALID); /* needs a tokenizer */
+  assert_int_equal(lm_gen_create(f->m, f->be, NULL, &o, &none),
+                   LM_ERR_INVALID); /* needs a tokenizer */
   o = greedy_opts();
   o.sampling.top_p = 2;
   assert_int_equal(lm_gen_create(f->m, f->be, f->tok, &o, &none), LM_ERR_INVALID);
@@ -555,11 +600,15 @@ static void t_bad_input(void **st) {
 static int write_model_main(int argc, char **argv) {
   int64_t vocab = 64, window = 4;
   for (int i = 3; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--vocab")) vocab = atoll(argv[i + 1]);
-    else if (!strcmp(argv[i], "--window")) window = atoll(argv[i + 1]);
-    else return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
+    if (!strcmp(argv[i], "--vocab"))
+      vocab = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--window"))
+      window = atoll(argv[i + 1]);
+    else
+      return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
   }
-  if (vocab < 64 || window < 1) return fprintf(stderr, "--vocab must be >= 64 and --window >= 1\n"), 2;
+  if (vocab < 64 || window < 1)
+    return fprintf(stderr, "--vocab must be >= 64 and --window >= 1\n"), 2;
   if (write_checkpoint(argv[2], vocab, window)) return fprintf(stderr, "%s\n", lm_errmsg()), 1;
   return 0;
 }
@@ -567,8 +616,9 @@ static int write_model_main(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "--write-model")) return write_model_main(argc, argv);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_stop_id_and_length), cmocka_unit_test(t_stop_strings), cmocka_unit_test(t_append_reuses_cache),
-      cmocka_unit_test(t_seeded),             cmocka_unit_test(t_bad_input),
+      cmocka_unit_test(t_stop_id_and_length),  cmocka_unit_test(t_stop_strings),
+      cmocka_unit_test(t_append_reuses_cache), cmocka_unit_test(t_seeded),
+      cmocka_unit_test(t_bad_input),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -30,20 +30,23 @@ static void t_load_file(void **state) {
   (void)state;
   char p[1024];
   json_t *v = NULL;
-  assert_int_equal(lm_json_load_file(scratch("ok.json", "{\"a\": 1}\n", p, sizeof p), 0, &v), LM_OK);
+  assert_int_equal(lm_json_load_file(scratch("ok.json", "{\"a\": 1}\n", p, sizeof p), 0, &v),
+                   LM_OK);
   assert_true(json_is_object(v));
   json_decref(v);
   unlink(p);
 
   /* bad JSON: file, line and column */
-  assert_int_equal(lm_json_load_file(scratch("bad.json", "{\n  \"a\": 1,\n  \"b\": ]\n}\n", p, sizeof p), 0, &v),
-                   LM_ERR_CORRUPT);
+  assert_int_equal(
+      lm_json_load_file(scratch("bad.json", "{\n  \"a\": 1,\n  \"b\": ]\n}\n", p, sizeof p), 0, &v),
+      LM_ERR_CORRUPT);
   assert_msg_has(p);
   assert_msg_has(":3:");
   unlink(p);
 
-  assert_int_equal(lm_json_load_file(scratch("dup.json", "{\"a\": 1, \"a\": 2}", p, sizeof p), 0, &v),
-                   LM_ERR_CORRUPT);
+  assert_int_equal(
+      lm_json_load_file(scratch("dup.json", "{\"a\": 1, \"a\": 2}", p, sizeof p), 0, &v),
+      LM_ERR_CORRUPT);
   assert_msg_has("duplicate");
   unlink(p);
 
@@ -52,7 +55,8 @@ static void t_load_file(void **state) {
   assert_msg_has("limit");
   unlink(p);
 
-  assert_int_equal(lm_json_load_file(scratch("empty.json", "", p, sizeof p), 0, &v), LM_ERR_CORRUPT);
+  assert_int_equal(lm_json_load_file(scratch("empty.json", "", p, sizeof p), 0, &v),
+                   LM_ERR_CORRUPT);
   assert_msg_has(p);
   unlink(p);
 
@@ -69,7 +73,8 @@ static void t_load_file(void **state) {
 }
 
 static const char *k_doc =
-    "{\"n\": 42, \"big\": 9007199254740993, \"r\": 0.5, \"t\": true, \"f\": false, \"s\": \"gelu\", \"nul\": null,"
+    "{\"n\": 42, \"big\": 9007199254740993, \"r\": 0.5, \"t\": true, \"f\": false, \"s\": "
+    "\"gelu\", \"nul\": null,"
     " \"o\": {\"x\": 1}, \"ia\": [1, -2, 3], \"sa\": [\"sliding\", \"full\"], \"ea\": [],"
     " \"bad_ia\": [1, \"2\"], \"bad_sa\": [\"a\", 3], \"ints_real\": 1.0}";
 
@@ -104,7 +109,8 @@ static void t_getters_ok(void **state) {
   assert_int_equal(lm_json_get_int(d, "absent", &i, 0, "cfg"), LM_OK);
   assert_int_equal(lm_json_get_int(d, "nul", &i, 0, "cfg"), LM_OK);
   assert_int_equal(i, 7);
-  assert_int_equal(lm_json_get_int_range(d, "absent", &i, 0, "cfg", 100, 200), LM_OK); /* default kept as is */
+  assert_int_equal(lm_json_get_int_range(d, "absent", &i, 0, "cfg", 100, 200),
+                   LM_OK); /* default kept as is */
   assert_int_equal(i, 7);
   assert_int_equal(lm_json_get_int_range(d, "n", &i, 1, "cfg", 42, 42), LM_OK);
   assert_int_equal(i, 42);
@@ -138,7 +144,8 @@ static void t_getters_ok(void **state) {
 
 /* One row per error a getter can report. */
 typedef struct {
-  int kind; /* 0 int, 1 double, 2 bool, 3 string, 4 object, 5 int array, 6 string array, 7 int in [0, 41] */
+  int kind; /* 0 int, 1 double, 2 bool, 3 string, 4 object, 5 int array, 6 string array, 7 int in
+               [0, 41] */
   const char *key;
   int required;
   lm_status want;
@@ -194,13 +201,15 @@ static void t_getter_errors(void **state) {
   assert_int_equal(lm_json_load_buf(k_doc, strlen(k_doc), "cfg", &d), LM_OK);
   for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++) {
     lm_status s = call_getter(d, &k_errors[i], "config.json: text_config");
-    if (s != k_errors[i].want) fail_msg("row %zu (%s): got %s", i, k_errors[i].key, lm_status_name(s));
+    if (s != k_errors[i].want)
+      fail_msg("row %zu (%s): got %s", i, k_errors[i].key, lm_status_name(s));
     assert_msg_has("config.json: text_config: ");
     assert_msg_has(k_errors[i].phrase);
   }
   /* obj that is not an object (a caller passing a sub-value that had the wrong type) */
   int64_t v;
-  assert_int_equal(lm_json_get_int(json_object_get(d, "ia"), "x", &v, 1, "config.json: ia"), LM_ERR_CORRUPT);
+  assert_int_equal(lm_json_get_int(json_object_get(d, "ia"), "x", &v, 1, "config.json: ia"),
+                   LM_ERR_CORRUPT);
   assert_msg_has("expected an object holding field \"x\", got an array");
   assert_int_equal(lm_json_get_int(NULL, "x", &v, 0, "config.json"), LM_ERR_CORRUPT);
   json_decref(d);

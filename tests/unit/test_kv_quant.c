@@ -31,15 +31,18 @@ static void t_codes_bit_exact(void **st) {
   json_t *c;
   json_array_foreach(cases, i, c) {
     if (strcmp(json_string_value(json_object_get(c, "rule")), "mlx_cpu")) continue;
-    const json_t *v = json_array_get(vecs, (size_t)json_integer_value(json_object_get(c, "vector")));
+    const json_t *v =
+        json_array_get(vecs, (size_t)json_integer_value(json_object_get(c, "vector")));
     int64_t n = json_integer_value(json_object_get(v, "n"));
-    int bits = (int)json_integer_value(json_object_get(c, "bits")), g = (int)json_integer_value(json_object_get(c, "group_size"));
+    int bits = (int)json_integer_value(json_object_get(c, "bits")),
+        g = (int)json_integer_value(json_object_get(c, "group_size"));
     float x[1024];
     uint8_t packed[1024];
     uint16_t s[64], b[64];
     assert_true(n <= 1024);
     for (int64_t k = 0; k < n; k++) {
-      uint32_t u = (uint32_t)json_integer_value(json_array_get(json_object_get(v, "x_f32_bits"), (size_t)k));
+      uint32_t u =
+          (uint32_t)json_integer_value(json_array_get(json_object_get(v, "x_f32_bits"), (size_t)k));
       memcpy(&x[k], &u, 4);
     }
     lm_affine_quantize_row_bf16(x, n, bits, g, packed, s, b, NULL);
@@ -87,10 +90,14 @@ static void check(const char *name, const lm_kv_options *opt) {
     assert_int_equal(lm_kv_set_create(be, specs, m->cfg.n_caches, &kv), LM_OK);
     assert_int_equal(lm_forward_create(m, be, plans[k][1], plans[k][1], &f), LM_OK);
     assert_int_equal(lm_forward_feed(f, kv, ids, plans[k][0], plans[k][1], got), LM_OK);
-    assert_int_equal(lm_forward_feed(f, kv, ids + plans[k][0], T - plans[k][0], 1, got + plans[k][0] * V), LM_OK);
+    assert_int_equal(
+        lm_forward_feed(f, kv, ids + plans[k][0], T - plans[k][0], 1, got + plans[k][0] * V),
+        LM_OK);
     lm_fx_cmp r = lm_fx_compare(ref, got, T, V);
-    printf("%-15s plan %d: mean KL %.3g (bound %.3g, tight %.0e), argmax %lld/%lld (min %lld), max|d| %.3g\n", name,
-           k, r.mean_kl, kl_max, 1e-3, (long long)r.argmax_agree, (long long)T, (long long)agree_min, r.max_abs_diff);
+    printf("%-15s plan %d: mean KL %.3g (bound %.3g, tight %.0e), argmax %lld/%lld (min %lld), "
+           "max|d| %.3g\n",
+           name, k, r.mean_kl, kl_max, 1e-3, (long long)r.argmax_agree, (long long)T,
+           (long long)agree_min, r.max_abs_diff);
     assert_true(r.mean_kl <= kl_max);
     assert_true(r.argmax_agree >= agree_min);
     assert_true(r.mean_kl <= 1e-3); /* the tight bound for the f32 path */
@@ -112,7 +119,8 @@ static void t_kv4(void **st) {
 }
 static void t_kvmix(void **st) {
   (void)st;
-  check("e4b_like_kvmix", &(lm_kv_options){.mode = "config", .config_path = FX "/e4b_like_kvmix/kv_config.json"});
+  check("e4b_like_kvmix",
+        &(lm_kv_options){.mode = "config", .config_path = FX "/e4b_like_kvmix/kv_config.json"});
 }
 
 /* --kv-quant-start: plain until a cache holds N tokens, then converted in place. */
@@ -124,9 +132,12 @@ static void t_quant_start(void **st) {
   assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
   int32_t *ids;
   int64_t T = lm_fx_read_ids(FX "/e4b_like/ids.txt", &ids), V = m->cfg.vocab_size;
-  float *ref = lm_fx_read_f32(FX "/e4b_like/logits.f32", T * V), *got = malloc((size_t)(T * V) * sizeof(float));
+  float *ref = lm_fx_read_f32(FX "/e4b_like/logits.f32", T * V),
+        *got = malloc((size_t)(T * V) * sizeof(float));
   lm_kv_spec specs[16];
-  assert_int_equal(lm_model_kv_plan(m, &(lm_kv_options){.mode = "8", .group = 32, .quant_start = 20}, specs), LM_OK);
+  assert_int_equal(
+      lm_model_kv_plan(m, &(lm_kv_options){.mode = "8", .group = 32, .quant_start = 20}, specs),
+      LM_OK);
   lm_kv_set *kv;
   lm_forward *f;
   assert_int_equal(lm_kv_set_create(be, specs, m->cfg.n_caches, &kv), LM_OK);
@@ -134,14 +145,15 @@ static void t_quant_start(void **st) {
   char sig[64];
   assert_int_equal(lm_forward_feed(f, kv, ids, 20, 4, got), LM_OK);
   assert_string_equal(lm_kv_signature(kv->caches[5], sig, sizeof sig), "kv:plain");
-  lm_fx_cmp r = lm_fx_compare(ref, got, 20, V); /* before the threshold: the unquantized reference */
+  lm_fx_cmp r =
+      lm_fx_compare(ref, got, 20, V); /* before the threshold: the unquantized reference */
   assert_true(r.max_abs_diff <= 1e-3 * r.max_abs_ref);
   assert_int_equal(lm_forward_feed(f, kv, ids + 20, T - 20, 4, got + 20 * V), LM_OK);
   assert_string_equal(lm_kv_signature(kv->caches[5], sig, sizeof sig), "kv:quant:8:32");
   assert_string_equal(lm_kv_signature(kv->caches[0], sig, sizeof sig), "kv:rotating-quant:8:32");
   r = lm_fx_compare(ref, got, T, V);
-  printf("kv-quant-start 20: mean KL vs unquantized %.3g, argmax %lld/%lld\n", r.mean_kl, (long long)r.argmax_agree,
-         (long long)T);
+  printf("kv-quant-start 20: mean KL vs unquantized %.3g, argmax %lld/%lld\n", r.mean_kl,
+         (long long)r.argmax_agree, (long long)T);
   assert_true(r.mean_kl > 0 && r.mean_kl < 0.1);
   lm_forward_free(f);
   lm_kv_set_free(kv);

@@ -28,9 +28,11 @@ static const char *quant_config =
     "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":64,"
     "\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":2,"
     "\"num_key_value_heads\":1,\"head_dim\":32,\"global_head_dim\":64,\"sliding_window\":4,"
-    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_input\":64,"
+    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_"
+    "input\":64,"
     "\"num_kv_shared_layers\":2,\"use_double_wide_mlp\":true,"
-    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_"
+    "attention\","
     "\"full_attention\"]}}";
 
 typedef struct ctx {
@@ -40,9 +42,9 @@ typedef struct ctx {
 
 static int setup(void **st) {
   ctx *c = calloc(1, sizeof *c);
-  if (lm_test_write_tiny(lm_test_tiny_config, TMP "/tiny") || lm_test_write_tiny(quant_config, TMP "/tinyq") ||
-      lm_model_load(TMP "/tiny", &c->m) || lm_model_load(TMP "/tinyq", &c->mq) ||
-      lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
+  if (lm_test_write_tiny(lm_test_tiny_config, TMP "/tiny") ||
+      lm_test_write_tiny(quant_config, TMP "/tinyq") || lm_model_load(TMP "/tiny", &c->m) ||
+      lm_model_load(TMP "/tinyq", &c->mq) || lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
     fprintf(stderr, "setup: %s\n", lm_errmsg());
     return -1;
   }
@@ -63,7 +65,8 @@ static int teardown(void **st) {
 
 #define N_IDS 24
 static void test_ids(int32_t *ids, int n) {
-  for (int i = 0; i < n; i++) ids[i] = (int32_t)(1 + lm_mix64(0x5eed + (uint64_t)i) % 63);
+  for (int i = 0; i < n; i++)
+    ids[i] = (int32_t)(1 + lm_mix64(0x5eed + (uint64_t)i) % 63);
 }
 
 static lm_kv_set *new_set(lm_backend *be, const lm_model *m, const lm_kv_spec *specs) {
@@ -73,8 +76,8 @@ static lm_kv_set *new_set(lm_backend *be, const lm_model *m, const lm_kv_spec *s
 }
 
 /* Feeds ids[from..to) in steps of `step`; logits of every fed position into out (may be NULL). */
-static void feed(const lm_model *m, lm_backend *be, lm_kv_set *kv, const int32_t *ids, int64_t from, int64_t to,
-                 int64_t step, float *out) {
+static void feed(const lm_model *m, lm_backend *be, lm_kv_set *kv, const int32_t *ids, int64_t from,
+                 int64_t to, int64_t step, float *out) {
   lm_forward *f;
   assert_int_equal(lm_forward_create(m, be, step, step, &f), LM_OK);
   lm_status s = lm_forward_feed(f, kv, ids + from, to - from, step, out);
@@ -83,7 +86,9 @@ static void feed(const lm_model *m, lm_backend *be, lm_kv_set *kv, const int32_t
   lm_forward_free(f);
 }
 
-static void fingerprint(const lm_model *m, uint8_t fp[32]) { assert_int_equal(lm_model_fingerprint(m, fp), LM_OK); }
+static void fingerprint(const lm_model *m, uint8_t fp[32]) {
+  assert_int_equal(lm_model_fingerprint(m, fp), LM_OK);
+}
 
 static uint8_t *read_all(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
@@ -111,12 +116,14 @@ static void plan(const lm_model *m, const char *mode, int64_t start, lm_kv_spec 
   assert_int_equal(s, LM_OK);
 }
 
-/* ---- the hash ---------------------------------------------------------------------------------- */
+/* ---- the hash ----------------------------------------------------------------------------------
+ */
 
 static void t_hash(void **st) {
   (void)st;
   uint8_t data[1000], d1[32], d2[32];
-  for (int i = 0; i < 1000; i++) data[i] = (uint8_t)lm_mix64((uint64_t)i);
+  for (int i = 0; i < 1000; i++)
+    data[i] = (uint8_t)lm_mix64((uint64_t)i);
   /* Streaming in odd pieces equals one pass; the 64-bit checksum is digest word 0. */
   lm_hasher h;
   lm_hasher_init(&h, 9);
@@ -124,12 +131,14 @@ static void t_hash(void **st) {
   lm_hasher_final(&h, d1);
   for (size_t step = 1; step < 70; step += 7) {
     lm_hasher_init(&h, 9);
-    for (size_t o = 0; o < 1000; o += step) lm_hasher_update(&h, data + o, 1000 - o < step ? 1000 - o : step);
+    for (size_t o = 0; o < 1000; o += step)
+      lm_hasher_update(&h, data + o, 1000 - o < step ? 1000 - o : step);
     lm_hasher_final(&h, d2);
     assert_memory_equal(d1, d2, 32);
   }
   uint64_t w0 = 0;
-  for (int b = 7; b >= 0; b--) w0 = (w0 << 8) | d1[b];
+  for (int b = 7; b >= 0; b--)
+    w0 = (w0 << 8) | d1[b];
   assert_true(w0 == lm_hash64(data, 1000, 9));
   /* Length, seed and trailing zeros all matter. */
   uint8_t z[40] = {0};
@@ -149,7 +158,8 @@ static void t_hash(void **st) {
     lm_hasher_final(&h, d2);
     data[bit / 8] ^= (uint8_t)(1u << (bit % 8));
     int d = 0;
-    for (int k = 0; k < 32; k++) d += __builtin_popcount(d1[k] ^ d2[k]);
+    for (int k = 0; k < 32; k++)
+      d += __builtin_popcount(d1[k] ^ d2[k]);
     total += d, trials++;
     lo = d < lo ? d : lo, hi = d > hi ? d : hi;
   }
@@ -157,8 +167,8 @@ static void t_hash(void **st) {
   assert_true(total / trials > 124 && total / trials < 132);
   assert_true(lo > 90 && hi < 166);
   /* Known answers: these values are part of the file format (docs/kv-state-format.md). */
-  printf("hash64(\"\", 0) = %016llx, hash64(\"lumen\", 0) = %016llx\n", (unsigned long long)lm_hash64("", 0, 0),
-         (unsigned long long)lm_hash64("lumen", 5, 0));
+  printf("hash64(\"\", 0) = %016llx, hash64(\"lumen\", 0) = %016llx\n",
+         (unsigned long long)lm_hash64("", 0, 0), (unsigned long long)lm_hash64("lumen", 5, 0));
   assert_true(lm_hash64("", 0, 0) == 0x83ebae47db59693aull);
   assert_true(lm_hash64("lumen", 5, 0) == 0x7ed3fb8e89c0c3e5ull);
 }
@@ -200,7 +210,8 @@ static void t_fingerprint(void **st) {
   lm_model_free(s2);
 }
 
-/* ---- clones and prefix states ---------------------------------------------------------------------- */
+/* ---- clones and prefix states
+ * ---------------------------------------------------------------------- */
 
 static void t_clone(void **st) {
   ctx *c = *st;
@@ -237,22 +248,26 @@ static void t_clone(void **st) {
   free(lb);
 }
 
-/* ---- round trips ------------------------------------------------------------------------------------ */
+/* ---- round trips
+ * ------------------------------------------------------------------------------------ */
 
 /* Feeds `at` tokens (in `chunk` steps), saves, restores, and checks that continuing the restored
  * set gives bit-identical logits to continuing the original one. */
-static void round_trip(ctx *c, const lm_model *m, const lm_kv_spec *specs, int64_t at, int64_t chunk) {
+static void round_trip(ctx *c, const lm_model *m, const lm_kv_spec *specs, int64_t at,
+                       int64_t chunk) {
   int32_t ids[N_IDS];
   test_ids(ids, N_IDS);
   int64_t V = m->cfg.vocab_size, rest = N_IDS - at;
-  float *la = malloc((size_t)(N_IDS * V) * sizeof(float)), *lb = malloc((size_t)(N_IDS * V) * sizeof(float));
+  float *la = malloc((size_t)(N_IDS * V) * sizeof(float)),
+        *lb = malloc((size_t)(N_IDS * V) * sizeof(float));
   lm_kv_set *a = new_set(c->be, m, specs), *b = NULL;
   if (at) feed(m, c->be, a, ids, 0, at, chunk, NULL);
   uint8_t fp[32];
   fingerprint(m, fp);
   char sig[64];
-  printf("round trip at %2lld tokens (chunk %lld): cache 0 %s, cache 2 %s\n", (long long)at, (long long)chunk,
-         lm_kv_signature(a->caches[0], sig, sizeof sig), lm_kv_signature(a->caches[2], sig + 32, 32));
+  printf("round trip at %2lld tokens (chunk %lld): cache 0 %s, cache 2 %s\n", (long long)at,
+         (long long)chunk, lm_kv_signature(a->caches[0], sig, sizeof sig),
+         lm_kv_signature(a->caches[2], sig + 32, 32));
   assert_int_equal(lm_kv_state_save(TMP "/rt.kvstate", fp, a, ids, at), LM_OK);
   int32_t *tok;
   int64_t nt;
@@ -353,7 +368,8 @@ static void t_dtype_conversion(void **st) {
   lm_kv_set_free(r);
 }
 
-/* ---- the bad-file table ----------------------------------------------------------------------------- */
+/* ---- the bad-file table
+ * ----------------------------------------------------------------------------- */
 
 /* Checksum seeds and field offsets from docs/kv-state-format.md, to forge files whose checksums
  * are valid but whose fields are not: the structural checks must catch them on their own. */
@@ -361,14 +377,17 @@ enum { S_HEADER = 0x4c4b5601, S_TABLE = 0x4c4b5602, S_TOKENS = 0x4c4b5603 };
 
 static uint64_t rd64(const uint8_t *p) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
   return v;
 }
 static void wr64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 static void wr32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* Recomputes the table, token and header checksums of a (modified) file of n bytes; regions
@@ -376,7 +395,8 @@ static void wr32(uint8_t *p, uint32_t v) {
 static void reseal(uint8_t *b, size_t n) {
   uint64_t nc = b[24] | (uint64_t)b[25] << 8, nt = rd64(b + 32);
   if (128 + nc * 256 <= n) wr64(b + 104, lm_hash64(b + 128, (size_t)(nc * 256), S_TABLE));
-  if (nt < n && 128 + nc * 256 + nt * 4 <= n) wr64(b + 112, lm_hash64(b + 128 + nc * 256, (size_t)(nt * 4), S_TOKENS));
+  if (nt < n && 128 + nc * 256 + nt * 4 <= n)
+    wr64(b + 112, lm_hash64(b + 128 + nc * 256, (size_t)(nt * 4), S_TOKENS));
   wr64(b + 120, lm_hash64(b, 120, S_HEADER));
 }
 
@@ -389,15 +409,18 @@ typedef struct bad_ctx {
   int model_level; /* a defect only the model reveals (the parser alone accepts the file) */
 } bad_ctx;
 
-/* Writes buf[0..n) as a file, loads it, and expects status `want` and a message containing `msg`. */
-static void expect_load(bad_ctx *x, const uint8_t *buf, size_t n, lm_status want, const char *msg, const char *row) {
+/* Writes buf[0..n) as a file, loads it, and expects status `want` and a message containing `msg`.
+ */
+static void expect_load(bad_ctx *x, const uint8_t *buf, size_t n, lm_status want, const char *msg,
+                        const char *row) {
   write_all(TMP "/bad.kvstate", buf, n);
   lm_kv_set *kv = (lm_kv_set *)1;
   int32_t *tok = (int32_t *)1;
   int64_t nt = -1;
   lm_status s = lm_kv_state_load(TMP "/bad.kvstate", x->c->m, x->specs, x->c->be, &kv, &tok, &nt);
   if (s != want || !strstr(lm_errmsg(), msg))
-    fprintf(stderr, "row '%s': got %s '%s', want %s '%s'\n", row, lm_status_name(s), lm_errmsg(), lm_status_name(want), msg);
+    fprintf(stderr, "row '%s': got %s '%s', want %s '%s'\n", row, lm_status_name(s), lm_errmsg(),
+            lm_status_name(want), msg);
   assert_int_equal(s, want);
   assert_non_null(strstr(lm_errmsg(), msg));
   assert_null(kv);
@@ -439,19 +462,34 @@ static void t_truncated(void **st) {
   make_good(&x, &kv);
   lm_kv_state_info *in;
   assert_int_equal(lm_kv_state_parse(x.good, x.n, "good", LM_KV_STATE_VERIFY_ALL, &in), LM_OK);
-  printf("good file: %zu bytes, data from %llu, %d caches\n", x.n, (unsigned long long)in->data_offset, in->n_caches);
+  printf("good file: %zu bytes, data from %llu, %d caches\n", x.n,
+         (unsigned long long)in->data_offset, in->n_caches);
   assert_int_equal(in->data_offset % 4096, 0);
   for (int i = 0; i < in->n_caches; i++)
-    for (int a = 0; a < LM_KV_ARRAYS; a++) assert_int_equal(in->caches[i].arrays[a].offset % 4096, 0);
+    for (int a = 0; a < LM_KV_ARRAYS; a++)
+      assert_int_equal(in->caches[i].arrays[a].offset % 4096, 0);
   /* Cut at every interesting point: in the header, the table, the tokens, padding, each block. */
   size_t cuts[64];
   int nc = 0;
-  size_t fixed[] = {1, 7, 8, 12, 64, 127, 128, 129, 128 + 256, 128 + 256 * 3 + 10, (size_t)in->data_offset - 1,
-                    (size_t)in->data_offset, (size_t)in->data_offset + 1};
-  for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) cuts[nc++] = fixed[i];
+  size_t fixed[] = {1,
+                    7,
+                    8,
+                    12,
+                    64,
+                    127,
+                    128,
+                    129,
+                    128 + 256,
+                    128 + 256 * 3 + 10,
+                    (size_t)in->data_offset - 1,
+                    (size_t)in->data_offset,
+                    (size_t)in->data_offset + 1};
+  for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+    cuts[nc++] = fixed[i];
   for (int i = 0; i < in->n_caches; i++)
     for (int a = 0; a < LM_KV_ARRAYS && nc < 60; a++)
-      if (in->caches[i].arrays[a].bytes) cuts[nc++] = (size_t)(in->caches[i].arrays[a].offset + in->caches[i].arrays[a].bytes / 2);
+      if (in->caches[i].arrays[a].bytes)
+        cuts[nc++] = (size_t)(in->caches[i].arrays[a].offset + in->caches[i].arrays[a].bytes / 2);
   cuts[nc++] = x.n - 1;
   for (int i = 0; i < nc; i++) {
     char row[64];
@@ -484,7 +522,10 @@ static void t_flipped(void **st) {
   for (int i = 0; i < 128; i++) {
     uint8_t *b = variant(&x);
     b[i] ^= 0x10;
-    const char *msg = i < 8 ? "bad magic" : i < 12 ? "version" : i < 16 ? "byte-order" : "header checksum";
+    const char *msg = i < 8    ? "bad magic"
+                      : i < 12 ? "version"
+                      : i < 16 ? "byte-order"
+                               : "header checksum";
     lm_status want = i >= 8 && i < 12 ? LM_ERR_UNSUPPORTED : LM_ERR_CORRUPT;
     char row[64];
     snprintf(row, sizeof row, "header byte %d flipped", i);
@@ -598,7 +639,8 @@ static void t_mismatch(void **st) {
   /* Another model with the same geometry. */
   lm_model *m2;
   assert_int_equal(lm_model_load(TMP "/tiny_other", &m2), LM_OK);
-  assert_int_equal(lm_kv_state_load(TMP "/good.kvstate", m2, specs, c->be, &r, &tok, &nt), LM_ERR_INVALID);
+  assert_int_equal(lm_kv_state_load(TMP "/good.kvstate", m2, specs, c->be, &r, &tok, &nt),
+                   LM_ERR_INVALID);
   printf("other model: %s\n", lm_errmsg());
   assert_non_null(strstr(lm_errmsg(), "another model"));
   assert_null(r);
@@ -607,12 +649,15 @@ static void t_mismatch(void **st) {
   memcpy(other, specs, sizeof other);
   other[2].kind = LM_KV_ROTATING_PLAIN;
   other[2].window = 4;
-  assert_int_equal(lm_kv_state_load(TMP "/good.kvstate", c->m, other, c->be, &r, &tok, &nt), LM_ERR_INVALID);
+  assert_int_equal(lm_kv_state_load(TMP "/good.kvstate", c->m, other, c->be, &r, &tok, &nt),
+                   LM_ERR_INVALID);
   printf("other plan: %s\n", lm_errmsg());
-  assert_non_null(strstr(lm_errmsg(), "cache 2 was saved as kv:plain; this session's plan is kv:rotating-plain"));
+  assert_non_null(strstr(
+      lm_errmsg(), "cache 2 was saved as kv:plain; this session's plan is kv:rotating-plain"));
   memcpy(other, specs, sizeof other);
   other[0].window = 8;
-  assert_int_equal(lm_kv_state_load(TMP "/good.kvstate", c->m, other, c->be, &r, &tok, &nt), LM_ERR_INVALID);
+  assert_int_equal(lm_kv_state_load(TMP "/good.kvstate", c->m, other, c->be, &r, &tok, &nt),
+                   LM_ERR_INVALID);
   /* Plans of the quantizable model: a file with --kv-quant 8 read by a plain session, and
    * quant_start differences. */
   lm_kv_spec q8[8], q8s[8], off[8];
@@ -626,11 +671,14 @@ static void t_mismatch(void **st) {
   uint8_t fp[32];
   fingerprint(c->mq, fp);
   assert_int_equal(lm_kv_state_save(TMP "/q8.kvstate", fp, q, ids, 5), LM_OK);
-  assert_int_equal(lm_kv_state_load(TMP "/q8.kvstate", c->mq, off, c->be, &r, &tok, &nt), LM_ERR_INVALID);
+  assert_int_equal(lm_kv_state_load(TMP "/q8.kvstate", c->mq, off, c->be, &r, &tok, &nt),
+                   LM_ERR_INVALID);
   printf("other plan: %s\n", lm_errmsg());
-  assert_non_null(strstr(lm_errmsg(), "cache 0 was saved as kv:rotating-quant:8:32; this session's plan is "
-                                      "kv:rotating-plain"));
-  assert_int_equal(lm_kv_state_load(TMP "/q8.kvstate", c->mq, q8s, c->be, &r, &tok, &nt), LM_ERR_INVALID);
+  assert_non_null(strstr(lm_errmsg(),
+                         "cache 0 was saved as kv:rotating-quant:8:32; this session's plan is "
+                         "kv:rotating-plain"));
+  assert_int_equal(lm_kv_state_load(TMP "/q8.kvstate", c->mq, q8s, c->be, &r, &tok, &nt),
+                   LM_ERR_INVALID);
   assert_non_null(strstr(lm_errmsg(), "from token 6"));
   assert_int_equal(lm_kv_state_load(TMP "/q8.kvstate", c->mq, q8, c->be, &r, &tok, &nt), LM_OK);
   lm_kv_set_free(r);
@@ -638,7 +686,8 @@ static void t_mismatch(void **st) {
   r = NULL;
   /* The wrong number of caches. */
   lm_kv_state_expect e = {.specs = specs, .n_specs = 2};
-  assert_int_equal(lm_kv_state_load_ex(TMP "/good.kvstate", &e, c->be, &r, &tok, &nt), LM_ERR_INVALID);
+  assert_int_equal(lm_kv_state_load_ex(TMP "/good.kvstate", &e, c->be, &r, &tok, &nt),
+                   LM_ERR_INVALID);
   assert_non_null(strstr(lm_errmsg(), "3 caches; this session's plan has 2"));
   lm_kv_set_free(q);
   lm_kv_set_free(kv);
@@ -650,7 +699,8 @@ static void t_mismatch(void **st) {
 static int count_temps(const char *dir) {
   DIR *d = opendir(dir);
   int n = 0;
-  for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".tmp-") != NULL;
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += strstr(e->d_name, ".tmp-") != NULL;
   if (d) closedir(d);
   return n;
 }
@@ -666,7 +716,8 @@ static void t_paths(void **st) {
   feed(c->m, c->be, kv, ids, 0, 6, 6, NULL);
   uint8_t fp[32];
   fingerprint(c->m, fp);
-  assert_int_equal(lm_kv_state_load(TMP "/no-such.kvstate", c->m, specs, c->be, &r, &tok, &nt), LM_ERR_NOT_FOUND);
+  assert_int_equal(lm_kv_state_load(TMP "/no-such.kvstate", c->m, specs, c->be, &r, &tok, &nt),
+                   LM_ERR_NOT_FOUND);
   assert_int_equal(lm_kv_state_load(TMP, c->m, specs, c->be, &r, &tok, &nt), LM_ERR_IO);
   assert_non_null(strstr(lm_errmsg(), "is a directory"));
   assert_int_equal(lm_kv_state_save(TMP "/no-such-dir/x.kvstate", fp, kv, ids, 6), LM_ERR_IO);
@@ -694,10 +745,17 @@ static void t_paths(void **st) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_hash),           cmocka_unit_test(t_fingerprint),      cmocka_unit_test(t_clone),
-      cmocka_unit_test(t_round_trip_plain), cmocka_unit_test(t_round_trip_quant), cmocka_unit_test(t_round_trip_delayed),
-      cmocka_unit_test(t_dtype_conversion), cmocka_unit_test(t_truncated),      cmocka_unit_test(t_flipped),
-      cmocka_unit_test(t_forged),         cmocka_unit_test(t_mismatch),         cmocka_unit_test(t_paths)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_hash),
+                                     cmocka_unit_test(t_fingerprint),
+                                     cmocka_unit_test(t_clone),
+                                     cmocka_unit_test(t_round_trip_plain),
+                                     cmocka_unit_test(t_round_trip_quant),
+                                     cmocka_unit_test(t_round_trip_delayed),
+                                     cmocka_unit_test(t_dtype_conversion),
+                                     cmocka_unit_test(t_truncated),
+                                     cmocka_unit_test(t_flipped),
+                                     cmocka_unit_test(t_forged),
+                                     cmocka_unit_test(t_mismatch),
+                                     cmocka_unit_test(t_paths)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

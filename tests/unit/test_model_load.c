@@ -17,7 +17,8 @@
 
 #define TMP LM_BUILD_DIR "/tmp/test_model_load"
 
-static float *feed(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill, int64_t chunk) {
+static float *feed(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill,
+                   int64_t chunk) {
   int64_t V = m->cfg.vocab_size;
   float *out = malloc((size_t)(T * V) * sizeof(float));
   lm_kv_spec specs[8];
@@ -42,9 +43,11 @@ static void t_chunking_invariance(void **st) {
   lm_backend *be;
   assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
   int32_t ids[20];
-  for (int i = 0; i < 20; i++) ids[i] = (int32_t)((i * 37 + 5) % 64);
+  for (int i = 0; i < 20; i++)
+    ids[i] = (int32_t)((i * 37 + 5) % 64);
   int64_t V = m->cfg.vocab_size;
-  float *a = feed(m, be, ids, 20, 20, 20), *b = feed(m, be, ids, 20, 20, 3), *c = feed(m, be, ids, 20, 7, 7);
+  float *a = feed(m, be, ids, 20, 20, 20), *b = feed(m, be, ids, 20, 20, 3),
+        *c = feed(m, be, ids, 20, 7, 7);
   double d1 = 0, d2 = 0, mx = 0;
   for (int64_t i = 0; i < 20 * V; i++) {
     d1 = fmax(d1, fabs(a[i] - b[i]));
@@ -72,7 +75,8 @@ static void t_chunking_invariance(void **st) {
   lm_model_free(m);
 }
 
-static void expect_load_error(const char *dir, lm_status want, const char *needle1, const char *needle2) {
+static void expect_load_error(const char *dir, lm_status want, const char *needle1,
+                              const char *needle2) {
   lm_model *m = NULL;
   lm_status s = lm_model_load(dir, &m);
   if (s != want || !strstr(lm_errmsg(), needle1) || (needle2 && !strstr(lm_errmsg(), needle2)))
@@ -103,7 +107,8 @@ static void t_bad_checkpoints(void **st) {
            (int)strlen(lm_test_tiny_config) - 1, lm_test_tiny_config);
   lm_test_tiny_opts q = {.quant = "layers.0.mlp.gate_proj", .bad_scales = 1};
   assert_int_equal(lm_test_write_tiny_ex(cfg, TMP "/badquant", &q), LM_OK);
-  expect_load_error(TMP "/badquant", LM_ERR_CORRUPT, "layers.0.mlp.gate_proj.scales", "expected shape [64, 1], found [64, 0]");
+  expect_load_error(TMP "/badquant", LM_ERR_CORRUPT, "layers.0.mlp.gate_proj.scales",
+                    "expected shape [64, 1], found [64, 0]");
   q.bad_scales = 0; /* the same module with correct shapes loads */
   assert_int_equal(lm_test_write_tiny_ex(cfg, TMP "/goodquant", &q), LM_OK);
   lm_model *m;
@@ -114,7 +119,8 @@ static void t_bad_checkpoints(void **st) {
   assert_int_equal(lm_test_write_tiny_ex(lm_test_tiny_config, TMP "/noblock", &q), LM_OK);
   expect_load_error(TMP "/noblock", LM_ERR_CORRUPT, "no quantization block", NULL);
   /* an unsupported mode */
-  snprintf(cfg, sizeof cfg, "%.*s,\"quantization\":{\"bits\":4,\"group_size\":32,\"mode\":\"mxfp4\"}}",
+  snprintf(cfg, sizeof cfg,
+           "%.*s,\"quantization\":{\"bits\":4,\"group_size\":32,\"mode\":\"mxfp4\"}}",
            (int)strlen(lm_test_tiny_config) - 1, lm_test_tiny_config);
   assert_int_equal(lm_test_write_tiny_ex(cfg, TMP "/mxfp4", &q), LM_OK);
   expect_load_error(TMP "/mxfp4", LM_ERR_UNSUPPORTED, "mxfp4", "config.json");
@@ -132,6 +138,7 @@ static void t_bad_checkpoints(void **st) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_chunking_invariance), cmocka_unit_test(t_bad_checkpoints)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_chunking_invariance),
+                                     cmocka_unit_test(t_bad_checkpoints)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,8 +24,8 @@
 #define FIXTURES LM_SOURCE_DIR "/tests/fixtures"
 
 /* Feeds ids with the given prefill/chunk plan into a fresh cache set; returns [T][V] logits. */
-static float *run_mode(const lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t prefill,
-                       int64_t chunk) {
+static float *run_mode(const lm_model *m, lm_backend *be, const int32_t *ids, int64_t T,
+                       int64_t prefill, int64_t chunk) {
   int64_t V = m->cfg.vocab_size;
   float *out = malloc((size_t)(T * V) * sizeof(float));
   lm_kv_spec specs[m->cfg.n_caches + 1];
@@ -72,14 +72,17 @@ static void fixture_close(fixture *x) {
 static void check_fixture(const char *name, const char *dir, lm_backend *be, int *failures) {
   fixture x = fixture_open(dir);
   int64_t T = x.T;
-  struct { const char *mode; int64_t prefill, chunk; } modes[] = {
-      {"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2 > 0 ? T / 2 : 1}};
+  struct {
+    const char *mode;
+    int64_t prefill, chunk;
+  } modes[] = {{"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2 > 0 ? T / 2 : 1}};
   for (size_t i = 0; i < 3; i++) {
     float *got = run_mode(x.m, be, x.ids, T, modes[i].prefill, modes[i].chunk);
     lm_fx_cmp c = lm_fx_compare(x.ref, got, T, x.V);
     int ok = c.max_abs_diff <= 1e-3 * c.max_abs_ref && c.argmax_agree == T;
-    printf("%-16s %-8s T=%-3lld max|d|=%.3g (bound %.3g) argmax %lld/%lld %s\n", name, modes[i].mode, (long long)T,
-           c.max_abs_diff, 1e-3 * c.max_abs_ref, (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
+    printf("%-16s %-8s T=%-3lld max|d|=%.3g (bound %.3g) argmax %lld/%lld %s\n", name,
+           modes[i].mode, (long long)T, c.max_abs_diff, 1e-3 * c.max_abs_ref,
+           (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
     *failures += !ok;
     free(got);
   }
@@ -90,7 +93,8 @@ static void check_fixture(const char *name, const char *dir, lm_backend *be, int
  * precision; asserts that at least 6 were checked (e2b, e4b, 12b, moe and two MLX fixtures)
  * and none failed. */
 static void each_fixture(const char *marker, lm_precision prec,
-                         void (*check)(const char *name, const char *dir, lm_backend *be, int *failures)) {
+                         void (*check)(const char *name, const char *dir, lm_backend *be,
+                                       int *failures)) {
   char **names;
   int n = lm_fx_list(FIXTURES, marker, &names), checked = 0, failures = 0;
   lm_backend *be;
@@ -120,8 +124,8 @@ static void check_bf16(const char *name, const char *dir, lm_backend *be, int *f
   float *got = run_mode(x.m, be, x.ids, x.T, x.T, x.T);
   lm_fx_cmp c = lm_fx_compare(x.ref, got, x.T, x.V);
   int ok = c.mean_kl > 1e-6 && c.mean_kl <= kl_max && c.argmax_agree >= am_min;
-  printf("%-16s bf16     T=%-3lld mean KL %.4g (bound %.4g) argmax %lld (bound %.0f) %s\n", name, (long long)x.T, c.mean_kl,
-         kl_max, (long long)c.argmax_agree, am_min, ok ? "ok" : "FAIL");
+  printf("%-16s bf16     T=%-3lld mean KL %.4g (bound %.4g) argmax %lld (bound %.0f) %s\n", name,
+         (long long)x.T, c.mean_kl, kl_max, (long long)c.argmax_agree, am_min, ok ? "ok" : "FAIL");
   *failures += !ok;
   free(got);
   fixture_close(&x);
@@ -133,6 +137,7 @@ static void t_fixtures_bf16(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_fixtures_f32), cmocka_unit_test(t_fixtures_bf16)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_fixtures_f32),
+                                     cmocka_unit_test(t_fixtures_bf16)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

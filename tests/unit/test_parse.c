@@ -1,10 +1,11 @@
-/* test_parse.c — model-output parsing: every case of parse_cases.json under many splits of the text,
- * a render → parse round trip of every assistant turn of chat_cases.json, malformed and quirky
- * outputs, the call syntax itself, streaming behaviour, and the generic ChatML/Hermes format.
+/* test_parse.c — model-output parsing: every case of parse_cases.json under many splits of the
+ * text, a render → parse round trip of every assistant turn of chat_cases.json, malformed and
+ * quirky outputs, the call syntax itself, streaming behaviour, and the generic ChatML/Hermes
+ * format.
  *
  * Raw outputs are turned into (id, piece) pairs the way a detokenizer would hand them over: each
- * control-token string is one atomic piece with its id (made-up ids from the table below, looked up by
- * text through lm_parser_tokens_gemma4), and the text between them is cut into pieces of varying
+ * control-token string is one atomic piece with its id (made-up ids from the table below, looked up
+ * by text through lm_parser_tokens_gemma4), and the text between them is cut into pieces of varying
  * lengths. The result must not depend on the cut. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,17 +28,31 @@ static const struct {
   const char *text;
   int32_t id;
 } CONTROL[] = {
-    {"<|channel>", 1100}, {"<channel|>", 1101}, {"<|tool_call>", 1048}, {"<tool_call|>", 1049},
-    {"<|tool_response>", 1050}, {"<tool_response|>", 1051}, {"<|\"|>", 1052}, {"<turn|>", 1106},
-    {"<|turn>", 1105}, {"<eos>", 1001}, {"<bos>", 1002}, {"<|think|>", 1098}, {"<|image|>", 1880},
-    {"<|audio|>", 1881}, {"<|video|>", 1884}, {"<|tool>", 1046}, {"<tool|>", 1047},
+    {"<|channel>", 1100},
+    {"<channel|>", 1101},
+    {"<|tool_call>", 1048},
+    {"<tool_call|>", 1049},
+    {"<|tool_response>", 1050},
+    {"<tool_response|>", 1051},
+    {"<|\"|>", 1052},
+    {"<turn|>", 1106},
+    {"<|turn>", 1105},
+    {"<eos>", 1001},
+    {"<bos>", 1002},
+    {"<|think|>", 1098},
+    {"<|image|>", 1880},
+    {"<|audio|>", 1881},
+    {"<|video|>", 1884},
+    {"<|tool>", 1046},
+    {"<tool|>", 1047},
 };
 #define NCONTROL (sizeof CONTROL / sizeof *CONTROL)
 
 static int32_t find_token(const void *ctx, const char *text, size_t len) {
   (void)ctx;
   for (size_t i = 0; i < NCONTROL; i++)
-    if (strlen(CONTROL[i].text) == len && memcmp(CONTROL[i].text, text, len) == 0) return CONTROL[i].id;
+    if (strlen(CONTROL[i].text) == len && memcmp(CONTROL[i].text, text, len) == 0)
+      return CONTROL[i].id;
   return -1;
 }
 
@@ -73,10 +88,12 @@ static void feed_text(lm_parser *p, const char *s, size_t n, int mode, lm_rng *r
   size_t i = 0;
   while (i < n) {
     size_t k = n - i;
-    if (mode == SPLIT_BYTE) k = 1;
+    if (mode == SPLIT_BYTE)
+      k = 1;
     else if (mode == SPLIT_CHAR) {
       k = 1;
-      while (i + k < n && ((unsigned char)s[i + k] & 0xC0) == 0x80) k++;
+      while (i + k < n && ((unsigned char)s[i + k] & 0xC0) == 0x80)
+        k++;
     } else if (mode == SPLIT_RANDOM) {
       size_t r = (size_t)(lm_rng_next(rng) % 7);
       k = r == 0 ? n - i : r < k ? r : k;
@@ -86,7 +103,8 @@ static void feed_text(lm_parser *p, const char *s, size_t n, int mode, lm_rng *r
   }
 }
 
-/* Splits raw model output into control pieces (atomic, with ids) and text pieces, and feeds them. */
+/* Splits raw model output into control pieces (atomic, with ids) and text pieces, and feeds them.
+ */
 static void feed_raw(lm_parser *p, events *e, const char *raw, int mode, uint64_t seed) {
   lm_rng rng = {seed, 0};
   size_t n = strlen(raw), i = 0, text_start = 0;
@@ -105,7 +123,8 @@ static void feed_raw(lm_parser *p, events *e, const char *raw, int mode, uint64_
     e->at_close = CONTROL[c].id == 1049;
     int before = e->calls;
     assert_int_equal(lm_parser_feed(p, CONTROL[c].id, raw + i, len), LM_OK);
-    if (e->calls != before && !e->at_close && CONTROL[c].id != 1106 && CONTROL[c].id != 1001 && CONTROL[c].id != 1050)
+    if (e->calls != before && !e->at_close && CONTROL[c].id != 1106 && CONTROL[c].id != 1001 &&
+        CONTROL[c].id != 1050)
       e->call_before_close = 1;
     e->at_close = 0;
     i += len;
@@ -162,13 +181,14 @@ static int run_case(const json_t *c, int mode, uint64_t seed) {
   ok &= lm_parser_tool_call_count(p) == json_array_size(calls);
   for (size_t k = 0; ok && k < json_array_size(calls); k++) {
     const json_t *wc = json_array_get(calls, k);
-    ok &= strcmp(lm_parser_tool_call_name(p, k), json_string_value(json_object_get(wc, "name"))) == 0;
+    ok &=
+        strcmp(lm_parser_tool_call_name(p, k), json_string_value(json_object_get(wc, "name"))) == 0;
     ok &= args_equal(lm_parser_tool_call_arguments(p, k), json_object_get(wc, "arguments"));
   }
   if (!ok)
     print_message("%s (split %d seed %llu): content [%s] reasoning [%s] calls %zu\n",
-                  json_string_value(json_object_get(c, "name")), mode, (unsigned long long)seed, lm_parser_content(p),
-                  r ? r : "(null)", lm_parser_tool_call_count(p));
+                  json_string_value(json_object_get(c, "name")), mode, (unsigned long long)seed,
+                  lm_parser_content(p), r ? r : "(null)", lm_parser_tool_call_count(p));
   lm_parser_free(p);
   return ok;
 }
@@ -191,8 +211,8 @@ static void t_parse_cases(void **state) {
       }
     passed += (size_t)all;
   }
-  print_message("parse_cases.json: %zu/%zu cases pass under every split (%zu feeds)\n", passed, json_array_size(cases),
-                runs);
+  print_message("parse_cases.json: %zu/%zu cases pass under every split (%zu feeds)\n", passed,
+                json_array_size(cases), runs);
   assert_int_equal(failed_runs, 0);
   assert_int_equal(passed, json_array_size(cases));
   assert_int_equal(passed, 7);
@@ -227,7 +247,8 @@ static char *render_prefix(const lm_chat_template *t, lm_jarena *a, lm_jv c, siz
   lm_jv msgs, kw, k;
   lm_jv all = get(c, "messages");
   assert_int_equal(lm_jv_list(a, upto, &msgs), LM_OK);
-  for (size_t i = 0; i < upto; i++) assert_int_equal(lm_jv_list_push(a, msgs, all.u.l->v[i]), LM_OK);
+  for (size_t i = 0; i < upto; i++)
+    assert_int_equal(lm_jv_list_push(a, msgs, all.u.l->v[i]), LM_OK);
   assert_int_equal(lm_jv_dict(a, 1, &kw), LM_OK);
   assert_int_equal(lm_jv_cstr(a, "enable_thinking", &k), LM_OK);
   assert_int_equal(lm_jv_dict_set(a, kw, k, get(c, "enable_thinking")), LM_OK);
@@ -243,7 +264,8 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* What the template made of the message's content: <|channel>…<channel|> spans dropped, then trimmed. */
+/* What the template made of the message's content: <|channel>…<channel|> spans dropped, then
+ * trimmed. */
 static void expected_content(lm_jv content, char *out, size_t cap) {
   const char *s = content.kind == LM_JV_STR ? content.u.s->s : "";
   char buf[4096];
@@ -272,19 +294,22 @@ static char *sorted_json(lm_jarena *a, lm_jv v) {
 }
 
 /* Parses the model part of assistant message `mi` and checks it against the message. */
-static int round_trip_turn(const lm_chat_template *t, lm_jarena *a, lm_jv c, size_t mi, uint64_t seed) {
+static int round_trip_turn(const lm_chat_template *t, lm_jarena *a, lm_jv c, size_t mi,
+                           uint64_t seed) {
   char *prompt = render_prefix(t, a, c, mi, 1), *full = render_prefix(t, a, c, mi + 1, 0);
   size_t plen = strlen(prompt);
   int in_reasoning = 0;
   /* the model continues the prompt; where the prompt pre-filled a channel the model did not keep
-   * (the empty thought of the big family, or the open thought after a tool response), back off. After
-   * a tool response followed by content, the template closes the turn that the next assistant message
-   * continues (gemma4-chat.md E8): the model part then starts where the <turn|> was. */
+   * (the empty thought of the big family, or the open thought after a tool response), back off.
+   * After a tool response followed by content, the template closes the turn that the next assistant
+   * message continues (gemma4-chat.md E8): the model part then starts where the <turn|> was. */
   if (strncmp(full, prompt, plen) != 0) {
-    static const char *const prefills[] = {"<|channel>thought\n<channel|>", "<|channel>thought\n", "<turn|>\n"};
+    static const char *const prefills[] = {"<|channel>thought\n<channel|>", "<|channel>thought\n",
+                                           "<turn|>\n"};
     plen = 0;
     for (size_t k = 0; k < 3 && !plen; k++)
-      if (ends_with(prompt, prefills[k]) && strncmp(full, prompt, strlen(prompt) - strlen(prefills[k])) == 0)
+      if (ends_with(prompt, prefills[k]) &&
+          strncmp(full, prompt, strlen(prompt) - strlen(prefills[k])) == 0)
         plen = strlen(prompt) - strlen(prefills[k]);
     if (!plen) {
       print_message("turn %zu: the full render does not extend the prompt\n", mi);
@@ -324,8 +349,8 @@ static int round_trip_turn(const lm_chat_template *t, lm_jarena *a, lm_jv c, siz
     free(y);
   }
   if (!ok)
-    print_message("%s turn %zu: content [%s] want [%s], reasoning [%s]\n", get(c, "name").u.s->s, mi,
-                  lm_parser_content(p), want_content, r ? r : "(null)");
+    print_message("%s turn %zu: content [%s] want [%s], reasoning [%s]\n", get(c, "name").u.s->s,
+                  mi, lm_parser_content(p), want_content, r ? r : "(null)");
   lm_parser_free(p);
   free(prompt);
   free(full);
@@ -386,12 +411,14 @@ static void check_quirks(const quirk *rows, size_t n) {
       assert_int_equal(lm_parser_finish(p), LM_OK);
       check_events(p, &e);
       const char *r = lm_parser_reasoning(p);
-      int ok = strcmp(lm_parser_content(p), rows[i].content) == 0 && (int)lm_parser_tool_call_count(p) == rows[i].calls;
+      int ok = strcmp(lm_parser_content(p), rows[i].content) == 0 &&
+               (int)lm_parser_tool_call_count(p) == rows[i].calls;
       ok &= rows[i].reasoning ? (r && strcmp(r, rows[i].reasoning) == 0) : r == NULL;
       if (ok && rows[i].args0) ok = strcmp(lm_parser_tool_call_arguments(p, 0), rows[i].args0) == 0;
       if (!ok)
-        print_message("row %zu mode %d: [%s] -> content [%s] reasoning [%s] calls %zu args0 %s\n", i, mode, rows[i].raw,
-                      lm_parser_content(p), r ? r : "(null)", lm_parser_tool_call_count(p),
+        print_message("row %zu mode %d: [%s] -> content [%s] reasoning [%s] calls %zu args0 %s\n",
+                      i, mode, rows[i].raw, lm_parser_content(p), r ? r : "(null)",
+                      lm_parser_tool_call_count(p),
                       lm_parser_tool_call_count(p) ? lm_parser_tool_call_arguments(p, 0) : "-");
       assert_true(ok);
       lm_parser_free(p);
@@ -402,17 +429,25 @@ static void t_malformed(void **state) {
   (void)state;
   static const quirk rows[] = {
       /* a call that does not parse is returned verbatim as content */
-      {"<|tool_call>call:f{a:<|\"|>x}<tool_call|>", "<|tool_call>call:f{a:<|\"|>x}<tool_call|>", NULL, 0, NULL},
-      {"Hi <|tool_call>nonsense<tool_call|> after", "Hi <|tool_call>nonsense<tool_call|> after", NULL, 0, NULL},
+      {"<|tool_call>call:f{a:<|\"|>x}<tool_call|>", "<|tool_call>call:f{a:<|\"|>x}<tool_call|>",
+       NULL, 0, NULL},
+      {"Hi <|tool_call>nonsense<tool_call|> after", "Hi <|tool_call>nonsense<tool_call|> after",
+       NULL, 0, NULL},
       {"<|tool_call>call:{a:1}<tool_call|>", "<|tool_call>call:{a:1}<tool_call|>", NULL, 0, NULL},
-      {"<|tool_call>call:f{a:1}junk<tool_call|>", "<|tool_call>call:f{a:1}junk<tool_call|>", NULL, 0, NULL},
-      {"<|tool_call>call:f{a:inf}<tool_call|>", "<|tool_call>call:f{a:inf}<tool_call|>", NULL, 0, NULL},
-      {"<|tool_call>call:f{a:'single'}<tool_call|>", "<|tool_call>call:f{a:'single'}<tool_call|>", NULL, 0, NULL},
-      {"<|tool_call>call:f{a:[1,2}<tool_call|>", "<|tool_call>call:f{a:[1,2}<tool_call|>", NULL, 0, NULL},
+      {"<|tool_call>call:f{a:1}junk<tool_call|>", "<|tool_call>call:f{a:1}junk<tool_call|>", NULL,
+       0, NULL},
+      {"<|tool_call>call:f{a:inf}<tool_call|>", "<|tool_call>call:f{a:inf}<tool_call|>", NULL, 0,
+       NULL},
+      {"<|tool_call>call:f{a:'single'}<tool_call|>", "<|tool_call>call:f{a:'single'}<tool_call|>",
+       NULL, 0, NULL},
+      {"<|tool_call>call:f{a:[1,2}<tool_call|>", "<|tool_call>call:f{a:[1,2}<tool_call|>", NULL, 0,
+       NULL},
       {"<|tool_call>call:f{a 1}<tool_call|>", "<|tool_call>call:f{a 1}<tool_call|>", NULL, 0, NULL},
       {"<|tool_call>call:f{:1}<tool_call|>", "<|tool_call>call:f{:1}<tool_call|>", NULL, 0, NULL},
-      {"<|tool_call>call:f{a:1,}<tool_call|>", "<|tool_call>call:f{a:1,}<tool_call|>", NULL, 0, NULL},
-      {"<|tool_call>call:f{a:0x10}<tool_call|>", "<|tool_call>call:f{a:0x10}<tool_call|>", NULL, 0, NULL},
+      {"<|tool_call>call:f{a:1,}<tool_call|>", "<|tool_call>call:f{a:1,}<tool_call|>", NULL, 0,
+       NULL},
+      {"<|tool_call>call:f{a:0x10}<tool_call|>", "<|tool_call>call:f{a:0x10}<tool_call|>", NULL, 0,
+       NULL},
       /* end of stream inside an unfinished construct */
       {"<|tool_call>call:f{a:1", "<|tool_call>call:f{a:1", NULL, 0, NULL},
       {"<|tool_call>call:f{a:<|\"|>cut off", "<|tool_call>call:f{a:<|\"|>cut off", NULL, 0, NULL},
@@ -428,14 +463,20 @@ static void t_malformed(void **state) {
       {"Hello <|channel>thought\nx<channel|> world", "Hello  world", "x", 0, NULL},
       {"<channel|>stray closer", "stray closer", NULL, 0, NULL},
       {"<|channel>thought\nthinking<|tool_call>call:f{}<tool_call|>", "", "thinking", 1, "{}"},
-      {"Done.<turn|>ignored after the stop<|tool_call>call:f{}<tool_call|>", "Done.", NULL, 0, NULL},
+      {"Done.<turn|>ignored after the stop<|tool_call>call:f{}<tool_call|>", "Done.", NULL, 0,
+       NULL},
       /* the value syntax */
-      {"<|tool_call>call:f{t:True,f:False,n:None}<tool_call|>", "", NULL, 1, "{\"t\": true, \"f\": false, \"n\": null}"},
-      {"<|tool_call>call:f{<|\"|>quoted key<|\"|>:1}<tool_call|>", "", NULL, 1, "{\"quoted key\": 1}"},
-      {"<|tool_call>call:f{ a : 1 , b : [ 1 , 2 ] }<tool_call|>", "", NULL, 1, "{\"a\": 1, \"b\": [1, 2]}"},
-      {"<|tool_call>call:f{a:-1.5e3,b:007,c:+5,d:.5,e:5.,f:1_000,g:12345678901234567890,h:100.0,i:1e-07}<tool_call|>",
+      {"<|tool_call>call:f{t:True,f:False,n:None}<tool_call|>", "", NULL, 1,
+       "{\"t\": true, \"f\": false, \"n\": null}"},
+      {"<|tool_call>call:f{<|\"|>quoted key<|\"|>:1}<tool_call|>", "", NULL, 1,
+       "{\"quoted key\": 1}"},
+      {"<|tool_call>call:f{ a : 1 , b : [ 1 , 2 ] }<tool_call|>", "", NULL, 1,
+       "{\"a\": 1, \"b\": [1, 2]}"},
+      {"<|tool_call>call:f{a:-1.5e3,b:007,c:+5,d:.5,e:5.,f:1_000,g:12345678901234567890,h:100.0,i:"
+       "1e-07}<tool_call|>",
        "", NULL, 1,
-       "{\"a\": -1500.0, \"b\": 7, \"c\": 5, \"d\": 0.5, \"e\": 5.0, \"f\": 1000, \"g\": 12345678901234567890, \"h\": "
+       "{\"a\": -1500.0, \"b\": 7, \"c\": 5, \"d\": 0.5, \"e\": 5.0, \"f\": 1000, \"g\": "
+       "12345678901234567890, \"h\": "
        "100.0, \"i\": 1e-07}"},
       {"<|tool_call>call:f{o:{},l:[],n:[[1],[{x:[]}]]}<tool_call|>", "", NULL, 1,
        "{\"o\": {}, \"l\": [], \"n\": [[1], [{\"x\": []}]]}"},
@@ -448,8 +489,10 @@ static void t_malformed(void **state) {
   /* nesting deeper than the parser allows is content, not a stack overflow */
   char deep[600], raw[800];
   size_t k = 0;
-  for (int i = 0; i < 100; i++) deep[k++] = '[';
-  for (int i = 0; i < 100; i++) deep[k++] = ']';
+  for (int i = 0; i < 100; i++)
+    deep[k++] = '[';
+  for (int i = 0; i < 100; i++)
+    deep[k++] = ']';
   deep[k] = '\0';
   snprintf(raw, sizeof raw, "<|tool_call>call:f{a:%s}<tool_call|>", deep);
   quirk row = {raw, raw, NULL, 0, NULL};
@@ -459,16 +502,20 @@ static void t_malformed(void **state) {
 static void t_call_syntax(void **state) {
   (void)state;
   char *name, *args;
-  const char *body = "call:book{dates:{end:<|\"|>08-04<|\"|>,start:<|\"|>08-01<|\"|>},n:3,ok:true,price:12.5,"
-                     "tags:[<|\"|>a, \"b\"<|\"|>,<|\"|>x\ny<|\"|>],who:null}";
+  const char *body =
+      "call:book{dates:{end:<|\"|>08-04<|\"|>,start:<|\"|>08-01<|\"|>},n:3,ok:true,price:12.5,"
+      "tags:[<|\"|>a, \"b\"<|\"|>,<|\"|>x\ny<|\"|>],who:null}";
   assert_int_equal(lm_parse_gemma4_call(body, strlen(body), &name, &args), LM_OK);
   assert_string_equal(name, "book");
-  assert_string_equal(args, "{\"dates\": {\"end\": \"08-04\", \"start\": \"08-01\"}, \"n\": 3, \"ok\": true, \"price\": 12.5, "
+  assert_string_equal(args, "{\"dates\": {\"end\": \"08-04\", \"start\": \"08-01\"}, \"n\": 3, "
+                            "\"ok\": true, \"price\": 12.5, "
                             "\"tags\": [\"a, \\\"b\\\"\", \"x\\ny\"], \"who\": null}");
   free(name);
   free(args);
-  static const char *const bad[] = {"", "call:", "call:f", "call:f{", "call:f}", "calls:f{}", "call:f{a}", "call:f{a:}",
-                                    "call:f{}{}", "call:f g{}", "call:f{a:tru}", "call:f{a:1 2}", "call:f{a:-}"};
+  static const char *const bad[] = {"",           "call:",      "call:f",        "call:f{",
+                                    "call:f}",    "calls:f{}",  "call:f{a}",     "call:f{a:}",
+                                    "call:f{}{}", "call:f g{}", "call:f{a:tru}", "call:f{a:1 2}",
+                                    "call:f{a:-}"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     assert_int_equal(lm_parse_gemma4_call(bad[i], strlen(bad[i]), &name, &args), LM_ERR_INVALID);
     assert_null(name);
@@ -480,10 +527,17 @@ static void t_call_syntax(void **state) {
   assert_string_equal(args, "{\"a\": 1.0}");
   free(name);
   free(args);
-  static const char *const bad_json[] = {"", "[]", "{\"arguments\": {}}", "{\"name\": 5}", "{\"name\": \"f\", \"arguments\": 3}",
-                                         "{\"name\": \"f\", \"arguments\": \"[1]\"}", "{\"name\": \"\"}", "{\"name\": \"f\""};
+  static const char *const bad_json[] = {"",
+                                         "[]",
+                                         "{\"arguments\": {}}",
+                                         "{\"name\": 5}",
+                                         "{\"name\": \"f\", \"arguments\": 3}",
+                                         "{\"name\": \"f\", \"arguments\": \"[1]\"}",
+                                         "{\"name\": \"\"}",
+                                         "{\"name\": \"f\""};
   for (size_t i = 0; i < sizeof bad_json / sizeof *bad_json; i++) {
-    assert_int_equal(lm_parse_json_call(bad_json[i], strlen(bad_json[i]), &name, &args), LM_ERR_INVALID);
+    assert_int_equal(lm_parse_json_call(bad_json[i], strlen(bad_json[i]), &name, &args),
+                     LM_ERR_INVALID);
     assert_null(name);
   }
 }
@@ -575,9 +629,9 @@ static void t_tokens_missing(void **state) {
   assert_non_null(strstr(lm_errmsg(), "<|channel>"));
 }
 
-/* Through the real tokenizer: a tiny tokenizer.json whose added tokens are Gemma 4's control tokens at
- * their real ids; raw outputs are encoded, each id decoded alone (as a streaming detokenizer hands
- * them over), and fed with its id. */
+/* Through the real tokenizer: a tiny tokenizer.json whose added tokens are Gemma 4's control tokens
+ * at their real ids; raw outputs are encoded, each id decoded alone (as a streaming detokenizer
+ * hands them over), and fed with its id. */
 static void t_via_tokenizer(void **state) {
   (void)state;
   lm_jbuf j = {0};
@@ -585,20 +639,25 @@ static void t_via_tokenizer(void **state) {
   static const struct {
     const char *text;
     int id;
-  } ctl[] = {{"<eos>", 1}, {"<|tool_call>", 48}, {"<tool_call|>", 49}, {"<|tool_response>", 50},
-             {"<|\\\"|>", 52}, {"<|channel>", 100}, {"<channel|>", 101}, {"<turn|>", 106}};
+  } ctl[] = {{"<eos>", 1},     {"<|tool_call>", 48}, {"<tool_call|>", 49}, {"<|tool_response>", 50},
+             {"<|\\\"|>", 52}, {"<|channel>", 100},  {"<channel|>", 101},  {"<turn|>", 106}};
   for (size_t i = 0; i < sizeof ctl / sizeof *ctl; i++)
-    assert_int_equal(lm_jbuf_printf(&j, "%s{\"id\": %d, \"content\": \"%s\", \"special\": true}", i ? ", " : "", ctl[i].id,
-                                    ctl[i].text),
+    assert_int_equal(lm_jbuf_printf(&j, "%s{\"id\": %d, \"content\": \"%s\", \"special\": true}",
+                                    i ? ", " : "", ctl[i].id, ctl[i].text),
                      LM_OK);
   /* as in real tokenizer.json files, the added tokens are in the model vocabulary too */
-  assert_int_equal(lm_jbuf_puts(&j, "], \"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {\"\\n\": 200"), LM_OK);
+  assert_int_equal(
+      lm_jbuf_puts(&j,
+                   "], \"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {\"\\n\": 200"),
+      LM_OK);
   for (size_t i = 0; i < sizeof ctl / sizeof *ctl; i++)
     assert_int_equal(lm_jbuf_printf(&j, ", \"%s\": %d", ctl[i].text, ctl[i].id), LM_OK);
   for (int c = 0x20; c < 0x7f; c++) {
     char esc[8];
-    if (c == '"' || c == '\\') snprintf(esc, sizeof esc, "\\%c", c);
-    else snprintf(esc, sizeof esc, "%c", c);
+    if (c == '"' || c == '\\')
+      snprintf(esc, sizeof esc, "\\%c", c);
+    else
+      snprintf(esc, sizeof esc, "%c", c);
     assert_int_equal(lm_jbuf_printf(&j, ", \"%s\": %d", esc, 200 + c), LM_OK);
   }
   assert_int_equal(lm_jbuf_puts(&j, "}}}"), LM_OK);
@@ -637,13 +696,17 @@ static void t_via_tokenizer(void **state) {
     assert_int_equal(lm_parser_finish(p), LM_OK);
     const json_t *wr = json_object_get(want, "reasoning");
     const char *r = lm_parser_reasoning(p);
-    int good = strcmp(lm_parser_content(p), json_string_value(json_object_get(want, "content"))) == 0 &&
-               (json_is_null(wr) ? r == NULL : r && strcmp(r, json_string_value(wr)) == 0) &&
-               lm_parser_tool_call_count(p) == json_array_size(json_object_get(want, "tool_calls"));
+    int good =
+        strcmp(lm_parser_content(p), json_string_value(json_object_get(want, "content"))) == 0 &&
+        (json_is_null(wr) ? r == NULL : r && strcmp(r, json_string_value(wr)) == 0) &&
+        lm_parser_tool_call_count(p) == json_array_size(json_object_get(want, "tool_calls"));
     for (size_t k = 0; good && k < lm_parser_tool_call_count(p); k++)
-      good = args_equal(lm_parser_tool_call_arguments(p, k),
-                        json_object_get(json_array_get(json_object_get(want, "tool_calls"), k), "arguments"));
-    if (!good) print_message("via tokenizer: %s: content [%s]\n", json_string_value(json_object_get(c, "name")), lm_parser_content(p));
+      good = args_equal(
+          lm_parser_tool_call_arguments(p, k),
+          json_object_get(json_array_get(json_object_get(want, "tool_calls"), k), "arguments"));
+    if (!good)
+      print_message("via tokenizer: %s: content [%s]\n",
+                    json_string_value(json_object_get(c, "name")), lm_parser_content(p));
     ok += (size_t)good;
     lm_parser_free(p);
     free(seq);
@@ -676,11 +739,14 @@ static void t_generic(void **state) {
     int calls;
     const char *args0;
   } rows[] = {
-      {"<think>\nR\n</think>\n\nHello<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1, \"b\": 2.0}}\n</tool_call>", 0,
-       "Hello", "R", 1, "{\"a\": 1, \"b\": 2.0}"},
+      {"<think>\nR\n</think>\n\nHello<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1, "
+       "\"b\": 2.0}}\n</tool_call>",
+       0, "Hello", "R", 1, "{\"a\": 1, \"b\": 2.0}"},
       {"Plan</think>Answer", 1, "Answer", "Plan", 0, NULL},
-      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"parameters\": "
-       "{\"x\": [1]}}\n</tool_call>", 0, "", NULL, 2, "{}"},
+      {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
+       "\"g\", \"parameters\": "
+       "{\"x\": [1]}}\n</tool_call>",
+       0, "", NULL, 2, "{}"},
       {"<tool_call>{bad}</tool_call> tail", 0, "<tool_call>{bad}</tool_call> tail", NULL, 0, NULL},
       {"<tool_call>{\"name\": \"f\"", 0, "<tool_call>{\"name\": \"f\"", NULL, 0, NULL},
       {"<tool_call>{\"name\": \"f\"}", 0, "", NULL, 1, "{}"},
@@ -698,12 +764,13 @@ static void t_generic(void **state) {
       assert_int_equal(lm_parser_finish(p), LM_OK);
       check_events(p, &e);
       const char *r = lm_parser_reasoning(p);
-      int ok = strcmp(lm_parser_content(p), rows[i].content) == 0 && (int)lm_parser_tool_call_count(p) == rows[i].calls;
+      int ok = strcmp(lm_parser_content(p), rows[i].content) == 0 &&
+               (int)lm_parser_tool_call_count(p) == rows[i].calls;
       ok &= rows[i].reasoning ? (r && strcmp(r, rows[i].reasoning) == 0) : r == NULL;
       if (ok && rows[i].args0) ok = strcmp(lm_parser_tool_call_arguments(p, 0), rows[i].args0) == 0;
       if (!ok)
-        print_message("generic row %zu mode %d: content [%s] reasoning [%s] calls %zu\n", i, mode, lm_parser_content(p),
-                      r ? r : "(null)", lm_parser_tool_call_count(p));
+        print_message("generic row %zu mode %d: content [%s] reasoning [%s] calls %zu\n", i, mode,
+                      lm_parser_content(p), r ? r : "(null)", lm_parser_tool_call_count(p));
       assert_true(ok);
       lm_parser_free(p);
     }
@@ -724,11 +791,14 @@ static void t_generic_round_trip(void **state) {
   (void)state;
   lm_chat_template *t;
   assert_int_equal(lm_chat_template_chatml(&t), LM_OK);
-  json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"Sure.\","
-                            "\"reasoning_content\":\"Think.\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":"
-                            "\"f\",\"arguments\":{\"x\":[1,2.5,\"s\\\"q\"]}}},{\"type\":\"function\",\"function\":{\"name\":"
-                            "\"g\",\"arguments\":{}}}]}]",
-                            0, NULL);
+  json_t *msgs = json_loads(
+      "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"Sure.\","
+      "\"reasoning_content\":\"Think.\",\"tool_calls\":[{\"type\":\"function\",\"function\":{"
+      "\"name\":"
+      "\"f\",\"arguments\":{\"x\":[1,2.5,\"s\\\"q\"]}}},{\"type\":\"function\",\"function\":{"
+      "\"name\":"
+      "\"g\",\"arguments\":{}}}]}]",
+      0, NULL);
   assert_non_null(msgs);
   char *full = NULL;
   assert_int_equal(lm_chat_render(t, msgs, NULL, NULL, 0, NULL, NULL, &full), LM_OK);
@@ -756,10 +826,11 @@ static void t_generic_round_trip(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_parse_cases),   cmocka_unit_test(t_round_trip),         cmocka_unit_test(t_malformed),
-      cmocka_unit_test(t_call_syntax),   cmocka_unit_test(t_streaming),          cmocka_unit_test(t_tokens_and_options),
-      cmocka_unit_test(t_tokens_missing), cmocka_unit_test(t_via_tokenizer),     cmocka_unit_test(t_generic),
-      cmocka_unit_test(t_generic_round_trip),
+      cmocka_unit_test(t_parse_cases),    cmocka_unit_test(t_round_trip),
+      cmocka_unit_test(t_malformed),      cmocka_unit_test(t_call_syntax),
+      cmocka_unit_test(t_streaming),      cmocka_unit_test(t_tokens_and_options),
+      cmocka_unit_test(t_tokens_missing), cmocka_unit_test(t_via_tokenizer),
+      cmocka_unit_test(t_generic),        cmocka_unit_test(t_generic_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

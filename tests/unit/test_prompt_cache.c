@@ -30,9 +30,11 @@ static const char *quant_config =
     "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":64,"
     "\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":2,"
     "\"num_key_value_heads\":1,\"head_dim\":32,\"global_head_dim\":64,\"sliding_window\":4,"
-    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_input\":64,"
+    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_"
+    "input\":64,"
     "\"num_kv_shared_layers\":2,\"use_double_wide_mlp\":true,"
-    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_"
+    "attention\","
     "\"full_attention\"]}}";
 
 typedef struct ctx {
@@ -45,9 +47,9 @@ typedef struct ctx {
 
 static int setup(void **st) {
   ctx *c = calloc(1, sizeof *c);
-  if (lm_test_write_tiny(lm_test_tiny_config, TMP "/tiny") || lm_test_write_tiny(quant_config, TMP "/tinyq") ||
-      lm_model_load(TMP "/tiny", &c->m) || lm_model_load(TMP "/tinyq", &c->mq) ||
-      lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
+  if (lm_test_write_tiny(lm_test_tiny_config, TMP "/tiny") ||
+      lm_test_write_tiny(quant_config, TMP "/tinyq") || lm_model_load(TMP "/tiny", &c->m) ||
+      lm_model_load(TMP "/tinyq", &c->mq) || lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
     fprintf(stderr, "setup: %s\n", lm_errmsg());
     return -1;
   }
@@ -77,7 +79,8 @@ static lm_kv_set *new_set(ctx *c, const lm_model *m, const lm_kv_spec *specs) {
 }
 
 /* Feeds ids[from..to) as one step; logits of every fed position to out (may be NULL). */
-static void step(ctx *c, const lm_model *m, lm_kv_set *kv, const int32_t *ids, int64_t from, int64_t to, float *out) {
+static void step(ctx *c, const lm_model *m, lm_kv_set *kv, const int32_t *ids, int64_t from,
+                 int64_t to, float *out) {
   lm_forward *f;
   int64_t n = to - from;
   assert_int_equal(lm_forward_create(m, c->be, n, n, &f), LM_OK);
@@ -98,7 +101,8 @@ static void insert(ctx *c, lm_prompt_cache *pc, const char *ns, const int32_t *i
 }
 
 /* A request for ids[0..N): lookup (at most N - 1 reused), then the rest as one step. */
-static int64_t request(ctx *c, lm_prompt_cache *pc, const char *ns, const int32_t *ids, float *out) {
+static int64_t request(ctx *c, lm_prompt_cache *pc, const char *ns, const int32_t *ids,
+                       float *out) {
   lm_kv_set *kv = new_set(c, c->m, c->specs);
   int64_t reused;
   assert_int_equal(lm_prompt_cache_lookup(pc, ns, ids, N, N - 1, kv, &reused), LM_OK);
@@ -110,7 +114,8 @@ static int64_t request(ctx *c, lm_prompt_cache *pc, const char *ns, const int32_
 
 static double max_abs_diff(const float *a, const float *b, int64_t n) {
   double d = 0;
-  for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+  for (int64_t i = 0; i < n; i++)
+    d = fmax(d, fabs((double)a[i] - b[i]));
   return d;
 }
 
@@ -149,7 +154,8 @@ static void t_reuse_exact(void **st) {
   /* The entry survived being restored: a second request reuses it again, identically. */
   float *again = logits(c);
   assert_int_equal(request(c, pc, NULL, c->ids, again), 12);
-  assert_memory_equal(got + 12 * c->V, again + 12 * c->V, (size_t)((N - 12) * c->V) * sizeof(float));
+  assert_memory_equal(got + 12 * c->V, again + 12 * c->V,
+                      (size_t)((N - 12) * c->V) * sizeof(float));
   assert_int_equal(lm_prompt_cache_get_stats(pc).tokens_reused, 24);
   free(got), free(ref), free(one), free(again);
   lm_prompt_cache_free(pc);
@@ -224,7 +230,8 @@ static void t_eviction(void **st) {
   lm_prompt_cache *pc;
   assert_int_equal(lm_prompt_cache_create(2 * one + one / 2, &pc), LM_OK);
   int32_t a[N], b[N], d[N];
-  for (int i = 0; i < N; i++) a[i] = c->ids[i], b[i] = c->alt[(i + 9) % N], d[i] = (int32_t)(1 + (i * 7) % 63);
+  for (int i = 0; i < N; i++)
+    a[i] = c->ids[i], b[i] = c->alt[(i + 9) % N], d[i] = (int32_t)(1 + (i * 7) % 63);
   insert(c, pc, NULL, a, 6);
   insert(c, pc, NULL, b, 6);
   assert_int_equal(lm_prompt_cache_get_stats(pc).bytes_held, 2 * one);
@@ -300,7 +307,8 @@ static void t_delayed_quant(void **st) {
     if (b > a) step(c, c->mq, kv, c->ids, a, b, NULL);
     assert_int_equal(lm_prompt_cache_insert(pc, NULL, c->ids, b, kv), LM_OK);
     float *got = logits(c), *ref = logits(c);
-    step(c, c->mq, kv, c->ids, b, N, ref + b * c->V); /* from scratch = the inserting session going on */
+    step(c, c->mq, kv, c->ids, b, N,
+         ref + b * c->V); /* from scratch = the inserting session going on */
     lm_kv_set_free(kv);
     kv = new_set(c, c->mq, q);
     assert_true(kv->caches[0]->has_pending);
@@ -325,12 +333,14 @@ static void t_bad_arguments(void **st) {
   assert_int_equal(lm_prompt_cache_create(1 << 20, &pc), LM_OK);
   lm_kv_set *kv = new_set(c, c->m, c->specs);
   step(c, c->m, kv, c->ids, 0, 5, NULL);
-  assert_int_equal(lm_prompt_cache_insert(pc, NULL, c->ids, 4, kv), LM_ERR_INVALID); /* kv holds 5 */
+  assert_int_equal(lm_prompt_cache_insert(pc, NULL, c->ids, 4, kv),
+                   LM_ERR_INVALID); /* kv holds 5 */
   assert_int_equal(lm_prompt_cache_insert(pc, NULL, c->ids, 0, kv), LM_ERR_INVALID);
   int64_t reused = 7;
   assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, -1, -1, kv, &reused), LM_ERR_INVALID);
   assert_int_equal(reused, 0);
-  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, 5, -1, kv, &reused), LM_OK); /* empty: a miss */
+  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, 5, -1, kv, &reused),
+                   LM_OK); /* empty: a miss */
   assert_int_equal(reused, 0);
   assert_int_equal(lm_kv_set_len(kv), 5);
   lm_kv_set_free(kv);
@@ -339,8 +349,9 @@ static void t_bad_arguments(void **st) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(t_reuse_exact), cmocka_unit_test(t_cut_and_decline),
-                                     cmocka_unit_test(t_eviction),    cmocka_unit_test(t_namespaces),
-                                     cmocka_unit_test(t_delayed_quant), cmocka_unit_test(t_bad_arguments)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(t_reuse_exact),   cmocka_unit_test(t_cut_and_decline),
+      cmocka_unit_test(t_eviction),      cmocka_unit_test(t_namespaces),
+      cmocka_unit_test(t_delayed_quant), cmocka_unit_test(t_bad_arguments)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

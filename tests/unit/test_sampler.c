@@ -48,7 +48,8 @@ static void t_greedy(void **st) {
   lm_sampler_free(s);
 }
 
-/* ---- 1-4: penalties, bias, suppression (greedy leaves the processed logits in place) ---------- */
+/* ---- 1-4: penalties, bias, suppression (greedy leaves the processed logits in place) ----------
+ */
 
 static void t_repeat_penalty(void **st) {
   (void)st;
@@ -57,7 +58,8 @@ static void t_repeat_penalty(void **st) {
   p.repeat_last_n = -1;
   lm_sampler *s = make(&p);
   float x[] = {2, -2, 1, 0.5f};
-  int32_t h[] = {0, 1, 0, 99, -3}; /* repeated ids count once; ids outside the vocabulary are ignored */
+  int32_t h[] = {0, 1, 0, 99,
+                 -3}; /* repeated ids count once; ids outside the vocabulary are ignored */
   assert_int_equal(lm_sampler_sample(s, x, 4, h, 5), 0);
   float want[] = {1, -4, 1, 0.5f};
   assert_memory_equal(x, want, sizeof want);
@@ -191,7 +193,8 @@ static void t_truncations(void **st) {
 /* ---- reproducibility and distribution -------------------------------------------------------- */
 
 static void fill_random(float *x, int n, uint64_t seed) {
-  for (int i = 0; i < n; i++) x[i] = 6.0f * lm_rng_uniform(seed, 9, (uint64_t)i) - 3.0f;
+  for (int i = 0; i < n; i++)
+    x[i] = 6.0f * lm_rng_uniform(seed, 9, (uint64_t)i) - 3.0f;
 }
 
 static void draw_seq(lm_sampler *s, int32_t *out, int n) {
@@ -228,7 +231,8 @@ static void t_reproducible(void **st) {
 }
 
 /* Temperature sampling over N draws matches softmax(logits / T). Tolerance: 0.005 absolute per
- * id; the standard error of a frequency near 0.5 over 200k draws is 0.0011, so this is > 4 sigma. */
+ * id; the standard error of a frequency near 0.5 over 200k draws is 0.0011, so this is > 4 sigma.
+ */
 static void check_distribution(float temperature, const double *want) {
   lm_sampling p;
   lm_sampling_init(&p);
@@ -245,7 +249,8 @@ static void check_distribution(float temperature, const double *want) {
   }
   for (int i = 0; i < 4; i++) {
     double f = (double)count[i] / N;
-    if (fabs(f - want[i]) > 0.005) fprintf(stderr, "T=%g id %d: %.4f, want %.4f\n", temperature, i, f, want[i]);
+    if (fabs(f - want[i]) > 0.005)
+      fprintf(stderr, "T=%g id %d: %.4f, want %.4f\n", temperature, i, f, want[i]);
     assert_true(fabs(f - want[i]) <= 0.005);
   }
   lm_sampler_free(s);
@@ -274,8 +279,8 @@ static int cmp_id_pair(const void *pa, const void *pb) {
 
 /* The whole pipeline (temperature, top-p, the draw in id order) written the slow way: sort
  * everything, weights expf(l - max) summed in double (sampler.c's definition). */
-static int32_t reference_top_p(const float *logits, int n, float temperature, float top_p, uint64_t seed,
-                               uint64_t counter) {
+static int32_t reference_top_p(const float *logits, int n, float temperature, float top_p,
+                               uint64_t seed, uint64_t counter) {
   float(*c)[2] = malloc((size_t)n * sizeof *c);
   for (int i = 0; i < n; i++) {
     c[i][0] = logits[i] * (1.0f / temperature);
@@ -284,7 +289,8 @@ static int32_t reference_top_p(const float *logits, int n, float temperature, fl
   qsort(c, (size_t)n, sizeof *c, cmp_desc);
   float m = c[0][0];
   double z = 0, cum = 0;
-  for (int i = 0; i < n; i++) z += expf(c[i][0] - m);
+  for (int i = 0; i < n; i++)
+    z += expf(c[i][0] - m);
   int k = n;
   for (int i = 0; i < n; i++) {
     if (cum >= (double)top_p * z) {
@@ -295,7 +301,8 @@ static int32_t reference_top_p(const float *logits, int n, float temperature, fl
   }
   qsort(c, (size_t)k, sizeof *c, cmp_id_pair);
   double zk = 0;
-  for (int i = 0; i < k; i++) zk += expf(c[i][0] - m);
+  for (int i = 0; i < k; i++)
+    zk += expf(c[i][0] - m);
   double u = (double)lm_rng_uniform(seed, 0, counter) * zk, acc = 0;
   int32_t id = (int32_t)c[k - 1][1];
   for (int i = 0; i < k; i++) {
@@ -321,7 +328,8 @@ static void t_top_p_shortcut(void **st) {
   lm_sampler *s = make(&p);
   for (int i = 0; i < 200; i++) {
     fill_random(x, V, 100 + (uint64_t)i);
-    for (int j = 0; j < V; j++) x[j] *= 1 + (float)(i % 5); /* from flat to peaked */
+    for (int j = 0; j < V; j++)
+      x[j] *= 1 + (float)(i % 5); /* from flat to peaked */
     memcpy(y, x, sizeof x);
     int32_t want = reference_top_p(y, V, p.temperature, p.top_p, p.seed, (uint64_t)i);
     assert_int_equal(lm_sampler_sample(s, x, V, NULL, 0), want);
@@ -336,8 +344,10 @@ static void t_validate(void **st) {
   lm_sampling p;
   lm_sampling_init(&p);
   assert_int_equal(lm_sampling_validate(&p), LM_OK);
-  const char *needle[] = {"temperature", "temperature", "top_k", "top_p", "top_p", "min_p", "min_p",
-                          "repeat_penalty", "repeat_penalty", "penalties must be finite", "windows", "windows"};
+  const char *needle[] = {
+      "temperature", "temperature", "top_k",          "top_p",          "top_p",
+      "min_p",       "min_p",       "repeat_penalty", "repeat_penalty", "penalties must be finite",
+      "windows",     "windows"};
   for (int i = 0; i < (int)(sizeof needle / sizeof *needle); i++) {
     lm_sampling_init(&p);
     switch (i) {
@@ -382,13 +392,15 @@ static void t_validate(void **st) {
 
 static void t_gen_config(void **st) {
   (void)st;
-  const char *gemma = "{\"bos_token_id\":2,\"do_sample\":true,\"eos_token_id\":[1,106,50],\"pad_token_id\":0,"
-                      "\"suppress_tokens\":[258883,258882],\"temperature\":1.0,\"top_k\":64,\"top_p\":0.95,"
-                      "\"transformers_version\":\"5.17.0\"}";
+  const char *gemma =
+      "{\"bos_token_id\":2,\"do_sample\":true,\"eos_token_id\":[1,106,50],\"pad_token_id\":0,"
+      "\"suppress_tokens\":[258883,258882],\"temperature\":1.0,\"top_k\":64,\"top_p\":0.95,"
+      "\"transformers_version\":\"5.17.0\"}";
   lm_gen_config g;
   assert_int_equal(lm_gen_config_parse(gemma, strlen(gemma), "gc", &g), LM_OK);
   assert_int_equal(g.found, 1);
-  assert_true(g.sampling.temperature == 1.0f && g.sampling.top_k == 64 && g.sampling.top_p == 0.95f);
+  assert_true(g.sampling.temperature == 1.0f && g.sampling.top_k == 64 &&
+              g.sampling.top_p == 0.95f);
   assert_int_equal(g.n_eos, 3);
   assert_int_equal(g.eos[2], 50);
   assert_int_equal(g.sampling.n_suppress, 2);
@@ -404,10 +416,12 @@ static void t_gen_config(void **st) {
   assert_int_equal(lm_gen_stop_ids(NULL, 0, NULL, -1, &ids, &n), LM_OK);
   assert_true(n == 0 && ids == NULL);
 
-  const char *greedy_cfg = "{\"do_sample\":false,\"temperature\":0.7,\"eos_token_id\":7,\"repetition_penalty\":1.1,"
-                           "\"min_p\":0.05,\"max_new_tokens\":99}";
+  const char *greedy_cfg =
+      "{\"do_sample\":false,\"temperature\":0.7,\"eos_token_id\":7,\"repetition_penalty\":1.1,"
+      "\"min_p\":0.05,\"max_new_tokens\":99}";
   assert_int_equal(lm_gen_config_parse(greedy_cfg, strlen(greedy_cfg), "gc", &g), LM_OK);
-  assert_true(g.sampling.temperature == 0 && g.sampling.repeat_penalty == 1.1f && g.sampling.min_p == 0.05f);
+  assert_true(g.sampling.temperature == 0 && g.sampling.repeat_penalty == 1.1f &&
+              g.sampling.min_p == 0.05f);
   assert_true(g.n_eos == 1 && g.eos[0] == 7 && g.max_new_tokens == 99);
   lm_gen_config_clear(&g);
 
@@ -461,10 +475,17 @@ static void t_gen_config_bad(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_greedy),         cmocka_unit_test(t_repeat_penalty), cmocka_unit_test(t_presence_frequency),
-      cmocka_unit_test(t_bias_suppress),  cmocka_unit_test(t_truncations),    cmocka_unit_test(t_reproducible),
-      cmocka_unit_test(t_distribution),   cmocka_unit_test(t_top_p_shortcut), cmocka_unit_test(t_validate),
-      cmocka_unit_test(t_gen_config),     cmocka_unit_test(t_gen_config_bad),
+      cmocka_unit_test(t_greedy),
+      cmocka_unit_test(t_repeat_penalty),
+      cmocka_unit_test(t_presence_frequency),
+      cmocka_unit_test(t_bias_suppress),
+      cmocka_unit_test(t_truncations),
+      cmocka_unit_test(t_reproducible),
+      cmocka_unit_test(t_distribution),
+      cmocka_unit_test(t_top_p_shortcut),
+      cmocka_unit_test(t_validate),
+      cmocka_unit_test(t_gen_config),
+      cmocka_unit_test(t_gen_config_bad),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

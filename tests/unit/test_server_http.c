@@ -6,11 +6,11 @@
  *     result round trip, reasoning split from content when the prompt opens the thought channel,
  *     log-probabilities; completions plain, streamed and with logprobs;
  *   - Anthropic Messages plain, streamed (the event grammar) and with tool_use / tool_result;
- *   - every error: malformed JSON, wrong types, unknown roles, empty messages, invalid UTF-8, a body
- *     over the cap, max_tokens <= 0, context and memory admission, 404, 405, 401 (API key);
- *   - concurrency (8 clients in one batch), a client that disconnects (its sequence is cancelled and
- *     its memory given back), a full queue (429) and a request deadline (504).
- * Greedy outputs are the model's known continuations (models/lumen-tiny-kjv/samples.txt). */
+ *   - every error: malformed JSON, wrong types, unknown roles, empty messages, invalid UTF-8, a
+ * body over the cap, max_tokens <= 0, context and memory admission, 404, 405, 401 (API key);
+ *   - concurrency (8 clients in one batch), a client that disconnects (its sequence is cancelled
+ * and its memory given back), a full queue (429) and a request deadline (504). Greedy outputs are
+ * the model's known continuations (models/lumen-tiny-kjv/samples.txt). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,10 +22,15 @@
 #define WHO_ANSWER "I am lumen-tiny-kjv, a small language model trained on the King James Bible."
 
 static const char *const TOOLS =
-    "[{\"type\":\"function\",\"function\":{\"name\":\"lookup_verse\",\"description\":\"Look up one verse of the King "
-    "James Bible.\",\"parameters\":{\"type\":\"object\",\"properties\":{\"book\":{\"type\":\"string\",\"description\":"
-    "\"Name of the book, e.g. John\"},\"chapter\":{\"type\":\"integer\",\"description\":\"Chapter number\"},\"verse\":"
-    "{\"type\":\"integer\",\"description\":\"Verse number\"}},\"required\":[\"book\",\"chapter\",\"verse\"]}}}]";
+    "[{\"type\":\"function\",\"function\":{\"name\":\"lookup_verse\",\"description\":\"Look up one "
+    "verse of the King "
+    "James "
+    "Bible.\",\"parameters\":{\"type\":\"object\",\"properties\":{\"book\":{\"type\":\"string\","
+    "\"description\":"
+    "\"Name of the book, e.g. John\"},\"chapter\":{\"type\":\"integer\",\"description\":\"Chapter "
+    "number\"},\"verse\":"
+    "{\"type\":\"integer\",\"description\":\"Verse "
+    "number\"}},\"required\":[\"book\",\"chapter\",\"verse\"]}}}]";
 
 static test_server S; /* the default server, shared by most tests */
 
@@ -48,7 +53,8 @@ static int teardown(void **state) {
 static json_t *post_json(int port, const char *path, const char *body, int want_status) {
   http_resp r;
   assert_int_equal(http_post(port, path, body, &r), 0);
-  if (r.status != want_status) fprintf(stderr, "POST %s %s -> %d %s\n", path, body, r.status, r.body);
+  if (r.status != want_status)
+    fprintf(stderr, "POST %s %s -> %d %s\n", path, body, r.status, r.body);
   assert_int_equal(r.status, want_status);
   json_t *j = json_loads(r.body, 0, NULL);
   assert_non_null(j);
@@ -57,9 +63,12 @@ static json_t *post_json(int port, const char *path, const char *body, int want_
 }
 
 static json_t *choice0(const json_t *j) { return json_array_get(json_object_get(j, "choices"), 0); }
-static const char *str(const json_t *j, const char *k) { return json_string_value(json_object_get(j, k)); }
+static const char *str(const json_t *j, const char *k) {
+  return json_string_value(json_object_get(j, k));
+}
 
-/* The "data:" payloads of an SSE body as a JSON array (the [DONE] sentinel checked and left out). */
+/* The "data:" payloads of an SSE body as a JSON array (the [DONE] sentinel checked and left out).
+ */
 static json_t *sse_data(const char *body, int want_done) {
   json_t *a = json_array();
   int done = 0;
@@ -68,7 +77,8 @@ static json_t *sse_data(const char *body, int want_done) {
     size_t n = nl ? (size_t)(nl - p) : strlen(p);
     if (n > 6 && !strncmp(p, "data: ", 6)) {
       assert_false(done); /* nothing after [DONE] */
-      if (n == 12 && !strncmp(p + 6, "[DONE]", 6)) done = 1;
+      if (n == 12 && !strncmp(p + 6, "[DONE]", 6))
+        done = 1;
       else {
         json_t *j = json_loadb(p + 6, n - 6, 0, NULL);
         assert_non_null(j);
@@ -103,7 +113,9 @@ static void t_endpoints(void **state) {
   assert_int_equal(http_get(S.port, "/v1/models", &r), 0);
   json_t *j = json_loads(r.body, 0, NULL);
   assert_string_equal(str(json_array_get(json_object_get(j, "data"), 0), "id"), "lumen-tiny-kjv");
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "context_window")), 2048);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(json_object_get(j, "data"), 0),
+                                                      "context_window")),
+                   2048);
   json_decref(j);
   http_resp_free(&r);
   assert_int_equal(http_get(S.port, "/v1/models/lumen-tiny-kjv", &r), 0);
@@ -131,7 +143,8 @@ static void t_endpoints(void **state) {
 
 /* ---- chat completions ------------------------------------------------------------------------ */
 
-static const char *const WHO = "{\"messages\":[{\"role\":\"user\",\"content\":\"Who are you?\"}],\"temperature\":0";
+static const char *const WHO =
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Who are you?\"}],\"temperature\":0";
 
 static void t_chat(void **state) {
   (void)state;
@@ -147,28 +160,36 @@ static void t_chat(void **state) {
   assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")), 14);
   assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")),
                    14 + json_integer_value(json_object_get(u, "completion_tokens")));
-  assert_true(json_is_integer(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")));
+  assert_true(json_is_integer(
+      json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")));
   json_decref(j);
   /* the same request again: all but the last prompt token come from the prompt cache */
   j = post_json(S.port, "/v1/chat/completions", body, 200);
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"),
-                                                      "cached_tokens")), 13);
+  assert_int_equal(
+      json_integer_value(json_object_get(
+          json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens")),
+      13);
   assert_string_equal(str(json_object_get(choice0(j), "message"), "content"), WHO_ANSWER);
   json_decref(j);
   /* a text-parts list, a system message and max_tokens */
   j = post_json(S.port, "/v1/chat/completions",
-                "{\"messages\":[{\"role\":\"system\",\"content\":\"You quote scripture.\"},{\"role\":\"user\","
-                "\"content\":[{\"type\":\"text\",\"text\":\"Recite\"},{\"type\":\"text\",\"text\":\" John 3:16.\"}]}],"
-                "\"max_tokens\":3,\"temperature\":0.7,\"seed\":1}", 200);
+                "{\"messages\":[{\"role\":\"system\",\"content\":\"You quote "
+                "scripture.\"},{\"role\":\"user\","
+                "\"content\":[{\"type\":\"text\",\"text\":\"Recite\"},{\"type\":\"text\",\"text\":"
+                "\" John 3:16.\"}]}],"
+                "\"max_tokens\":3,\"temperature\":0.7,\"seed\":1}",
+                200);
   assert_string_equal(str(choice0(j), "finish_reason"), "length");
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 3);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 3);
   json_decref(j);
 }
 
 static void t_chat_stream(void **state) {
   (void)state;
   char body[512];
-  snprintf(body, sizeof body, "%s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", WHO);
+  snprintf(body, sizeof body, "%s,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+           WHO);
   json_t *ev = stream(S.port, "/v1/chat/completions", body, 1);
   size_t n = json_array_size(ev);
   assert_true(n > 4);
@@ -187,14 +208,18 @@ static void t_chat_stream(void **state) {
   assert_string_equal(str(choice0(json_array_get(ev, n - 2)), "finish_reason"), "stop");
   json_t *last = json_array_get(ev, n - 1); /* the usage chunk: no choices */
   assert_int_equal(json_array_size(json_object_get(last, "choices")), 0);
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(last, "usage"), "prompt_tokens")), 14);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(last, "usage"), "prompt_tokens")), 14);
   json_decref(ev);
 }
 
 static char *tool_request(const char *extra) {
   char *b = malloc(4096);
-  snprintf(b, 4096, "{\"messages\":[{\"role\":\"user\",\"content\":\"Look up Romans 8:28.\"}],\"temperature\":0,"
-                    "\"tools\":%s%s}", TOOLS, extra);
+  snprintf(
+      b, 4096,
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"Look up Romans 8:28.\"}],\"temperature\":0,"
+      "\"tools\":%s%s}",
+      TOOLS, extra);
   return b;
 }
 
@@ -212,7 +237,8 @@ static void t_tools(void **state) {
   char *b = tool_request("");
   json_t *j = post_json(S.port, "/v1/chat/completions", b, 200);
   free(b);
-  json_t *msg = json_object_get(choice0(j), "message"), *call = json_array_get(json_object_get(msg, "tool_calls"), 0);
+  json_t *msg = json_object_get(choice0(j), "message"),
+         *call = json_array_get(json_object_get(msg, "tool_calls"), 0);
   assert_string_equal(str(choice0(j), "finish_reason"), "tool_calls");
   assert_true(json_is_null(json_object_get(msg, "content")));
   assert_string_equal(str(call, "type"), "function");
@@ -226,23 +252,30 @@ static void t_tools(void **state) {
   free(b);
   int calls = 0;
   for (size_t i = 0; i < json_array_size(ev); i++) {
-    json_t *tc = json_object_get(json_object_get(choice0(json_array_get(ev, i)), "delta"), "tool_calls");
+    json_t *tc =
+        json_object_get(json_object_get(choice0(json_array_get(ev, i)), "delta"), "tool_calls");
     if (!tc) continue;
     calls++;
     assert_int_equal(json_integer_value(json_object_get(json_array_get(tc, 0), "index")), 0);
     check_romans(str(json_object_get(json_array_get(tc, 0), "function"), "arguments"));
   }
   assert_int_equal(calls, 1);
-  assert_string_equal(str(choice0(json_array_get(ev, json_array_size(ev) - 1)), "finish_reason"), "tool_calls");
+  assert_string_equal(str(choice0(json_array_get(ev, json_array_size(ev) - 1)), "finish_reason"),
+                      "tool_calls");
   json_decref(ev);
   /* the tool's result goes back; the model answers in text */
   char rt[4096];
   snprintf(rt, sizeof rt,
-           "{\"messages\":[{\"role\":\"user\",\"content\":\"Look up Romans 8:28.\"},{\"role\":\"assistant\",\"content\":null,"
-           "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"lookup_verse\",\"arguments\":"
-           "\"{\\\"book\\\":\\\"Romans\\\",\\\"chapter\\\":8,\\\"verse\\\":28}\"}}]},{\"role\":\"tool\",\"tool_call_id\":"
-           "\"call_1\",\"content\":\"And we know that all things work together for good to them that love God.\"}],"
-           "\"temperature\":0,\"max_tokens\":60,\"tools\":%s}", TOOLS);
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"Look up Romans "
+           "8:28.\"},{\"role\":\"assistant\",\"content\":null,"
+           "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+           "\"lookup_verse\",\"arguments\":"
+           "\"{\\\"book\\\":\\\"Romans\\\",\\\"chapter\\\":8,\\\"verse\\\":28}\"}}]},{\"role\":"
+           "\"tool\",\"tool_call_id\":"
+           "\"call_1\",\"content\":\"And we know that all things work together for good to them "
+           "that love God.\"}],"
+           "\"temperature\":0,\"max_tokens\":60,\"tools\":%s}",
+           TOOLS);
   j = post_json(S.port, "/v1/chat/completions", rt, 200);
   assert_true(strlen(str(json_object_get(choice0(j), "message"), "content")) > 0);
   assert_null(json_object_get(json_object_get(choice0(j), "message"), "tool_calls"));
@@ -252,11 +285,15 @@ static void t_tools(void **state) {
 static void t_forced_tool(void **state) {
   (void)state;
   char b[4096];
-  /* the model would answer in text; the named tool_choice opens the call at the end of the prompt */
-  snprintf(b, sizeof b, "%s,\"max_tokens\":40,\"tools\":%s,\"tool_choice\":{\"type\":\"function\",\"function\":"
-                        "{\"name\":\"lookup_verse\"}}}", WHO, TOOLS);
+  /* the model would answer in text; the named tool_choice opens the call at the end of the prompt
+   */
+  snprintf(b, sizeof b,
+           "%s,\"max_tokens\":40,\"tools\":%s,\"tool_choice\":{\"type\":\"function\",\"function\":"
+           "{\"name\":\"lookup_verse\"}}}",
+           WHO, TOOLS);
   json_t *j = post_json(S.port, "/v1/chat/completions", b, 200);
-  json_t *call = json_array_get(json_object_get(json_object_get(choice0(j), "message"), "tool_calls"), 0);
+  json_t *call =
+      json_array_get(json_object_get(json_object_get(choice0(j), "message"), "tool_calls"), 0);
   assert_string_equal(str(choice0(j), "finish_reason"), "tool_calls");
   assert_string_equal(str(json_object_get(call, "function"), "name"), "lookup_verse");
   json_t *args = json_loads(str(json_object_get(call, "function"), "arguments"), 0, NULL);
@@ -271,10 +308,14 @@ static void t_reasoning(void **state) {
    * channel: what the model writes is reasoning, never content */
   char b[4096];
   const char *msgs =
-      "[{\"role\":\"user\",\"content\":\"Look up Romans 8:28.\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
-      "\"type\":\"function\",\"function\":{\"name\":\"lookup_verse\",\"arguments\":{\"book\":\"Romans\",\"chapter\":8,"
+      "[{\"role\":\"user\",\"content\":\"Look up Romans "
+      "8:28.\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
+      "\"type\":\"function\",\"function\":{\"name\":\"lookup_verse\",\"arguments\":{\"book\":"
+      "\"Romans\",\"chapter\":8,"
       "\"verse\":28}}}]},{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"And we know.\"}]";
-  snprintf(b, sizeof b, "{\"messages\":%s,\"temperature\":0,\"max_tokens\":30,\"reasoning_effort\":\"high\"}", msgs);
+  snprintf(b, sizeof b,
+           "{\"messages\":%s,\"temperature\":0,\"max_tokens\":30,\"reasoning_effort\":\"high\"}",
+           msgs);
   json_t *j = post_json(S.port, "/v1/chat/completions", b, 200);
   json_t *msg = json_object_get(choice0(j), "message");
   const char *reasoning = str(msg, "reasoning_content");
@@ -284,12 +325,15 @@ static void t_reasoning(void **state) {
   char want[4096];
   snprintf(want, sizeof want, "%s", reasoning);
   json_decref(j);
-  snprintf(b, sizeof b, "{\"messages\":%s,\"temperature\":0,\"max_tokens\":30,\"stream\":true,"
-                        "\"chat_template_kwargs\":{\"enable_thinking\":true}}", msgs);
+  snprintf(b, sizeof b,
+           "{\"messages\":%s,\"temperature\":0,\"max_tokens\":30,\"stream\":true,"
+           "\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+           msgs);
   json_t *ev = stream(S.port, "/v1/chat/completions", b, 1);
   char got[4096] = "";
   for (size_t i = 0; i < json_array_size(ev); i++) {
-    const char *d = str(json_object_get(choice0(json_array_get(ev, i)), "delta"), "reasoning_content");
+    const char *d =
+        str(json_object_get(choice0(json_array_get(ev, i)), "delta"), "reasoning_content");
     if (d) strcat(got, d);
   }
   assert_string_equal(got, want);
@@ -326,7 +370,8 @@ static void t_logprobs(void **state) {
 
 static void t_completions(void **state) {
   (void)state;
-  const char *b = "{\"prompt\":\"In the beginning\",\"max_tokens\":20,\"temperature\":0,\"logprobs\":2}";
+  const char *b =
+      "{\"prompt\":\"In the beginning\",\"max_tokens\":20,\"temperature\":0,\"logprobs\":2}";
   json_t *j = post_json(S.port, "/v1/completions", b, 200);
   assert_string_equal(str(j, "object"), "text_completion");
   const char *text = str(choice0(j), "text");
@@ -340,15 +385,18 @@ static void t_completions(void **state) {
   char want[1024];
   snprintf(want, sizeof want, "%s", text);
   json_decref(j);
-  json_t *ev = stream(S.port, "/v1/completions",
-                      "{\"prompt\":\"In the beginning\",\"max_tokens\":20,\"temperature\":0,\"stream\":true}", 1);
+  json_t *ev = stream(
+      S.port, "/v1/completions",
+      "{\"prompt\":\"In the beginning\",\"max_tokens\":20,\"temperature\":0,\"stream\":true}", 1);
   char got[1024] = "";
-  for (size_t i = 0; i < json_array_size(ev); i++) strcat(got, str(choice0(json_array_get(ev, i)), "text"));
+  for (size_t i = 0; i < json_array_size(ev); i++)
+    strcat(got, str(choice0(json_array_get(ev, i)), "text"));
   assert_string_equal(got, want);
   json_decref(ev);
   /* a token-id prompt */
   j = post_json(S.port, "/v1/completions", "{\"prompt\":[2,100,200],\"max_tokens\":2}", 200);
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 3);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 3);
   json_decref(j);
 }
 
@@ -356,11 +404,16 @@ static void t_completions(void **state) {
 
 static char *anthropic_tools(void) {
   char *b = malloc(2048);
-  snprintf(b, 2048, "[{\"name\":\"lookup_verse\",\"description\":\"Look up one verse of the King James Bible.\","
-                    "\"input_schema\":{\"type\":\"object\",\"properties\":{\"book\":{\"type\":\"string\",\"description\":"
-                    "\"Name of the book, e.g. John\"},\"chapter\":{\"type\":\"integer\",\"description\":\"Chapter number\"},"
-                    "\"verse\":{\"type\":\"integer\",\"description\":\"Verse number\"}},\"required\":[\"book\",\"chapter\","
-                    "\"verse\"]}}]");
+  snprintf(
+      b, 2048,
+      "[{\"name\":\"lookup_verse\",\"description\":\"Look up one verse of the King James Bible.\","
+      "\"input_schema\":{\"type\":\"object\",\"properties\":{\"book\":{\"type\":\"string\","
+      "\"description\":"
+      "\"Name of the book, e.g. "
+      "John\"},\"chapter\":{\"type\":\"integer\",\"description\":\"Chapter number\"},"
+      "\"verse\":{\"type\":\"integer\",\"description\":\"Verse "
+      "number\"}},\"required\":[\"book\",\"chapter\","
+      "\"verse\"]}}]");
   return b;
 }
 
@@ -381,28 +434,38 @@ static void event_names(const char *body, char *out, size_t n) {
 
 static void t_anthropic(void **state) {
   (void)state;
-  json_t *j = post_json(S.port, "/v1/messages",
-                        "{\"model\":\"claude\",\"max_tokens\":64,\"temperature\":0,\"messages\":[{\"role\":\"user\","
-                        "\"content\":\"Who are you?\"}]}", 200);
+  json_t *j = post_json(
+      S.port, "/v1/messages",
+      "{\"model\":\"claude\",\"max_tokens\":64,\"temperature\":0,\"messages\":[{\"role\":\"user\","
+      "\"content\":\"Who are you?\"}]}",
+      200);
   assert_string_equal(str(j, "type"), "message");
   assert_string_equal(str(j, "stop_reason"), "end_turn");
   assert_string_equal(str(json_array_get(json_object_get(j, "content"), 0), "text"), WHO_ANSWER);
-  assert_true(json_is_integer(json_object_get(json_object_get(j, "usage"), "cache_read_input_tokens")));
+  assert_true(
+      json_is_integer(json_object_get(json_object_get(j, "usage"), "cache_read_input_tokens")));
   json_decref(j);
   http_resp r;
-  assert_int_equal(http_post(S.port, "/v1/messages",
-                             "{\"model\":\"claude\",\"max_tokens\":64,\"temperature\":0,\"stream\":true,\"messages\":"
-                             "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Who are you?\"}]}]}", &r), 0);
+  assert_int_equal(
+      http_post(
+          S.port, "/v1/messages",
+          "{\"model\":\"claude\",\"max_tokens\":64,\"temperature\":0,\"stream\":true,\"messages\":"
+          "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Who are you?\"}]}]}",
+          &r),
+      0);
   char names[512];
   event_names(r.body, names, sizeof names);
-  assert_string_equal(names, "message_start ping content_block_start content_block_delta content_block_stop "
-                             "message_delta message_stop ");
+  assert_string_equal(
+      names, "message_start ping content_block_start content_block_delta content_block_stop "
+             "message_delta message_stop ");
   assert_non_null(strstr(r.body, "\"stop_reason\":\"end_turn\""));
   http_resp_free(&r);
   /* tool_use, streamed and not */
   char *tools = anthropic_tools(), b[4096];
-  snprintf(b, sizeof b, "{\"max_tokens\":64,\"temperature\":0,\"tools\":%s,\"messages\":[{\"role\":\"user\","
-                        "\"content\":\"Look up Romans 8:28.\"}]}", tools);
+  snprintf(b, sizeof b,
+           "{\"max_tokens\":64,\"temperature\":0,\"tools\":%s,\"messages\":[{\"role\":\"user\","
+           "\"content\":\"Look up Romans 8:28.\"}]}",
+           tools);
   j = post_json(S.port, "/v1/messages", b, 200);
   json_t *blk = json_array_get(json_object_get(j, "content"), 0);
   assert_string_equal(str(j, "stop_reason"), "tool_use");
@@ -412,31 +475,43 @@ static void t_anthropic(void **state) {
   char id[64];
   snprintf(id, sizeof id, "%s", str(blk, "id"));
   json_decref(j);
-  snprintf(b, sizeof b, "{\"max_tokens\":64,\"temperature\":0,\"stream\":true,\"tools\":%s,\"messages\":[{\"role\":"
-                        "\"user\",\"content\":\"Look up Romans 8:28.\"}]}", tools);
+  snprintf(
+      b, sizeof b,
+      "{\"max_tokens\":64,\"temperature\":0,\"stream\":true,\"tools\":%s,\"messages\":[{\"role\":"
+      "\"user\",\"content\":\"Look up Romans 8:28.\"}]}",
+      tools);
   assert_int_equal(http_post(S.port, "/v1/messages", b, &r), 0);
   event_names(r.body, names, sizeof names);
-  assert_string_equal(names, "message_start ping content_block_start content_block_delta content_block_stop "
-                             "message_delta message_stop ");
+  assert_string_equal(
+      names, "message_start ping content_block_start content_block_delta content_block_stop "
+             "message_delta message_stop ");
   assert_non_null(strstr(r.body, "\"type\":\"input_json_delta\""));
   assert_non_null(strstr(r.body, "\"stop_reason\":\"tool_use\""));
   http_resp_free(&r);
   /* the tool_result round trip */
-  snprintf(b, sizeof b, "{\"max_tokens\":40,\"temperature\":0,\"tools\":%s,\"messages\":[{\"role\":\"user\",\"content\":"
-                        "\"Look up Romans 8:28.\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"%s\","
-                        "\"name\":\"lookup_verse\",\"input\":{\"book\":\"Romans\",\"chapter\":8,\"verse\":28}}]},{\"role\":"
-                        "\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"%s\",\"content\":\"And we know "
-                        "that all things work together for good.\"}]}]}", tools, id, id);
+  snprintf(b, sizeof b,
+           "{\"max_tokens\":40,\"temperature\":0,\"tools\":%s,\"messages\":[{\"role\":\"user\","
+           "\"content\":"
+           "\"Look up Romans "
+           "8:28.\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"%s\","
+           "\"name\":\"lookup_verse\",\"input\":{\"book\":\"Romans\",\"chapter\":8,\"verse\":28}}]}"
+           ",{\"role\":"
+           "\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"%s\",\"content\":"
+           "\"And we know "
+           "that all things work together for good.\"}]}]}",
+           tools, id, id);
   j = post_json(S.port, "/v1/messages", b, 200);
   assert_string_equal(str(json_array_get(json_object_get(j, "content"), 0), "type"), "text");
   json_decref(j);
   free(tools);
   /* Anthropic's error shape */
-  j = post_json(S.port, "/v1/messages", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400);
+  j = post_json(S.port, "/v1/messages", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                400);
   assert_string_equal(str(j, "type"), "error");
   assert_string_equal(str(json_object_get(j, "error"), "type"), "invalid_request_error");
   json_decref(j);
-  j = post_json(S.port, "/v1/messages", "{\"max_tokens\":5,\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400);
+  j = post_json(S.port, "/v1/messages",
+                "{\"max_tokens\":5,\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400);
   assert_non_null(strstr(str(json_object_get(j, "error"), "message"), "role"));
   json_decref(j);
 }
@@ -450,22 +525,30 @@ typedef struct err_case {
 } err_case;
 
 static const err_case err_cases[] = {
-    {"POST", "/v1/chat/completions", "{\"messages\":[", 400, "invalid_request_error", "invalid_json", NULL},
+    {"POST", "/v1/chat/completions", "{\"messages\":[", 400, "invalid_request_error",
+     "invalid_json", NULL},
     {"POST", "/v1/chat/completions", "", 400, "invalid_request_error", "invalid_json", NULL},
     {"POST", "/v1/chat/completions", "[]", 400, "invalid_request_error", NULL, NULL},
-    {"POST", "/v1/chat/completions", "{\"messages\":\"hi\"}", 400, "invalid_request_error", NULL, "messages"},
-    {"POST", "/v1/chat/completions", "{\"messages\":[]}", 400, "invalid_request_error", NULL, "messages"},
+    {"POST", "/v1/chat/completions", "{\"messages\":\"hi\"}", 400, "invalid_request_error", NULL,
+     "messages"},
+    {"POST", "/v1/chat/completions", "{\"messages\":[]}", 400, "invalid_request_error", NULL,
+     "messages"},
     {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"god\",\"content\":\"x\"}]}", 400,
      "invalid_request_error", NULL, "messages[0].role"},
-    {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_k\":\"5\"}", 400,
+    {"POST", "/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_k\":\"5\"}", 400,
      "invalid_request_error", NULL, "top_k"},
-    {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", 400,
+    {"POST", "/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", 400,
      "invalid_request_error", NULL, "max_tokens"},
-    {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-1}", 400,
+    {"POST", "/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-1}", 400,
      "invalid_request_error", NULL, "max_tokens"},
-    {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5000}", 400,
+    {"POST", "/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5000}", 400,
      "invalid_request_error", "context_length_exceeded", "max_tokens"},
-    {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1900}", 400,
+    {"POST", "/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1900}", 400,
      "memory_admission", "context_over_budget", NULL},
     {"POST", "/v1/completions", "{\"prompt\":7}", 400, "invalid_request_error", NULL, "prompt"},
     {"GET", "/v1/chat/completions", NULL, 405, "invalid_request_error", "method_not_allowed", NULL},
@@ -491,8 +574,10 @@ static void t_errors(void **state) {
   for (size_t i = 0; i < sizeof err_cases / sizeof *err_cases; i++) {
     const err_case *c = &err_cases[i];
     http_resp r;
-    assert_int_equal(http_do(S.port, c->method, c->path, NULL, c->body, c->body ? strlen(c->body) : 0, &r), 0);
-    if (r.status != c->status) fprintf(stderr, "case %zu: %s %s -> %d %s\n", i, c->method, c->path, r.status, r.body);
+    assert_int_equal(
+        http_do(S.port, c->method, c->path, NULL, c->body, c->body ? strlen(c->body) : 0, &r), 0);
+    if (r.status != c->status)
+      fprintf(stderr, "case %zu: %s %s -> %d %s\n", i, c->method, c->path, r.status, r.body);
     assert_int_equal(r.status, c->status);
     check_error_shape(r.body, c);
     if (c->status == 405) assert_non_null(strcasestr(r.head, "\nAllow: "));
@@ -512,7 +597,8 @@ static void t_errors(void **state) {
   huge[big] = '\0';
   assert_int_equal(http_do(S.port, "POST", "/v1/chat/completions", NULL, huge, big, &r), 0);
   assert_int_equal(r.status, 413);
-  check_error_shape(r.body, &(err_case){.type = "invalid_request_error", .code = "request_too_large"});
+  check_error_shape(r.body,
+                    &(err_case){.type = "invalid_request_error", .code = "request_too_large"});
   http_resp_free(&r);
   free(huge);
   /* the server is still fine */
@@ -535,16 +621,21 @@ static void t_api_key(void **state) {
   check_error_shape(r.body, &(err_case){.type = "authentication_error", .code = "invalid_api_key"});
   assert_non_null(strcasestr(r.head, "WWW-Authenticate: Bearer"));
   http_resp_free(&r);
-  assert_int_equal(http_do(k.port, "POST", "/v1/completions", "Authorization: Bearer sekrix\r\n", b, strlen(b), &r), 0);
+  assert_int_equal(http_do(k.port, "POST", "/v1/completions", "Authorization: Bearer sekrix\r\n", b,
+                           strlen(b), &r),
+                   0);
   assert_int_equal(r.status, 401);
   http_resp_free(&r);
-  assert_int_equal(http_do(k.port, "GET", "/v1/models", "Authorization: Bearer sekrit\r\n", NULL, 0, &r), 0);
+  assert_int_equal(
+      http_do(k.port, "GET", "/v1/models", "Authorization: Bearer sekrit\r\n", NULL, 0, &r), 0);
   assert_int_equal(r.status, 200);
   http_resp_free(&r);
-  assert_int_equal(http_do(k.port, "POST", "/v1/completions", "x-api-key: sekrit\r\n", b, strlen(b), &r), 0);
+  assert_int_equal(
+      http_do(k.port, "POST", "/v1/completions", "x-api-key: sekrit\r\n", b, strlen(b), &r), 0);
   assert_int_equal(r.status, 200);
   http_resp_free(&r);
-  assert_int_equal(http_do(k.port, "GET", "/health", NULL, NULL, 0, &r), 0); /* open, for load balancers */
+  assert_int_equal(http_do(k.port, "GET", "/health", NULL, NULL, 0, &r),
+                   0); /* open, for load balancers */
   assert_int_equal(r.status, 200);
   http_resp_free(&r);
   assert_int_equal(http_do(k.port, "GET", "/stats", NULL, NULL, 0, &r), 0);
@@ -596,13 +687,15 @@ static void t_concurrency(void **state) {
     c[i].stream = i % 2;
     pthread_create(&th[i], NULL, client_main, &c[i]);
   }
-  for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 8; i++)
+    pthread_join(th[i], NULL);
   for (int i = 0; i < 8; i++) {
     assert_int_equal(c[i].status, 200);
     assert_string_equal(c[i].text, WHO_ANSWER);
   }
   json_t *st = test_stats(S.port);
-  long long steps = stats_int(st, "batch", "steps") - steps0, rows = stats_int(st, "batch", "step_rows") - rows0;
+  long long steps = stats_int(st, "batch", "steps") - steps0,
+            rows = stats_int(st, "batch", "step_rows") - rows0;
   json_decref(st);
   /* 8 answers of ~21 tokens in far fewer than 8 x 21 steps: the streams shared forward steps */
   assert_true(rows > 2 * steps);
@@ -629,8 +722,9 @@ static void read_until(int fd, const char *needle) {
   fail_msg("'%s' did not arrive", needle);
 }
 
-static const char *const LONG = "{\"messages\":[{\"role\":\"user\",\"content\":\"Recite Psalm 23.\"}],\"max_tokens\":400,"
-                                "\"ignore_eos\":true,\"temperature\":0.8,\"stream\":true}";
+static const char *const LONG =
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Recite Psalm 23.\"}],\"max_tokens\":400,"
+    "\"ignore_eos\":true,\"temperature\":0.8,\"stream\":true}";
 
 static void t_disconnect(void **state) {
   (void)state;
@@ -660,8 +754,9 @@ static void t_disconnect(void **state) {
 
 /* As long as the context allows (2,048 positions): the running and the queued request must
  * still be there when the third one arrives, on a fast machine too. */
-static const char *const VERY_LONG = "{\"messages\":[{\"role\":\"user\",\"content\":\"Recite Psalm 23.\"}],"
-                                     "\"max_tokens\":1900,\"ignore_eos\":true,\"temperature\":0.8,\"stream\":true}";
+static const char *const VERY_LONG =
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Recite Psalm 23.\"}],"
+    "\"max_tokens\":1900,\"ignore_eos\":true,\"temperature\":0.8,\"stream\":true}";
 
 /* One try of the scenario: a runs, b waits in the one queue place, c must be refused. Returns
  * c's status (429 expected; the body is checked then). */
@@ -681,7 +776,8 @@ static int queue_full_try(test_server *q) {
   http_resp r;
   assert_int_equal(http_post(q->port, "/v1/chat/completions", LONG, &r), 0);
   int status = r.status;
-  if (status == 429) check_error_shape(r.body, &(err_case){.type = "rate_limit_error", .code = "queue_full"});
+  if (status == 429)
+    check_error_shape(r.body, &(err_case){.type = "rate_limit_error", .code = "queue_full"});
   http_resp_free(&r);
   close(a);
   close(b);
@@ -700,7 +796,8 @@ static void t_queue_full(void **state) {
   /* The setup races the engine on a loaded machine (the queue can drain between the stats poll and
    * the third request), so it gets three tries; the refusal itself is what is asserted. */
   int status = 0;
-  for (int k = 0; k < 3 && status != 429; k++) status = queue_full_try(&q);
+  for (int k = 0; k < 3 && status != 429; k++)
+    status = queue_full_try(&q);
   assert_int_equal(status, 429);
   test_server_stop(&q);
 }
@@ -730,11 +827,14 @@ static void t_timeout(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_endpoints),  cmocka_unit_test(t_chat),        cmocka_unit_test(t_chat_stream),
-      cmocka_unit_test(t_tools),      cmocka_unit_test(t_forced_tool), cmocka_unit_test(t_reasoning),
-      cmocka_unit_test(t_logprobs),   cmocka_unit_test(t_completions), cmocka_unit_test(t_anthropic),
-      cmocka_unit_test(t_errors),     cmocka_unit_test(t_api_key),     cmocka_unit_test(t_concurrency),
-      cmocka_unit_test(t_disconnect), cmocka_unit_test(t_queue_full),  cmocka_unit_test(t_timeout),
+      cmocka_unit_test(t_endpoints),   cmocka_unit_test(t_chat),
+      cmocka_unit_test(t_chat_stream), cmocka_unit_test(t_tools),
+      cmocka_unit_test(t_forced_tool), cmocka_unit_test(t_reasoning),
+      cmocka_unit_test(t_logprobs),    cmocka_unit_test(t_completions),
+      cmocka_unit_test(t_anthropic),   cmocka_unit_test(t_errors),
+      cmocka_unit_test(t_api_key),     cmocka_unit_test(t_concurrency),
+      cmocka_unit_test(t_disconnect),  cmocka_unit_test(t_queue_full),
+      cmocka_unit_test(t_timeout),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,15 +2,15 @@
  * generator behind the numbers in docs/perf/NOTES.md).
  *
  * As a test: 8 clients send 4 requests each to an in-process server over loopback — streamed and
- * plain chat, completions, Anthropic messages — and some streamed requests are abandoned after their
- * first token. Afterwards: no request failed, every generation is accounted for (done or
+ * plain chat, completions, Anthropic messages — and some streamed requests are abandoned after
+ * their first token. Afterwards: no request failed, every generation is accounted for (done or
  * cancelled, none failed or timed out), and nothing leaked: no active sequence, an empty queue, and
  * no KV memory reserved beyond the prompt cache.
  *
  * As a benchmark: test_server_load --bench --port P [--clients N] [--requests R] [--max-tokens T]
- *   [--prompt-words W] [--temperature T]: N concurrent streaming clients, R requests each, fixed-length responses
- *   (ignore_eos), distinct prompts (no prompt-cache hits); prints aggregate generated tok/s and
- *   p50/p99 time to first token as seen by the clients. */
+ *   [--prompt-words W] [--temperature T]: N concurrent streaming clients, R requests each,
+ * fixed-length responses (ignore_eos), distinct prompts (no prompt-cache hits); prints aggregate
+ * generated tok/s and p50/p99 time to first token as seen by the clients. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,23 +35,28 @@ typedef struct load_client {
 
 /* A prompt of about `words` words, distinct per (client, request). */
 static void make_prompt(char *out, size_t n, int c, int r, int words) {
-  static const char *const w[] = {"and", "the", "LORD", "spake", "unto", "Moses", "saying", "in", "that", "day"};
+  static const char *const w[] = {"and",   "the",    "LORD", "spake", "unto",
+                                  "Moses", "saying", "in",   "that",  "day"};
   int k = snprintf(out, n, "Request %d of client %d:", r, c);
-  for (int i = 0; i < words && (size_t)k + 16 < n; i++) k += snprintf(out + k, n - (size_t)k, " %s", w[(i * 7 + c + r) % 10]);
+  for (int i = 0; i < words && (size_t)k + 16 < n; i++)
+    k += snprintf(out + k, n - (size_t)k, " %s", w[(i * 7 + c + r) % 10]);
 }
 
 /* 1 when an SSE body carries generated output: a non-empty content / text delta, reasoning, a tool
- * call (OpenAI) or a text / thinking / tool_use block delta (Anthropic). The role chunk is not output. */
+ * call (OpenAI) or a text / thinking / tool_use block delta (Anthropic). The role chunk is not
+ * output. */
 static int first_output(const char *b) {
   static const char *const keys[] = {"\"delta\":{\"content\":\"", "\"text\":\""};
   for (int i = 0; i < 2; i++)
     for (const char *p = strstr(b, keys[i]); p; p = strstr(p + 1, keys[i]))
       if (p[strlen(keys[i])] != '"') return 1;
-  return strstr(b, "\"reasoning_content\":\"") || strstr(b, "\"tool_calls\":[") || strstr(b, "_delta\"");
+  return strstr(b, "\"reasoning_content\":\"") || strstr(b, "\"tool_calls\":[") ||
+         strstr(b, "_delta\"");
 }
 
 /* Streams one request, reading as the tokens come; abandon: close after the first content delta. */
-static int run_stream(load_client *lc, const char *path, const char *body, int abandon, double *ttft, long long *toks) {
+static int run_stream(load_client *lc, const char *path, const char *body, int abandon,
+                      double *ttft, long long *toks) {
   int fd = http_connect(lc->cfg->port, 120);
   if (fd < 0 || http_send(fd, "POST", path, NULL, body, strlen(body))) {
     if (fd >= 0) close(fd);
@@ -73,7 +78,8 @@ static int run_stream(load_client *lc, const char *path, const char *body, int a
     }
   }
   close(fd);
-  int ok = strstr(buf, "HTTP/1.1 200") == buf && (abandon || strstr(buf, "[DONE]") || strstr(buf, "message_stop"));
+  int ok = strstr(buf, "HTTP/1.1 200") == buf &&
+           (abandon || strstr(buf, "[DONE]") || strstr(buf, "message_stop"));
   const char *u = strstr(buf, "\"completion_tokens\":");
   *toks = u ? atoll(u + 20) : 0;
   free(buf);
@@ -92,7 +98,8 @@ static int run_plain(load_client *lc, const char *path, const char *body, long l
   return ok ? 0 : -1;
 }
 
-/* Half of the streamed chat requests (those of even clients) are abandoned after their first output. */
+/* Half of the streamed chat requests (those of even clients) are abandoned after their first
+ * output. */
 static int abandons(int client, int r) { return (client + r) % 4 == 0 && client % 2 == 0; }
 
 static void one_request(load_client *lc, int r) {
@@ -106,32 +113,41 @@ static void one_request(load_client *lc, int r) {
   char temp[64] = "";
   if (cfg->temperature >= 0) snprintf(temp, sizeof temp, "\"temperature\":%g,", cfg->temperature);
   if (kind == 0) {
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,%s%s"
-             "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", prompt, cfg->max_tokens,
-             cfg->bench ? "\"ignore_eos\":true," : "", temp);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,%s%s"
+             "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+             prompt, cfg->max_tokens, cfg->bench ? "\"ignore_eos\":true," : "", temp);
     rc = run_stream(lc, "/v1/chat/completions", body, abandon, &ttft, &toks);
   } else if (kind == 1) {
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", prompt,
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d}", prompt,
              cfg->max_tokens);
     rc = run_plain(lc, "/v1/chat/completions", body, &toks);
   } else if (kind == 2) {
-    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0}", prompt, cfg->max_tokens);
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0}", prompt,
+             cfg->max_tokens);
     rc = run_plain(lc, "/v1/completions", body, &toks);
   } else {
-    snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":%d,\"stream\":true,\"messages\":[{\"role\":\"user\","
-             "\"content\":\"%s\"}]}", cfg->max_tokens, prompt);
+    snprintf(body, sizeof body,
+             "{\"model\":\"m\",\"max_tokens\":%d,\"stream\":true,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"%s\"}]}",
+             cfg->max_tokens, prompt);
     rc = run_stream(lc, "/v1/messages", body, 0, &ttft, &toks);
   }
-  if (rc) lc->failed++;
-  else if (abandon) lc->cancelled++;
-  else lc->ok++;
+  if (rc)
+    lc->failed++;
+  else if (abandon)
+    lc->cancelled++;
+  else
+    lc->ok++;
   lc->tokens += toks;
   if (ttft >= 0 && lc->n_ttft < 256) lc->ttft[lc->n_ttft++] = ttft;
 }
 
 static void *client_main(void *arg) {
   load_client *lc = arg;
-  for (int r = 0; r < lc->cfg->requests; r++) one_request(lc, r);
+  for (int r = 0; r < lc->cfg->requests; r++)
+    one_request(lc, r);
   return NULL;
 }
 
@@ -163,7 +179,8 @@ static load_sum run_load(const load_cfg *cfg) {
     s.failed += lc[i].failed;
     s.cancelled += lc[i].cancelled;
     s.tokens += lc[i].tokens;
-    for (int k = 0; k < lc[i].n_ttft; k++) all[n++] = lc[i].ttft[k];
+    for (int k = 0; k < lc[i].n_ttft; k++)
+      all[n++] = lc[i].ttft[k];
   }
   s.wall = test_now() - t0;
   qsort(all, (size_t)n, sizeof *all, cmp_d);
@@ -186,20 +203,27 @@ static void t_load(void **state) {
   o.queue_size = 64;
   o.timeout_s = 120;
   assert_int_equal(test_server_start(&t, &o), 0);
-  load_cfg cfg = {.port = t.port, .clients = 8, .requests = 4, .max_tokens = 12, .prompt_words = 8, .temperature = -1};
+  load_cfg cfg = {.port = t.port,
+                  .clients = 8,
+                  .requests = 4,
+                  .max_tokens = 12,
+                  .prompt_words = 8,
+                  .temperature = -1};
   int total = cfg.clients * cfg.requests, abandoned = 0;
   for (int c = 0; c < cfg.clients; c++)
-    for (int r = 0; r < cfg.requests; r++) abandoned += abandons(c, r);
+    for (int r = 0; r < cfg.requests; r++)
+      abandoned += abandons(c, r);
   load_sum s = run_load(&cfg);
-  fprintf(stderr, "load: %d ok, %d abandoned, %d failed, %lld tokens in %.1f s (ttft p50 %.3f s)\n", s.ok, s.cancelled,
-          s.failed, s.tokens, s.wall, s.p50);
+  fprintf(stderr, "load: %d ok, %d abandoned, %d failed, %lld tokens in %.1f s (ttft p50 %.3f s)\n",
+          s.ok, s.cancelled, s.failed, s.tokens, s.wall, s.p50);
   assert_int_equal(s.failed, 0);
   assert_true(abandoned > 0);
   assert_int_equal(s.ok + s.cancelled, total);
   assert_int_equal(s.cancelled, abandoned);
   assert_true(wait_idle(t.port, 10));
   json_t *st = NULL;
-  for (int i = 0; i < 100; i++) { /* abandoned streams are counted once their sequences are reaped */
+  for (int i = 0; i < 100;
+       i++) { /* abandoned streams are counted once their sequences are reaped */
     json_decref(st);
     st = test_stats(t.port);
     if (stats_int(st, "jobs", "done") + stats_int(st, "jobs", "cancelled") == total) break;
@@ -219,28 +243,42 @@ static void t_load(void **state) {
 /* ---- the benchmark --------------------------------------------------------------------------- */
 
 static int bench(int argc, char **argv) {
-  load_cfg cfg = {.clients = 1, .requests = 4, .max_tokens = 128, .prompt_words = 100, .bench = 1, .temperature = -1};
+  load_cfg cfg = {.clients = 1,
+                  .requests = 4,
+                  .max_tokens = 128,
+                  .prompt_words = 100,
+                  .bench = 1,
+                  .temperature = -1};
   for (int i = 2; i + 1 < argc; i += 2) {
     int v = atoi(argv[i + 1]);
-    if (!strcmp(argv[i], "--port")) cfg.port = v;
-    else if (!strcmp(argv[i], "--clients")) cfg.clients = v;
-    else if (!strcmp(argv[i], "--requests")) cfg.requests = v;
-    else if (!strcmp(argv[i], "--max-tokens")) cfg.max_tokens = v;
-    else if (!strcmp(argv[i], "--prompt-words")) cfg.prompt_words = v;
-    else if (!strcmp(argv[i], "--temperature")) cfg.temperature = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "--port"))
+      cfg.port = v;
+    else if (!strcmp(argv[i], "--clients"))
+      cfg.clients = v;
+    else if (!strcmp(argv[i], "--requests"))
+      cfg.requests = v;
+    else if (!strcmp(argv[i], "--max-tokens"))
+      cfg.max_tokens = v;
+    else if (!strcmp(argv[i], "--prompt-words"))
+      cfg.prompt_words = v;
+    else if (!strcmp(argv[i], "--temperature"))
+      cfg.temperature = atof(argv[i + 1]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
   }
   if (cfg.port <= 0 || cfg.clients < 1 || cfg.requests < 1 || cfg.requests > 256) {
-    fprintf(stderr, "usage: test_server_load --bench --port P [--clients N] [--requests R<=256] [--max-tokens T] "
+    fprintf(stderr, "usage: test_server_load --bench --port P [--clients N] [--requests R<=256] "
+                    "[--max-tokens T] "
                     "[--prompt-words W] [--temperature T]\n");
     return 2;
   }
   load_sum s = run_load(&cfg);
-  printf("clients %d  requests %d  ok %d  failed %d  generated %lld tok in %.2f s  aggregate %.1f tok/s  "
-         "ttft p50 %.3f s  p99 %.3f s\n", cfg.clients, cfg.clients * cfg.requests, s.ok, s.failed, s.tokens, s.wall,
+  printf("clients %d  requests %d  ok %d  failed %d  generated %lld tok in %.2f s  aggregate %.1f "
+         "tok/s  "
+         "ttft p50 %.3f s  p99 %.3f s\n",
+         cfg.clients, cfg.clients * cfg.requests, s.ok, s.failed, s.tokens, s.wall,
          (double)s.tokens / s.wall, s.p50, s.p99);
   return s.failed ? 1 : 0;
 }

@@ -57,54 +57,92 @@ static const bad_case bad_cases[] = {
     {'c', "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":[]}]}", 400, "messages[0].content"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "messages[0].content[0]"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", 400,
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400,
      "messages[0].content[0]"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}", 400, "messages[0].content[0]"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":3}]}", 400, "messages[0].name"},
-    {'c', "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{bad\"}}]}]}",
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
+     400, "messages[0].content[0]"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}", 400,
+     "messages[0].content[0]"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":3}]}", 400,
+     "messages[0].name"},
+    {'c',
+     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+     "\"arguments\":\"{bad\"}}]}]}",
      400, "messages"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":\"hot\"}", 400, "temperature"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":-1}", 400, "temperature"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":\"hot\"}", 400,
+     "temperature"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":-1}", 400,
+     "temperature"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":0}", 400, "top_p"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":1.5}", 400, "top_p"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_k\":1.5}", 400, "top_k"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"min_p\":2}", 400, "min_p"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"seed\":\"s\"}", 400, "seed"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", 400, "max_tokens"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-5}", 400, "max_tokens"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", 400,
+     "max_tokens"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-5}", 400,
+     "max_tokens"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}", 400,
      "max_completion_tokens"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"10\"}", 400, "max_tokens"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"10\"}", 400,
+     "max_tokens"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":1}", 400, "stream"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usage\":\"y\"}}", 400,
-     "stream_options.include_usage"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usage\":"
+     "\"y\"}}",
+     400, "stream_options.include_usage"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":5}", 400, "stop"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"\"]}", 400, "stop"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":[1]}", 400, "logit_bias"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"abc\":1}}", 400, "logit_bias"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"4096\":1}}", 400, "logit_bias"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":101}}", 400, "logit_bias"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":[1]}", 400,
+     "logit_bias"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"abc\":1}}", 400,
+     "logit_bias"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"4096\":1}}", 400,
+     "logit_bias"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":101}}", 400,
+     "logit_bias"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", 400, "n"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":3}", 400, "presence_penalty"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"repetition_penalty\":0}", 400, "repetition_penalty"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":\"yes\"}", 400, "logprobs"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400, "top_logprobs"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":3}", 400,
+     "presence_penalty"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"repetition_penalty\":0}", 400,
+     "repetition_penalty"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":\"yes\"}", 400,
+     "logprobs"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400,
+     "top_logprobs"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}",
+     400, "top_logprobs"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", 400, "tools"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools[0]"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
      400, "tools[0]"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"always\"}", 400, "tool_choice"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400, "tool_choice"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-          "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400, "tool_choice"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", 400, "reasoning_effort"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}", 400, "chat_template_kwargs"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}", 400,
-     "chat_template_kwargs.enable_thinking"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", 400,
-     "response_format"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+     "\"function\":{\"name\":\"a b\"}}]}",
+     400, "tools[0]"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"always\"}", 400,
+     "tool_choice"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+     400, "tool_choice"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+     "\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
+     400, "tool_choice"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}",
+     400, "reasoning_effort"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}", 400,
+     "chat_template_kwargs"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_"
+     "thinking\":1}}",
+     400, "chat_template_kwargs.enable_thinking"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_"
+     "schema\"}}",
+     400, "response_format"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":5}", 400, "model"},
     {'p', "{}", 400, "prompt"},
     {'p', "{\"prompt\":\"\"}", 400, "prompt"},
@@ -124,7 +162,8 @@ static void t_bad_requests(void **state) {
     lm_srv_err e;
     int r = parse(c->body, c->kind, &p, &e);
     if (r != c->status || strcmp(e.param, c->param ? c->param : "")) {
-      fprintf(stderr, "case %zu: %s\n  -> status %d, param '%s', message '%s'\n", i, c->body, r, e.param, e.message);
+      fprintf(stderr, "case %zu: %s\n  -> status %d, param '%s', message '%s'\n", i, c->body, r,
+              e.param, e.message);
       fail();
     }
     assert_true(e.message[0] != '\0');
@@ -150,14 +189,18 @@ static void t_good_chat(void **state) {
   const char *body =
       "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]},"
-      "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+      "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+      "\"function\","
       "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1.0, \\\"b\\\": 2}\"}}]},"
       "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"ok\"}],"
       "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"seed\":7,\"max_tokens\":12,"
-      "\"stop\":[\"END\",\"\\n\\n\"],\"logit_bias\":{\"5\":-100,\"9\":2.5},\"presence_penalty\":0.5,"
-      "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":3,"
+      "\"stop\":[\"END\",\"\\n\\n\"],\"logit_bias\":{\"5\":-100,\"9\":2.5},\"presence_penalty\":0."
+      "5,"
+      "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logprobs\":true,\"top_"
+      "logprobs\":3,"
       "\"reasoning_effort\":\"high\",\"ignore_eos\":true,"
-      "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":{}}}}},"
+      "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+      "\"properties\":{\"a\":{}}}}},"
       "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],"
       "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}";
   assert_int_equal(parse(body, 'c', &p, &e), 0);
@@ -176,15 +219,20 @@ static void t_good_chat(void **state) {
   assert_int_equal(p.top_logprobs, 3);
   assert_true(json_is_true(json_object_get(p.kwargs, "enable_thinking")));
   /* developer -> system, text parts kept, string arguments decoded with int vs float kept */
-  assert_string_equal(json_string_value(json_object_get(json_array_get(p.messages, 0), "role")), "system");
-  json_t *args = json_object_get(json_object_get(json_array_get(json_object_get(json_array_get(p.messages, 2), "tool_calls"), 0),
-                                                 "function"), "arguments");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(p.messages, 0), "role")),
+                      "system");
+  json_t *args = json_object_get(
+      json_object_get(
+          json_array_get(json_object_get(json_array_get(p.messages, 2), "tool_calls"), 0),
+          "function"),
+      "arguments");
   assert_true(json_is_real(json_object_get(args, "a")));
   assert_true(json_is_integer(json_object_get(args, "b")));
   /* the named tool_choice declares only that tool; the schema got its missing type */
   assert_int_equal(p.tool_choice, LM_SRV_TOOLS_NAMED);
   assert_int_equal(json_array_size(p.tools), 1);
-  json_t *params = json_object_get(json_object_get(json_array_get(p.tools, 0), "function"), "parameters");
+  json_t *params =
+      json_object_get(json_object_get(json_array_get(p.tools, 0), "function"), "parameters");
   assert_string_equal(json_string_value(json_object_get(params, "type")), "object");
   lm_srv_params_clear(&p);
 }
@@ -193,10 +241,12 @@ static void t_defaults_and_overrides(void **state) {
   (void)state;
   lm_srv_params p;
   lm_srv_err e;
-  assert_int_equal(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\","
-                         "\"chat_template_kwargs\":{\"enable_thinking\":true,\"x\":1},\"tool_choice\":\"none\","
-                         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"max_tokens\":5.0}",
-                         'c', &p, &e), 0);
+  assert_int_equal(
+      parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"none\","
+            "\"chat_template_kwargs\":{\"enable_thinking\":true,\"x\":1},\"tool_choice\":\"none\","
+            "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"max_tokens\":5.0}",
+            'c', &p, &e),
+      0);
   /* chat_template_kwargs wins over reasoning_effort; tool_choice none declares no tools */
   assert_true(json_is_true(json_object_get(p.kwargs, "enable_thinking")));
   assert_int_equal(json_integer_value(json_object_get(p.kwargs, "x")), 1);
@@ -226,7 +276,8 @@ static char *run_stop(char **stops, int n, const char *const *pieces, int np, in
   for (int i = 0; i < np; i++) {
     char *out;
     size_t k;
-    assert_int_equal(lm_srv_stop_push(&s, pieces[i], strlen(pieces[i]), i == np - 1, &out, &k), LM_OK);
+    assert_int_equal(lm_srv_stop_push(&s, pieces[i], strlen(pieces[i]), i == np - 1, &out, &k),
+                     LM_OK);
     if (k) strncat(all, out, k);
     free(out);
   }
@@ -249,7 +300,8 @@ static void t_stop_strings(void **state) {
   assert_string_equal(r, "one");
   assert_int_equal(m, 1);
   free(r);
-  const char *c[] = {"EN", "x", "E"}; /* a partial match that turns out not to be one, then the end */
+  const char *c[] = {"EN", "x",
+                     "E"}; /* a partial match that turns out not to be one, then the end */
   r = run_stop(stops, 2, c, 3, &m);
   assert_string_equal(r, "ENxE");
   assert_int_equal(m, -1);
@@ -269,8 +321,9 @@ static void t_stop_strings(void **state) {
 
 static void t_admission(void **state) {
   (void)state;
-  lm_kv_spec specs[2] = {{.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 64, .window = 128},
-                         {.kind = LM_KV_PLAIN, .n_kv_heads = 1, .head_dim = 128}};
+  lm_kv_spec specs[2] = {
+      {.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 64, .window = 128},
+      {.kind = LM_KV_PLAIN, .n_kv_heads = 1, .head_dim = 128}};
   lm_srv_admit a;
   assert_int_equal(lm_srv_admit_init(&a, specs, 2, LM_DT_F32, 1 << 20, 4096), LM_OK);
   assert_int_equal(lm_srv_admit_bytes_per_token(&a), 512 + 1024);
@@ -293,17 +346,20 @@ static void t_sse_and_errors(void **state) {
   assert_int_equal(lm_srv_sse_data(&b, json_pack("{s:i}", "a", 1)), LM_OK);
   assert_int_equal(lm_srv_sse_event(&b, "ping", json_pack("{s:s}", "type", "ping")), LM_OK);
   assert_int_equal(lm_srv_sse_raw(&b, "data: [DONE]\n\n"), LM_OK);
-  assert_string_equal(b.p, "data: {\"a\":1}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\ndata: [DONE]\n\n");
+  assert_string_equal(
+      b.p, "data: {\"a\":1}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\ndata: [DONE]\n\n");
   lm_srv_buf_free(&b);
   lm_srv_err e;
   lm_srv_err_set(&e, 400, "memory_admission", "context_over_budget", NULL, "too big: %d", 5);
   char *j = lm_srv_err_openai_json(&e);
-  assert_string_equal(j, "{\"error\":{\"message\":\"too big: 5\",\"type\":\"memory_admission\",\"param\":null,"
-                         "\"code\":\"context_over_budget\"}}");
+  assert_string_equal(
+      j, "{\"error\":{\"message\":\"too big: 5\",\"type\":\"memory_admission\",\"param\":null,"
+         "\"code\":\"context_over_budget\"}}");
   free(j);
   lm_srv_err_bad(&e, "messages[0].role", "bad role");
   j = lm_srv_err_anthropic_json(&e);
-  assert_string_equal(j, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"bad role\"}}");
+  assert_string_equal(j, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\","
+                         "\"message\":\"bad role\"}}");
   free(j);
   lm_srv_err_set(&e, 400, "invalid_request_error", NULL, NULL, "bytes \xff here");
   j = lm_srv_err_openai_json(&e); /* invalid UTF-8 in a message must not lose the body */
@@ -323,7 +379,8 @@ static void t_metrics(void **state) {
   assert_float_equal(lm_srv_metrics_percentile(&m, &m.ttft, 100), 0.2, 1e-9);
   lm_srv_sched_stats st = {.active = 3, .queue_cap = 8};
   char *t = lm_srv_metrics_render(&m, &st);
-  assert_non_null(strstr(t, "lumen_requests_total{endpoint=\"/v1/chat/completions\",status=\"2xx\"} 1\n"));
+  assert_non_null(
+      strstr(t, "lumen_requests_total{endpoint=\"/v1/chat/completions\",status=\"2xx\"} 1\n"));
   assert_non_null(strstr(t, "lumen_requests_total{endpoint=\"other\",status=\"404\"} 1\n"));
   assert_non_null(strstr(t, "lumen_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"));
   assert_non_null(strstr(t, "lumen_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
@@ -336,8 +393,9 @@ static void t_metrics(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_bad_requests), cmocka_unit_test(t_invalid_utf8),   cmocka_unit_test(t_good_chat),
-      cmocka_unit_test(t_defaults_and_overrides), cmocka_unit_test(t_stop_strings), cmocka_unit_test(t_admission),
+      cmocka_unit_test(t_bad_requests),   cmocka_unit_test(t_invalid_utf8),
+      cmocka_unit_test(t_good_chat),      cmocka_unit_test(t_defaults_and_overrides),
+      cmocka_unit_test(t_stop_strings),   cmocka_unit_test(t_admission),
       cmocka_unit_test(t_sse_and_errors), cmocka_unit_test(t_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,12 +33,13 @@ static lm_kv_spec SPECS[32];
 
 static int setup(void **state) {
   (void)state;
-  if (lm_model_load(TINY, &M) || lm_backend_cpu_create(LM_PRECISION_F32, 0, &BE) || lm_model_prepare(M, BE) ||
-      lm_tokenizer_load(TINY, &TOK))
+  if (lm_model_load(TINY, &M) || lm_backend_cpu_create(LM_PRECISION_F32, 0, &BE) ||
+      lm_model_prepare(M, BE) || lm_tokenizer_load(TINY, &TOK))
     return -1;
   lm_gen_config gc;
   if (lm_gen_config_load(TINY, &gc)) return -1;
-  lm_status s = lm_gen_stop_ids(M->cfg.eos_ids, M->cfg.n_eos, &gc, lm_tokenizer_eos(TOK), &STOP, &N_STOP);
+  lm_status s =
+      lm_gen_stop_ids(M->cfg.eos_ids, M->cfg.n_eos, &gc, lm_tokenizer_eos(TOK), &STOP, &N_STOP);
   lm_gen_config_clear(&gc);
   lm_model_kv_specs(M, SPECS);
   return s ? -1 : 0;
@@ -54,8 +55,14 @@ static int teardown(void **state) {
 }
 
 static lm_srv_sched *make(int parallel, int64_t chunk, int queue, int64_t budget, int pcache) {
-  lm_srv_sched_opts o = {.parallel = parallel, .chunk = chunk, .queue_cap = queue, .kv_budget = budget,
-                         .max_ctx = 2048, .prompt_cache = pcache, .specs = SPECS, .stop_ids = STOP,
+  lm_srv_sched_opts o = {.parallel = parallel,
+                         .chunk = chunk,
+                         .queue_cap = queue,
+                         .kv_budget = budget,
+                         .max_ctx = 2048,
+                         .prompt_cache = pcache,
+                         .specs = SPECS,
+                         .stop_ids = STOP,
                          .n_stop_ids = N_STOP};
   lm_srv_sched *s = NULL;
   assert_int_equal(lm_srv_sched_create(M, BE, TOK, &o, &s), LM_OK);
@@ -78,7 +85,8 @@ static double now_s(void) {
 }
 
 /* A greedy job; long ones (>= 300 tokens) ignore EOS so they surely run that long. */
-static lm_srv_chan *submit(lm_srv_sched *s, const char *prompt, int64_t max_tokens, int logprobs, lm_status want) {
+static lm_srv_chan *submit(lm_srv_sched *s, const char *prompt, int64_t max_tokens, int logprobs,
+                           lm_status want) {
   lm_srv_job *j;
   lm_srv_chan *ch;
   assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
@@ -123,21 +131,25 @@ static void collect(lm_srv_chan *ch, result *r) {
   fail_msg("no end after 60 s");
 }
 
-static const char *const prompts[] = {"In the beginning", "And God said, Let there be light: and there was",
-                                      "Psalms 23:1 The LORD is my shepherd; I shall not want. He maketh me to lie "
-                                      "down in green pastures: he leadeth me beside the still waters. He restoreth"};
+static const char *const prompts[] = {
+    "In the beginning", "And God said, Let there be light: and there was",
+    "Psalms 23:1 The LORD is my shepherd; I shall not want. He maketh me to lie "
+    "down in green pastures: he leadeth me beside the still waters. He restoreth"};
 
 static void t_batched_equals_alone(void **state) {
   (void)state;
   result alone[3], together[3];
   lm_srv_sched *s = make(1, 512, 8, 1 << 30, 0);
-  for (int i = 0; i < 3; i++) collect(submit(s, prompts[i], 24, 1, LM_OK), &alone[i]);
+  for (int i = 0; i < 3; i++)
+    collect(submit(s, prompts[i], 24, 1, LM_OK), &alone[i]);
   lm_srv_sched_free(s);
   /* chunk 5: the long prompt is prefilled over several steps while the others decode */
   s = make(4, 5, 8, 1 << 30, 0);
   lm_srv_chan *ch[3];
-  for (int i = 0; i < 3; i++) ch[i] = submit(s, prompts[i], 24, 1, LM_OK);
-  for (int i = 0; i < 3; i++) collect(ch[i], &together[i]);
+  for (int i = 0; i < 3; i++)
+    ch[i] = submit(s, prompts[i], 24, 1, LM_OK);
+  for (int i = 0; i < 3; i++)
+    collect(ch[i], &together[i]);
   lm_srv_sched_stats st;
   lm_srv_sched_stats_get(s, &st);
   assert_true(st.step_rows > st.steps); /* some steps really carried several sequences */
@@ -166,14 +178,16 @@ static void t_prompt_cache(void **state) {
   assert_int_equal(b.fin.cached_tokens, b.fin.prompt_tokens - 1);
   assert_string_equal(a.text, b.text);
   lm_srv_sched_stats st;
-  for (int i = 0; i < 200; i++) { /* the counters are published between steps, after the channel ends */
+  for (int i = 0; i < 200;
+       i++) { /* the counters are published between steps, after the channel ends */
     lm_srv_sched_stats_get(s, &st);
     if (st.pc_entries == 1 && !st.active) break;
     usleep(10000);
   }
   assert_int_equal(st.pc_hits, 1);
   assert_int_equal(st.pc_entries, 1);
-  assert_true(st.kv_reserved > 0 && st.kv_reserved == st.pc_bytes); /* only the cache entry is left */
+  assert_true(st.kv_reserved > 0 &&
+              st.kv_reserved == st.pc_bytes); /* only the cache entry is left */
   lm_srv_sched_free(s);
 }
 
@@ -230,7 +244,8 @@ static void t_cancel_and_timeout(void **state) {
 static void t_queue_and_memory(void **state) {
   (void)state;
   lm_srv_sched *s = make(1, 512, 1, 1 << 30, 0);
-  lm_srv_chan *a = submit(s, prompts[0], 1500, 0, LM_OK); /* still running after 0.2 s on any machine */
+  lm_srv_chan *a =
+      submit(s, prompts[0], 1500, 0, LM_OK); /* still running after 0.2 s on any machine */
   usleep(200000); /* a is running; b fills the one queue place; c is refused */
   lm_srv_chan *b = submit(s, prompts[1], 4, 0, LM_OK);
   assert_null(submit(s, prompts[1], 4, 0, LM_ERR_STATE));
@@ -296,7 +311,8 @@ static void t_stops(void **state) {
   collect(ch, &r);
   assert_int_equal(r.fin.kind, LM_SRV_FIN_STOP);
   assert_int_equal(r.fin.stop_id, lm_tokenizer_find(TOK, "<turn|>", 7));
-  assert_string_equal(r.text, "I am lumen-tiny-kjv, a small language model trained on the King James Bible.");
+  assert_string_equal(
+      r.text, "I am lumen-tiny-kjv, a small language model trained on the King James Bible.");
   /* ignore_eos: the same turn runs to max_tokens */
   assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
   lm_tokenizer_encode(TOK, chat, strlen(chat), 0, &j->ids, &n);
@@ -321,8 +337,11 @@ static void t_stops(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_batched_equals_alone), cmocka_unit_test(t_prompt_cache), cmocka_unit_test(t_cancel_and_timeout),
-      cmocka_unit_test(t_queue_and_memory),     cmocka_unit_test(t_stops),
+      cmocka_unit_test(t_batched_equals_alone),
+      cmocka_unit_test(t_prompt_cache),
+      cmocka_unit_test(t_cancel_and_timeout),
+      cmocka_unit_test(t_queue_and_memory),
+      cmocka_unit_test(t_stops),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -66,8 +66,8 @@ static double test_now(void) {
 
 typedef struct http_resp {
   int status;
-  char *head;   /* status line + headers */
-  char *body;   /* decoded body, NUL-terminated */
+  char *head; /* status line + headers */
+  char *body; /* decoded body, NUL-terminated */
   size_t len;
 } http_resp;
 
@@ -83,7 +83,8 @@ static int http_connect(int port, double timeout_s) {
   if (fd < 0) return -1;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  struct timeval tv = {.tv_sec = (time_t)timeout_s, .tv_usec = (suseconds_t)((timeout_s - (time_t)timeout_s) * 1e6)};
+  struct timeval tv = {.tv_sec = (time_t)timeout_s,
+                       .tv_usec = (suseconds_t)((timeout_s - (time_t)timeout_s) * 1e6)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -105,12 +106,14 @@ static int send_all(int fd, const char *p, size_t n) {
 }
 
 /* Sends the request head (and body) on fd. */
-static int http_send(int fd, const char *method, const char *path, const char *headers, const char *body, size_t blen) {
+static int http_send(int fd, const char *method, const char *path, const char *headers,
+                     const char *body, size_t blen) {
   char head[2048];
-  int k = snprintf(head, sizeof head,
-                   "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                   "%sContent-Length: %zu\r\n\r\n",
-                   method, path, headers ? headers : "", body ? blen : 0);
+  int k = snprintf(
+      head, sizeof head,
+      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+      "%sContent-Length: %zu\r\n\r\n",
+      method, path, headers ? headers : "", body ? blen : 0);
   if (send_all(fd, head, (size_t)k)) return -1;
   return body && blen ? send_all(fd, body, blen) : 0;
 }
@@ -160,8 +163,8 @@ static int http_read(int fd, http_resp *r) {
 }
 
 /* One request; 0 on success (any HTTP status). */
-static int http_do(int port, const char *method, const char *path, const char *headers, const char *body, size_t blen,
-                   http_resp *r) {
+static int http_do(int port, const char *method, const char *path, const char *headers,
+                   const char *body, size_t blen, http_resp *r) {
   memset(r, 0, sizeof *r);
   int fd = http_connect(port, 60);
   if (fd < 0) return -1;
@@ -174,7 +177,9 @@ static int http_post(int port, const char *path, const char *body, http_resp *r)
   return http_do(port, "POST", path, NULL, body, strlen(body), r);
 }
 
-static int http_get(int port, const char *path, http_resp *r) { return http_do(port, "GET", path, NULL, NULL, 0, r); }
+static int http_get(int port, const char *path, http_resp *r) {
+  return http_do(port, "GET", path, NULL, NULL, 0, r);
+}
 
 /* GET /stats as JSON (NULL on failure). */
 static json_t *test_stats(int port) {
@@ -197,7 +202,8 @@ static int wait_idle(int port, double secs) {
   double t0 = test_now();
   while (test_now() - t0 < secs) {
     json_t *st = test_stats(port);
-    int idle = st && stats_int(st, "sequences", "active") == 0 && stats_int(st, "queue", "length") == 0;
+    int idle =
+        st && stats_int(st, "sequences", "active") == 0 && stats_int(st, "queue", "length") == 0;
     json_decref(st);
     if (idle) return 1;
     usleep(20000);

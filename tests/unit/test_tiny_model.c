@@ -53,19 +53,23 @@ static void t_passage(void **st) {
   ctx *c = *st;
   int32_t *ids;
   int64_t T = lm_fx_read_ids(FX "/ids.txt", &ids), V = c->m->cfg.vocab_size;
-  float *ref = lm_fx_read_f32(FX "/logits.f32", T * V), *got = malloc((size_t)(T * V) * sizeof(float));
+  float *ref = lm_fx_read_f32(FX "/logits.f32", T * V),
+        *got = malloc((size_t)(T * V) * sizeof(float));
   assert_true(T > c->m->cfg.sliding_window / 2);
   assert_non_null(ref);
-  const int64_t plans[3][2] = {{T, T}, {T, 7}, {T / 2, T / 2}}; /* prefill, chunk; the rest decodes */
+  const int64_t plans[3][2] = {
+      {T, T}, {T, 7}, {T / 2, T / 2}}; /* prefill, chunk; the rest decodes */
   for (int p = 0; p < 3; p++) {
     lm_kv_set *kv = new_kv(c);
     lm_forward *f;
     assert_int_equal(lm_forward_create(c->m, c->be, plans[p][1], plans[p][1], &f), LM_OK);
     assert_int_equal(lm_forward_feed(f, kv, ids, plans[p][0], plans[p][1], got), LM_OK);
-    assert_int_equal(lm_forward_feed(f, kv, ids + plans[p][0], T - plans[p][0], 1, got + plans[p][0] * V), LM_OK);
+    assert_int_equal(
+        lm_forward_feed(f, kv, ids + plans[p][0], T - plans[p][0], 1, got + plans[p][0] * V),
+        LM_OK);
     lm_fx_cmp r = lm_fx_compare(ref, got, T, V);
-    printf("passage plan %d: max|d| %.3g (bound %.3g), argmax %lld/%lld\n", p, r.max_abs_diff, 1e-3 * r.max_abs_ref,
-           (long long)r.argmax_agree, (long long)T);
+    printf("passage plan %d: max|d| %.3g (bound %.3g), argmax %lld/%lld\n", p, r.max_abs_diff,
+           1e-3 * r.max_abs_ref, (long long)r.argmax_agree, (long long)T);
     assert_true(r.max_abs_diff <= 1e-3 * r.max_abs_ref);
     assert_int_equal(r.argmax_agree, T);
     lm_forward_free(f);
@@ -78,7 +82,8 @@ static void t_passage(void **st) {
 
 static int32_t argmax(const float *x, int64_t n) {
   int64_t b = 0;
-  for (int64_t i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+  for (int64_t i = 1; i < n; i++)
+    b = x[i] > x[b] ? i : b;
   return (int32_t)b;
 }
 
@@ -86,9 +91,11 @@ static int32_t argmax(const float *x, int64_t n) {
 static void check_greedy(ctx *c, const json_t *g) {
   const json_t *pj = json_object_get(g, "prompt_ids"), *gj = json_object_get(g, "greedy_ids"),
                *steps = json_object_get(g, "steps");
-  int64_t n = (int64_t)json_array_size(pj), V = c->m->cfg.vocab_size, N = (int64_t)json_array_size(gj);
+  int64_t n = (int64_t)json_array_size(pj), V = c->m->cfg.vocab_size,
+          N = (int64_t)json_array_size(gj);
   int32_t *ids = malloc((size_t)n * sizeof *ids);
-  for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+  for (int64_t i = 0; i < n; i++)
+    ids[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
   float *logits = malloc((size_t)(n * V) * sizeof(float));
   lm_kv_set *kv = new_kv(c);
   lm_forward *fp, *fd;
@@ -100,7 +107,8 @@ static void check_greedy(ctx *c, const json_t *g) {
   for (int64_t i = 0; i < N; i++) {
     int32_t want = (int32_t)json_integer_value(json_array_get(gj, (size_t)i));
     if (next != want) {
-      double margin = json_number_value(json_object_get(json_array_get(steps, (size_t)i), "margin"));
+      double margin =
+          json_number_value(json_object_get(json_array_get(steps, (size_t)i), "margin"));
       printf("  %s: step %lld differs (%d vs %d), reference margin %.3g\n",
              json_string_value(json_object_get(g, "name")), (long long)i, next, want, margin);
       assert_true(margin < 1e-4); /* only a logged near-tie may differ */
@@ -110,8 +118,8 @@ static void check_greedy(ctx *c, const json_t *g) {
     assert_int_equal(lm_forward_feed(fd, kv, &next, 1, 1, logits), LM_OK);
     next = argmax(logits, V);
   }
-  printf("greedy %-12s %lld/%lld tokens identical\n", json_string_value(json_object_get(g, "name")), (long long)same,
-         (long long)N);
+  printf("greedy %-12s %lld/%lld tokens identical\n", json_string_value(json_object_get(g, "name")),
+         (long long)same, (long long)N);
   lm_forward_free(fp);
   lm_forward_free(fd);
   lm_kv_set_free(kv);

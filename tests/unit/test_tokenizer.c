@@ -28,13 +28,15 @@ static lm_tokenizer *load(const char *path) {
   return t;
 }
 
-static void expect_ids(const lm_tokenizer *t, const char *text, size_t len, int add_special, const int32_t *want, size_t n) {
+static void expect_ids(const lm_tokenizer *t, const char *text, size_t len, int add_special,
+                       const int32_t *want, size_t n) {
   int32_t *ids;
   size_t got;
   assert_int_equal(lm_tokenizer_encode(t, text, len, add_special, &ids, &got), LM_OK);
   if (got != n || (n && memcmp(ids, want, n * sizeof *ids))) {
     printf("encode(%s, special=%d): got", text, add_special);
-    for (size_t i = 0; i < got; i++) printf(" %d", ids[i]);
+    for (size_t i = 0; i < got; i++)
+      printf(" %d", ids[i]);
     printf("\n");
     free(ids);
     fail_msg("ids differ for '%s'", text);
@@ -47,7 +49,8 @@ static void expect_ids(const lm_tokenizer *t, const char *text, size_t len, int 
     expect_ids(t, text, strlen(text), sp, want_, sizeof want_ / sizeof want_[0]);                  \
   } while (0)
 
-static void expect_text(const lm_tokenizer *t, const int32_t *ids, size_t n, int skip, const char *want) {
+static void expect_text(const lm_tokenizer *t, const int32_t *ids, size_t n, int skip,
+                        const char *want) {
   char *text;
   size_t len;
   assert_int_equal(lm_tokenizer_decode(t, ids, n, skip, &text, &len), LM_OK);
@@ -90,19 +93,20 @@ static void t_sp_lookup(void **state) {
 static void t_sp_encode(void **state) {
   (void)state;
   lm_tokenizer *t = load(SP_BPE);
-  EXPECT(t, "hello world", 1, 2, 281);          /* a normalized added token, matched after "▁" */
+  EXPECT(t, "hello world", 1, 2, 281); /* a normalized added token, matched after "▁" */
   EXPECT(t, " hello world", 0, 244, 281);
-  EXPECT(t, "  hello", 0, 261, 265);            /* pair merges: ▁▁, then h e l l o */
-  EXPECT(t, "Hello", 0, 76, 249, 264);          /* 'H' has no token: byte fallback <0x48> */
-  EXPECT(t, "日本", 0, 260, 234, 160, 176);      /* 日 is a token, 本 falls back to 3 bytes */
-  EXPECT(t, "😀😀a😀", 0, 3, 245, 3);            /* no <0xF0>: unk, fused over the first two */
-  EXPECT(t, "a <L> b", 0, 245, 278, 244, 246);  /* lstrip takes the space before <L> */
-  EXPECT(t, "<R>  <L>x", 0, 279, 278, 124);     /* rstrip takes the spaces after <R> */
-  EXPECT(t, "xdog dog dogx", 0, 124, 248, 252, 107, 244, 280, 244, 248, 252, 107, 124); /* single_word */
+  EXPECT(t, "  hello", 0, 261, 265);           /* pair merges: ▁▁, then h e l l o */
+  EXPECT(t, "Hello", 0, 76, 249, 264);         /* 'H' has no token: byte fallback <0x48> */
+  EXPECT(t, "日本", 0, 260, 234, 160, 176);    /* 日 is a token, 本 falls back to 3 bytes */
+  EXPECT(t, "😀😀a😀", 0, 3, 245, 3);             /* no <0xF0>: unk, fused over the first two */
+  EXPECT(t, "a <L> b", 0, 245, 278, 244, 246); /* lstrip takes the space before <L> */
+  EXPECT(t, "<R>  <L>x", 0, 279, 278, 124);    /* rstrip takes the spaces after <R> */
+  EXPECT(t, "xdog dog dogx", 0, 124, 248, 252, 107, 244, 280, 244, 248, 252, 107,
+         124); /* single_word */
   EXPECT(t, "<|turn>cat<tool>", 1, 2, 276, 273, 277);
   EXPECT(t, "cat  dog", 0, 273, 261, 280);
-  EXPECT(t, "é\xcc\x81", 0, 259, 208, 133);     /* no normalization form here: the mark stays */
-  EXPECT(t, "<bos>hello", 1, 2, 265);           /* never a double BOS (HF gives 2, 2, 265) */
+  EXPECT(t, "é\xcc\x81", 0, 259, 208, 133); /* no normalization form here: the mark stays */
+  EXPECT(t, "<bos>hello", 1, 2, 265);       /* never a double BOS (HF gives 2, 2, 265) */
   EXPECT(t, "<bos>hello", 0, 2, 265);
   int32_t *ids;
   size_t n;
@@ -117,13 +121,16 @@ static void t_sp_encode(void **state) {
 static void t_sp_decode(void **state) {
   (void)state;
   lm_tokenizer *t = load(SP_BPE);
-  DECODES(t, 0, "hello world", 266, 271);               /* Strip drops the leading space */
+  DECODES(t, 0, "hello world", 266, 271); /* Strip drops the leading space */
   DECODES(t, 0, "<bos> hello<|turn> world", 2, 266, 276, 271);
   DECODES(t, 1, "hello world", 2, 266, 276, 271);
-  DECODES(t, 0, "日", 234, 155, 169);                    /* byte tokens joined into UTF-8 */
-  DECODES(t, 0, "\xef\xbf\xbd\xef\xbf\xbd" "a", 234, 155, 245); /* a broken run: U+FFFD per byte */
-  DECODES(t, 0, " a", 261, 245);                        /* Strip removes one space only */
-  DECODES(t, 0, "", 282, 9999999);                      /* ids without a token are dropped */
+  DECODES(t, 0, "日", 234, 155, 169); /* byte tokens joined into UTF-8 */
+  DECODES(t, 0,
+          "\xef\xbf\xbd\xef\xbf\xbd"
+          "a",
+          234, 155, 245);          /* a broken run: U+FFFD per byte */
+  DECODES(t, 0, " a", 261, 245);   /* Strip removes one space only */
+  DECODES(t, 0, "", 282, 9999999); /* ids without a token are dropped */
   char *text;
   size_t len;
   assert_int_equal(lm_tokenizer_decode(t, NULL, 0, 0, &text, &len), LM_OK);
@@ -138,18 +145,19 @@ static void t_byte_encode_decode(void **state) {
   (void)state;
   lm_tokenizer *t = load(BYTE_BPE);
   EXPECT(t, "the and 123", 1, 274, 83, 257, 263, 220, 265); /* "a b" merges, digits in threes */
-  EXPECT(t, "hello", 0, 273);                 /* ignore_merges: the word is a token */
+  EXPECT(t, "hello", 0, 273);                               /* ignore_merges: the word is a token */
   EXPECT(t, "hellos", 0, 257, 266, 78, 82);
   EXPECT(t, " the\n\nworld", 0, 258, 272, 86, 267, 270);
   EXPECT(t, "🦀", 0, 172, 253, 99, 222);
-  EXPECT(t, "e\xcc\x81", 0, 127, 102);         /* NFC composes e + U+0301 into é */
+  EXPECT(t, "e\xcc\x81", 0, 127, 102);                /* NFC composes e + U+0301 into é */
   EXPECT(t, "\xe1\xa0\x8e a", 0, 157, 254, 236, 260); /* U+180E is not \s (Oniguruma) */
   EXPECT(t, "I'M here", 0, 40, 6, 44, 220, 257, 81, 68);
   EXPECT(t, "<|begin|>hi", 1, 274, 71, 72);
   assert_int_equal(lm_tokenizer_bos(t), 274);
   DECODES(t, 0, "<|begin|>the and 123", 274, 83, 257, 263, 220, 265);
   DECODES(t, 1, "the and 123", 274, 83, 257, 263, 220, 265);
-  DECODES(t, 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdr", 106, 107, 113, 81); /* lossy: 3 lone continuation bytes */
+  DECODES(t, 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdr", 106, 107, 113,
+          81); /* lossy: 3 lone continuation bytes */
   lm_tokenizer_free(t);
 }
 
@@ -186,7 +194,8 @@ static void t_bos_config(void **state) {
   assert_false(lm_tokenizer_adds_bos(t));
   assert_int_equal(lm_tokenizer_bos(t), 2);
   lm_tokenizer_free(t);
-  t = load_with_config("{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": {\"content\": \"<bos>\"}, \"eos_token\": \"<eos>\"}");
+  t = load_with_config("{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": "
+                       "{\"content\": \"<bos>\"}, \"eos_token\": \"<eos>\"}");
   EXPECT(t, "hello", 1, 2, 265, 1);
   EXPECT(t, "<bos>hello", 1, 2, 265, 1);
   EXPECT(t, "hello", 0, 265);
@@ -227,33 +236,35 @@ static void t_detok(void **state) {
   lm_tokenizer *sp = load(SP_BPE), *bb = load(BYTE_BPE);
   lm_detok *d;
   assert_int_equal(lm_detok_create(sp, 0, &d), LM_OK);
-  push_expect(d, 266, "hello");   /* the leading space is stripped, as in the batch decode */
+  push_expect(d, 266, "hello"); /* the leading space is stripped, as in the batch decode */
   push_expect(d, 271, " world");
-  push_expect(d, 234, "");        /* 日 = E6 97 A5, one byte token at a time */
+  push_expect(d, 234, ""); /* 日 = E6 97 A5, one byte token at a time */
   push_expect(d, 155, "");
   push_expect(d, 169, "日");
   push_expect(d, 234, "");
   flush_expect(d, "\xef\xbf\xbd"); /* a dangling tail becomes U+FFFD */
-  push_expect(d, 261, " ");       /* "▁▁": flush started a new stream, so strip one again */
+  push_expect(d, 261, " ");        /* "▁▁": flush started a new stream, so strip one again */
   push_expect(d, 234, "");
-  push_expect(d, 245, "\xef\xbf\xbd" "a"); /* a byte run broken by text */
+  push_expect(d, 245,
+              "\xef\xbf\xbd"
+              "a"); /* a byte run broken by text */
   lm_detok_reset(d);
   push_expect(d, 2, "<bos>");
   lm_detok_free(d);
   assert_int_equal(lm_detok_create(sp, 1, &d), LM_OK);
-  push_expect(d, 2, "");          /* skip_special */
+  push_expect(d, 2, ""); /* skip_special */
   push_expect(d, 276, "");
-  push_expect(d, 277, "<tool>");  /* added but not special */
+  push_expect(d, 277, "<tool>"); /* added but not special */
   lm_detok_free(d);
 
   assert_int_equal(lm_detok_create(bb, 0, &d), LM_OK);
-  push_expect(d, 172, "");        /* 🦀 = F0 9F A6 80 as four byte-level tokens */
+  push_expect(d, 172, ""); /* 🦀 = F0 9F A6 80 as four byte-level tokens */
   push_expect(d, 253, "");
   push_expect(d, 99, "");
   push_expect(d, 222, "🦀");
   push_expect(d, 258, " the");
   push_expect(d, 106, "\xef\xbf\xbd"); /* a continuation byte alone can never complete */
-  push_expect(d, 99999, "");     /* no such id */
+  push_expect(d, 99999, "");           /* no such id */
   flush_expect(d, "");
   lm_detok_free(d);
   lm_detok_free(NULL);
@@ -264,11 +275,12 @@ static void t_detok(void **state) {
 /* A tokenizer without a decoder joins tokens with spaces (HF); the stream does too. */
 static void t_no_decoder(void **state) {
   (void)state;
-  static const char json[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}}";
+  static const char json[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, "
+                             "\"ab\": 2}, \"merges\": [\"a b\"]}}";
   mkdir(TMP_DIR, 0755);
   write_file(TMP_DIR "/plain.json", json, sizeof json - 1);
   lm_tokenizer *t = load(TMP_DIR "/plain.json");
-  EXPECT(t, "abab a", 0, 2, 2, 0);  /* no pre-tokenizer: the space has no token and is dropped */
+  EXPECT(t, "abab a", 0, 2, 2, 0); /* no pre-tokenizer: the space has no token and is dropped */
   DECODES(t, 0, "ab a b", 2, 0, 1);
   assert_int_equal(lm_tokenizer_bos(t), -1);
   lm_detok *d;
@@ -296,7 +308,11 @@ static void t_utf8(void **state) {
       {"\xed\xa0\x80", 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate */
       {"\xf4\x90\x80\x80", 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
       {"\xf5", 0, "\xef\xbf\xbd"},
-      {"a\x80" "b", 0, "a\xef\xbf\xbd" "b"},
+      {"a\x80"
+       "b",
+       0,
+       "a\xef\xbf\xbd"
+       "b"},
       {"\xf0\x9f\xa6", 0, "\xef\xbf\xbd"},
       {"\xf4\x8f\xbf\xbf", 1, "\xf4\x8f\xbf\xbf"}, /* U+10FFFF */
   };
@@ -329,7 +345,9 @@ static void t_utf8(void **state) {
 }
 
 /* ---- bad files ---------------------------------------------------------------------------- */
-#define MODEL_OK "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"]]}"
+#define MODEL_OK                                                                                   \
+  "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": "        \
+  "[[\"a\", \"b\"]]}"
 
 static void t_bad_files(void **state) {
   (void)state;
@@ -343,46 +361,91 @@ static void t_bad_files(void **state) {
       {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0", "invalid JSON", LM_ERR_CORRUPT},
       {"{" MODEL_OK "} trailing", "trailing data", LM_ERR_CORRUPT},
       {"{" MODEL_OK ",}", "expected a key", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\\q\": 0}, \"merges\": []}}", "bad escape", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\ud800\": 0}, \"merges\": []}}", "surrogate", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\\q\": 0}, \"merges\": []}}", "bad escape",
+       LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\ud800\": 0}, \"merges\": []}}", "surrogate",
+       LM_ERR_CORRUPT},
       {"{\"x\": \"\xff\", " MODEL_OK "}", "not valid UTF-8", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", "model type 'Unigram'", LM_ERR_UNSUPPORTED},
-      {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "model type 'WordPiece'", LM_ERR_UNSUPPORTED},
-      {"{\"model\": {\"type\": \"BPE\", \"merges\": []}}", "model.vocab is missing", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", "model.merges is missing", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}", "model type 'Unigram'",
+       LM_ERR_UNSUPPORTED},
+      {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "model type 'WordPiece'",
+       LM_ERR_UNSUPPORTED},
+      {"{\"model\": {\"type\": \"BPE\", \"merges\": []}}", "model.vocab is missing",
+       LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", "model.merges is missing",
+       LM_ERR_CORRUPT},
       {"{\"version\": \"1.0\"}", "no \"model\"", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": [\"a\"], \"merges\": []}}", "not an object", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", "outside", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 99999999}, \"merges\": []}}", "outside", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"0\"}, \"merges\": []}}", "not an integer", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1.5}, \"merges\": []}}", "not an integer", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}}", "two tokens", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b c\"]}}", "one space", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"ab\"]}}", "one space", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", \"c\"]]}}", "token 'c' is not in the vocab", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", \"b\"]]}}", "token 'ab' is not in the vocab", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\", \"c\"]]}}", "pair of strings", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"], \"a b\"]}}", "like the others", LM_ERR_CORRUPT},
-      {"{\"model\": {\"merges\": [\"a b\"], \"vocab\": {\"a\": 0, \"b\": 1}}}", "token 'ab' is not in the vocab", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, \"merges\": []}}", "dropout", LM_ERR_UNSUPPORTED},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": [\"a\"], \"merges\": []}}", "not an object",
+       LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", "outside",
+       LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 99999999}, \"merges\": []}}", "outside",
+       LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"0\"}, \"merges\": []}}",
+       "not an integer", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1.5}, \"merges\": []}}",
+       "not an integer", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}}",
+       "two tokens", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": "
+       "[\"a b c\"]}}",
+       "one space", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": "
+       "[\"ab\"]}}",
+       "one space", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", "
+       "\"c\"]]}}",
+       "token 'c' is not in the vocab", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", "
+       "\"b\"]]}}",
+       "token 'ab' is not in the vocab", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": "
+       "[[\"a\", \"b\", \"c\"]]}}",
+       "pair of strings", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": "
+       "[[\"a\", \"b\"], \"a b\"]}}",
+       "like the others", LM_ERR_CORRUPT},
+      {"{\"model\": {\"merges\": [\"a b\"], \"vocab\": {\"a\": 0, \"b\": 1}}}",
+       "token 'ab' is not in the vocab", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, \"merges\": []}}",
+       "dropout", LM_ERR_UNSUPPORTED},
       {"{\"version\": \"2.0\", " MODEL_OK "}", "version 2.0", LM_ERR_UNSUPPORTED},
-      {"{\"normalizer\": {\"type\": \"Lowercase\"}, " MODEL_OK "}", "normalizer 'Lowercase'", LM_ERR_UNSUPPORTED},
-      {"{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Precompiled\"}]}, " MODEL_OK "}", "normalizer 'Precompiled'", LM_ERR_UNSUPPORTED},
+      {"{\"normalizer\": {\"type\": \"Lowercase\"}, " MODEL_OK "}", "normalizer 'Lowercase'",
+       LM_ERR_UNSUPPORTED},
+      {"{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "
+       "{\"type\": \"Precompiled\"}]}, " MODEL_OK "}",
+       "normalizer 'Precompiled'", LM_ERR_UNSUPPORTED},
       {"{\"normalizer\": {\"pattern\": 1}, " MODEL_OK "}", "no \"type\"", LM_ERR_CORRUPT},
-      {"{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}}, " MODEL_OK "}", "\"content\"", LM_ERR_CORRUPT},
-      {"{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\"}, " MODEL_OK "}", "pre_tokenizer 'Metaspace'", LM_ERR_UNSUPPORTED},
-      {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": \"Isolated\"}, " MODEL_OK "}", "regex", LM_ERR_UNSUPPORTED},
-      {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Glob\": \"a\"}, \"behavior\": \"Isolated\"}, " MODEL_OK "}", "\"pattern\"", LM_ERR_CORRUPT},
-      {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"a\"}, \"behavior\": \"Sideways\"}, " MODEL_OK "}", "behavior 'Sideways'", LM_ERR_UNSUPPORTED},
-      {"{\"decoder\": {\"type\": \"WordPiece\"}, " MODEL_OK "}", "decoder 'WordPiece'", LM_ERR_UNSUPPORTED},
-      {"{\"decoder\": {\"type\": \"Strip\", \"content\": \"ab\", \"start\": 1, \"stop\": 0}, " MODEL_OK "}", "one character", LM_ERR_CORRUPT},
-      {"{\"post_processor\": {\"type\": \"Unknown\"}, " MODEL_OK "}", "post_processor 'Unknown'", LM_ERR_UNSUPPORTED},
-      {"{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}], \"special_tokens\": {}}, " MODEL_OK "}", "special_tokens", LM_ERR_CORRUPT},
+      {"{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}}, " MODEL_OK "}",
+       "\"content\"", LM_ERR_CORRUPT},
+      {"{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\"}, " MODEL_OK "}",
+       "pre_tokenizer 'Metaspace'", LM_ERR_UNSUPPORTED},
+      {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": "
+       "\"Isolated\"}, " MODEL_OK "}",
+       "regex", LM_ERR_UNSUPPORTED},
+      {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Glob\": \"a\"}, \"behavior\": "
+       "\"Isolated\"}, " MODEL_OK "}",
+       "\"pattern\"", LM_ERR_CORRUPT},
+      {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"a\"}, \"behavior\": "
+       "\"Sideways\"}, " MODEL_OK "}",
+       "behavior 'Sideways'", LM_ERR_UNSUPPORTED},
+      {"{\"decoder\": {\"type\": \"WordPiece\"}, " MODEL_OK "}", "decoder 'WordPiece'",
+       LM_ERR_UNSUPPORTED},
+      {"{\"decoder\": {\"type\": \"Strip\", \"content\": \"ab\", \"start\": 1, \"stop\": "
+       "0}, " MODEL_OK "}",
+       "one character", LM_ERR_CORRUPT},
+      {"{\"post_processor\": {\"type\": \"Unknown\"}, " MODEL_OK "}", "post_processor 'Unknown'",
+       LM_ERR_UNSUPPORTED},
+      {"{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+       "{\"id\": \"<s>\"}}], \"special_tokens\": {}}, " MODEL_OK "}",
+       "special_tokens", LM_ERR_CORRUPT},
       {"{\"added_tokens\": {}, " MODEL_OK "}", "added_tokens is not an array", LM_ERR_CORRUPT},
       {"{\"added_tokens\": [{\"id\": 3}], " MODEL_OK "}", "\"content\"", LM_ERR_CORRUPT},
       {"{\"added_tokens\": [{\"content\": \"x\"}], " MODEL_OK "}", "\"id\"", LM_ERR_CORRUPT},
-      {"{\"added_tokens\": [{\"id\": 3, \"content\": \"x\", \"special\": \"yes\"}], " MODEL_OK "}", "\"special\"", LM_ERR_CORRUPT},
-      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], \"fuse_unk\": 1}}", "fuse_unk", LM_ERR_CORRUPT},
+      {"{\"added_tokens\": [{\"id\": 3, \"content\": \"x\", \"special\": \"yes\"}], " MODEL_OK "}",
+       "\"special\"", LM_ERR_CORRUPT},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], \"fuse_unk\": 1}}",
+       "fuse_unk", LM_ERR_CORRUPT},
   };
   mkdir(TMP_DIR, 0755);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -390,28 +453,31 @@ static void t_bad_files(void **state) {
     lm_tokenizer *t = (lm_tokenizer *)1;
     lm_status s = lm_tokenizer_load(TMP_DIR "/bad.json", &t);
     if (s != cases[i].want || !strstr(lm_errmsg(), cases[i].msg))
-      fail_msg("case %zu (%s): got %s '%s', want %s '%s'", i, cases[i].json, lm_status_name(s), lm_errmsg(),
-               lm_status_name(cases[i].want), cases[i].msg);
+      fail_msg("case %zu (%s): got %s '%s', want %s '%s'", i, cases[i].json, lm_status_name(s),
+               lm_errmsg(), lm_status_name(cases[i].want), cases[i].msg);
     assert_null(t);
   }
   /* deep nesting in an ignored key is bounded */
   char deep[600];
   int k = snprintf(deep, sizeof deep, "{\"x\": ");
-  for (int i = 0; i < 200; i++) deep[k++] = '[';
+  for (int i = 0; i < 200; i++)
+    deep[k++] = '[';
   deep[k] = '\0';
   write_file(TMP_DIR "/bad.json", deep, strlen(deep));
   lm_tokenizer *t = NULL;
   assert_int_equal(lm_tokenizer_load(TMP_DIR "/bad.json", &t), LM_ERR_CORRUPT);
   assert_non_null(strstr(lm_errmsg(), "nesting too deep"));
   assert_int_equal(lm_tokenizer_load(TMP_DIR "/does-not-exist.json", &t), LM_ERR_NOT_FOUND);
-  assert_int_equal(lm_tokenizer_load(TMP_DIR, &t), LM_ERR_NOT_FOUND); /* a directory without tokenizer.json */
+  assert_int_equal(lm_tokenizer_load(TMP_DIR, &t),
+                   LM_ERR_NOT_FOUND); /* a directory without tokenizer.json */
   assert_int_equal(lm_tokenizer_load(NULL, &t), LM_ERR_INVALID);
 }
 
 /* An unk token named but missing from the vocab fails only when a character needs it (HF). */
 static void t_unk_missing(void **state) {
   (void)state;
-  static const char json[] = "{\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"vocab\": {\"a\": 0}, \"merges\": []}}";
+  static const char json[] = "{\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"vocab\": "
+                             "{\"a\": 0}, \"merges\": []}}";
   mkdir(TMP_DIR, 0755);
   write_file(TMP_DIR "/unk.json", json, sizeof json - 1);
   lm_tokenizer *t = load(TMP_DIR "/unk.json");
@@ -428,13 +494,19 @@ static void t_unk_missing(void **state) {
 static void t_subword_prefix(void **state) {
   (void)state;
   static const char *const json[2] = {
-      "{\"model\": {\"type\": \"BPE\", \"merges\": [[\"a\", \"##b\"], [\"ab\", \"##c\"]], \"continuing_subword_prefix\": \"##\", "
-      "\"end_of_word_suffix\": \"</w>\", \"vocab\": {\"a\": 0, \"##b\": 1, \"ab\": 2, \"##c\": 3, \"abc\": 4, \"##c</w>\": 5, "
-      "\"c\": 6, \"##a\": 7, \"##b</w>\": 8, \"ab</w>\": 9}}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+      "{\"model\": {\"type\": \"BPE\", \"merges\": [[\"a\", \"##b\"], [\"ab\", \"##c\"]], "
+      "\"continuing_subword_prefix\": \"##\", "
+      "\"end_of_word_suffix\": \"</w>\", \"vocab\": {\"a\": 0, \"##b\": 1, \"ab\": 2, \"##c\": 3, "
+      "\"abc\": 4, \"##c</w>\": 5, "
+      "\"c\": 6, \"##a\": 7, \"##b</w>\": 8, \"ab</w>\": 9}}, \"pre_tokenizer\": {\"type\": "
+      "\"Split\", \"pattern\": "
       "{\"String\": \" \"}, \"behavior\": \"Removed\", \"invert\": false}}",
-      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"##b\": 1, \"ab\": 2, \"##c\": 3, \"abc\": 4, \"##c</w>\": 5, "
-      "\"c\": 6, \"##a\": 7, \"##b</w>\": 8, \"ab</w>\": 9}, \"merges\": [[\"a\", \"##b\"], [\"ab\", \"##c\"]], "
-      "\"continuing_subword_prefix\": \"##\", \"end_of_word_suffix\": \"</w>\"}, \"pre_tokenizer\": {\"type\": \"Split\", "
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"##b\": 1, \"ab\": 2, \"##c\": 3, "
+      "\"abc\": 4, \"##c</w>\": 5, "
+      "\"c\": 6, \"##a\": 7, \"##b</w>\": 8, \"ab</w>\": 9}, \"merges\": [[\"a\", \"##b\"], "
+      "[\"ab\", \"##c\"]], "
+      "\"continuing_subword_prefix\": \"##\", \"end_of_word_suffix\": \"</w>\"}, "
+      "\"pre_tokenizer\": {\"type\": \"Split\", "
       "\"pattern\": {\"String\": \" \"}, \"behavior\": \"Removed\", \"invert\": false}}"};
   for (int k = 0; k < 2; k++) {
     lm_tokenizer *t = NULL;
@@ -448,10 +520,12 @@ static void t_subword_prefix(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_sp_lookup), cmocka_unit_test(t_sp_encode),  cmocka_unit_test(t_sp_decode),
-      cmocka_unit_test(t_byte_encode_decode), cmocka_unit_test(t_bos_config), cmocka_unit_test(t_detok),
-      cmocka_unit_test(t_no_decoder), cmocka_unit_test(t_utf8), cmocka_unit_test(t_bad_files),
-      cmocka_unit_test(t_unk_missing), cmocka_unit_test(t_subword_prefix),
+      cmocka_unit_test(t_sp_lookup),      cmocka_unit_test(t_sp_encode),
+      cmocka_unit_test(t_sp_decode),      cmocka_unit_test(t_byte_encode_decode),
+      cmocka_unit_test(t_bos_config),     cmocka_unit_test(t_detok),
+      cmocka_unit_test(t_no_decoder),     cmocka_unit_test(t_utf8),
+      cmocka_unit_test(t_bad_files),      cmocka_unit_test(t_unk_missing),
+      cmocka_unit_test(t_subword_prefix),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,7 +70,9 @@ int lm_fx_bound(const char *dir, const char *key, double *kl_max, double *argmax
   return ok ? 0 : -1;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 int lm_fx_list(const char *dir, const char *marker, char ***names) {
   *names = NULL;
@@ -96,16 +98,20 @@ int lm_fx_list(const char *dir, const char *marker, char ***names) {
 }
 
 void lm_fx_free_list(char **names, int n) {
-  for (int i = 0; i < n; i++) free(names[i]);
+  for (int i = 0; i < n; i++)
+    free(names[i]);
   free(names);
 }
 
 static void log_softmax(const float *x, int64_t V, double *out) {
   double mx = x[0], s = 0;
-  for (int64_t i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-  for (int64_t i = 0; i < V; i++) s += exp((double)x[i] - mx);
+  for (int64_t i = 1; i < V; i++)
+    mx = x[i] > mx ? x[i] : mx;
+  for (int64_t i = 0; i < V; i++)
+    s += exp((double)x[i] - mx);
   double lse = mx + log(s);
-  for (int64_t i = 0; i < V; i++) out[i] = (double)x[i] - lse;
+  for (int64_t i = 0; i < V; i++)
+    out[i] = (double)x[i] - lse;
 }
 
 lm_fx_cmp lm_fx_compare(const float *ref, const float *got, int64_t T, int64_t V) {
@@ -126,7 +132,8 @@ lm_fx_cmp lm_fx_compare(const float *ref, const float *got, int64_t T, int64_t V
     log_softmax(r, V, lr);
     log_softmax(g, V, lg);
     double kl = 0;
-    for (int64_t i = 0; i < V; i++) kl += exp(lr[i]) * (lr[i] - lg[i]);
+    for (int64_t i = 0; i < V; i++)
+      kl += exp(lr[i]) * (lr[i] - lg[i]);
     c.mean_kl += kl / (double)T;
   }
   free(lr);

@@ -14,9 +14,11 @@ const char *lm_test_tiny_config =
     "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":64,"
     "\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":2,"
     "\"num_key_value_heads\":1,\"head_dim\":16,\"global_head_dim\":32,\"sliding_window\":4,"
-    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_input\":64,"
+    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_"
+    "input\":64,"
     "\"num_kv_shared_layers\":2,\"use_double_wide_mlp\":true,"
-    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_"
+    "attention\","
     "\"full_attention\"]}}";
 
 typedef struct add_ctx {
@@ -48,7 +50,8 @@ static lm_status add_weight(lm_weight *w, void *arg) {
   lm_st_writer *wr = c->wr;
   char name[512];
   if (c->o && c->o->skip && strstr(w->name, c->o->skip)) return LM_OK;
-  if (c->o && c->o->quant && strstr(w->name, c->o->quant) && w->rows > 1 && c->n_keep < 8) return add_quant(c, w);
+  if (c->o && c->o->quant && strstr(w->name, c->o->quant) && w->rows > 1 && c->n_keep < 8)
+    return add_quant(c, w);
   if (w->rows == 1 && w->dtype == LM_DT_F32) { /* a vector: its name is the tensor name */
     if (strstr(w->name, "rope.")) return LM_OK;
     int64_t shape[1] = {w->cols};
@@ -64,7 +67,8 @@ lm_status lm_test_write_tiny(const char *config_json, const char *dir) {
   return lm_test_write_tiny_ex(config_json, dir, NULL);
 }
 
-lm_status lm_test_write_tiny_ex(const char *config_json, const char *dir, const lm_test_tiny_opts *o) {
+lm_status lm_test_write_tiny_ex(const char *config_json, const char *dir,
+                                const lm_test_tiny_opts *o) {
   char p[1024];
   snprintf(p, sizeof p, "%s", dir);
   for (char *q = p + 1; *q; q++) /* mkdir -p */
@@ -88,7 +92,8 @@ lm_status lm_test_write_tiny_ex(const char *config_json, const char *dir, const 
   snprintf(p, sizeof p, "%s/model.safetensors", dir);
   if (!s) s = lm_st_writer_write(wr, p);
   lm_st_writer_free(wr);
-  for (int i = 0; i < c.n_keep; i++) free(c.keep[i]);
+  for (int i = 0; i < c.n_keep; i++)
+    free(c.keep[i]);
   lm_model_free(m);
   return s;
 }

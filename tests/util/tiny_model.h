@@ -15,7 +15,8 @@ typedef struct lm_test_tiny_opts {
   const char *skip, *quant;
   int bad_scales;
 } lm_test_tiny_opts;
-lm_status lm_test_write_tiny_ex(const char *config_json, const char *dir, const lm_test_tiny_opts *o);
+lm_status lm_test_write_tiny_ex(const char *config_json, const char *dir,
+                                const lm_test_tiny_opts *o);
 
 /* A tiny E2B-like config (PLE, KV sharing, double-wide MLP, 4:1 layers); vocab 64, hidden 32. */
 extern const char *lm_test_tiny_config;

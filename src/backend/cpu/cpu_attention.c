@@ -20,33 +20,40 @@ static inline void attn_step(attn_acc *st, float *acc, float s, const float *v, 
     float r = expf(st->m - s); /* exp(-inf) = 0 on the first key */
     st->l *= r;
 #pragma omp simd
-    for (int d = 0; d < hd; d++) acc[d] *= r;
+    for (int d = 0; d < hd; d++)
+      acc[d] *= r;
     st->m = s;
   }
   float p = expf(s - st->m);
   st->l += p;
 #pragma omp simd
-  for (int d = 0; d < hd; d++) acc[d] += p * v[d];
+  for (int d = 0; d < hd; d++)
+    acc[d] += p * v[d];
 }
 
 /* The simd reduction lets the compiler keep several partial sums (f32 order changes only). */
 static inline float dot(const float *a, const float *b, int n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  for (int i = 0; i < n; i++)
+    s += a[i] * b[i];
   return s;
 }
 
 /* Row of head g of the key (or value) at `slot`, as f32: in place for plain caches, else
  * dequantized into buf (never a copy of the cache: one row at a time). */
-static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot, int g, float *buf) {
+static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot, int g,
+                                  float *buf) {
   int hd = c->head_dim;
   int64_t w = (int64_t)c->n_kv_heads * hd;
   if (!c->bits) return (const float *)(which ? c->v : c->k) + slot * w + (int64_t)g * hd;
   int64_t cb = lm_kv_row_bytes(c, LM_KV_K), sb = w / c->group;
-  const uint8_t *codes = (const uint8_t *)(which ? c->v : c->k) + slot * cb + (int64_t)g * hd * c->bits / 8;
-  const uint16_t *sc = (const uint16_t *)(which ? c->vs : c->ks) + slot * sb + (int64_t)g * hd / c->group;
-  const uint16_t *bi = (const uint16_t *)(which ? c->vb : c->kb) + slot * sb + (int64_t)g * hd / c->group;
+  const uint8_t *codes =
+      (const uint8_t *)(which ? c->v : c->k) + slot * cb + (int64_t)g * hd * c->bits / 8;
+  const uint16_t *sc =
+      (const uint16_t *)(which ? c->vs : c->ks) + slot * sb + (int64_t)g * hd / c->group;
+  const uint16_t *bi =
+      (const uint16_t *)(which ? c->vb : c->kb) + slot * sb + (int64_t)g * hd / c->group;
   lm_affine_dequant_row_bf16(codes, sc, bi, hd, c->bits, c->group, buf);
   return buf;
 }
@@ -54,7 +61,8 @@ static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot,
 /* Query heads [r0, r1) of KV head g's group for token t, which share every key and value:
  * each key row is read (or dequantized) once for all of them. Keys: cache positions [lo, n),
  * then the chunk's tokens [c_lo, t] of the same sequence. */
-static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int g, int r0, int r1) {
+static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int g,
+                       int r0, int r1) {
   int hd = a->head_dim, nr = r1 - r0;
   int64_t p = c->n + (t - t0), lo = 0, c_lo = t0;
   if (a->window) {
@@ -68,19 +76,24 @@ static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, i
   float acc[nr * hd], kb[hd], vb[hd];
   attn_acc st[nr];
   memset(acc, 0, sizeof acc);
-  for (int r = 0; r < nr; r++) st[r] = (attn_acc){-INFINITY, 0.0f};
+  for (int r = 0; r < nr; r++)
+    st[r] = (attn_acc){-INFINITY, 0.0f};
   for (int64_t pos = lo; pos < c->n; pos++) {
     int64_t slot = lm_kv_slot(c, pos);
     const float *k = kv_row(c, 0, slot, g, kb), *v = kv_row(c, 1, slot, g, vb);
-    for (int r = 0; r < nr; r++) attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
+    for (int r = 0; r < nr; r++)
+      attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
   }
   for (int64_t u = c_lo; u <= t; u++) {
-    const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd, *v = lm_cpu_row(a->v_new, u) + (int64_t)g * hd;
-    for (int r = 0; r < nr; r++) attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
+    const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd,
+                *v = lm_cpu_row(a->v_new, u) + (int64_t)g * hd;
+    for (int r = 0; r < nr; r++)
+      attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
   }
   float *o = lm_cpu_row(a->out, t) + ((int64_t)g * group + r0) * hd;
   for (int r = 0; r < nr; r++)
-    for (int d = 0; d < hd; d++) o[r * hd + d] = acc[r * hd + d] / st[r].l;
+    for (int d = 0; d < hd; d++)
+      o[r * hd + d] = acc[r * hd + d] / st[r].l;
 }
 
 /* Query head h uses KV head h / (n_heads / n_kv_heads) (repeat_kv), so the heads of one group
@@ -91,7 +104,8 @@ lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
   if (a->q_rope) return lm_attention_q_norm(be, a, lm_cpu_attention);
   const lm_batch *b = lm_cpu_batch(be);
   if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
-    return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads, a->n_kv_heads);
+    return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads,
+                   a->n_kv_heads);
   int group = a->n_heads / a->n_kv_heads, threads = omp_get_max_threads();
   int64_t base = (int64_t)b->n_tokens * a->n_kv_heads;
   int slices = base >= threads ? 1 : (int)((threads + base - 1) / base);
@@ -123,13 +137,16 @@ lm_status lm_cpu_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
     const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
     if (!c->bits) continue;
     int64_t w = (int64_t)c->n_kv_heads * c->head_dim, off[LM_KV_ARRAYS];
-    if (lm_kv_stage_row_bytes(c) > a->stage.cols) return LM_ERRF(LM_ERR_INVALID, "kv_stage: stage row too small");
+    if (lm_kv_stage_row_bytes(c) > a->stage.cols)
+      return LM_ERRF(LM_ERR_INVALID, "kv_stage: stage row too small");
     stage_offsets(c, off);
     uint8_t *row = (uint8_t *)a->stage.data + (int64_t)t * a->stage.ld;
     float *k = lm_cpu_row(a->k_new, t), *v = lm_cpu_row(a->v_new, t);
-    lm_affine_quantize_row_bf16(k, w, c->bits, c->group, row + off[LM_KV_K], (uint16_t *)(row + off[LM_KV_KS]),
+    lm_affine_quantize_row_bf16(k, w, c->bits, c->group, row + off[LM_KV_K],
+                                (uint16_t *)(row + off[LM_KV_KS]),
                                 (uint16_t *)(row + off[LM_KV_KB]), k);
-    lm_affine_quantize_row_bf16(v, w, c->bits, c->group, row + off[LM_KV_V], (uint16_t *)(row + off[LM_KV_VS]),
+    lm_affine_quantize_row_bf16(v, w, c->bits, c->group, row + off[LM_KV_V],
+                                (uint16_t *)(row + off[LM_KV_VS]),
                                 (uint16_t *)(row + off[LM_KV_VB]), v);
   }
   return LM_OK;
@@ -140,8 +157,9 @@ lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   for (int32_t t = 0; t < b->n_tokens; t++) {
     lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
     int64_t kvw = (int64_t)c->n_kv_heads * c->head_dim, slot = lm_kv_slot(c, b->pos[t]);
-    if (slot >= c->slots) return LM_ERRF(LM_ERR_STATE, "kv_append: position %d beyond the reserved %lld slots",
-                                         b->pos[t], (long long)c->slots);
+    if (slot >= c->slots)
+      return LM_ERRF(LM_ERR_STATE, "kv_append: position %d beyond the reserved %lld slots",
+                     b->pos[t], (long long)c->slots);
     if (!c->bits) {
       memcpy((float *)c->k + slot * kvw, lm_cpu_row(a->k_new, t), (size_t)kvw * sizeof(float));
       memcpy((float *)c->v + slot * kvw, lm_cpu_row(a->v_new, t), (size_t)kvw * sizeof(float));
@@ -168,7 +186,8 @@ lm_status lm_cpu_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
   (void)be;
   const lm_kv_cache *f = a->from;
   lm_kv_cache *t = a->to;
-  int64_t w = (int64_t)f->n_kv_heads * f->head_dim, cb = lm_kv_row_bytes(t, LM_KV_K), sb = w / t->group;
+  int64_t w = (int64_t)f->n_kv_heads * f->head_dim, cb = lm_kv_row_bytes(t, LM_KV_K),
+          sb = w / t->group;
   float tmp[w];
   for (int64_t pos = lm_kv_first_held(f); pos < f->n; pos++) {
     int64_t slot = lm_kv_slot(f, pos);

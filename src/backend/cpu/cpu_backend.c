@@ -27,8 +27,8 @@ static lm_status cpu_memcpy(lm_backend *be, void *dst, const void *src, size_t b
 
 static int cpu_supports_cache(lm_backend *be, const char *sig) {
   (void)be;
-  return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain") || !strncmp(sig, "kv:quant:", 9) ||
-         !strncmp(sig, "kv:rotating-quant:", 18);
+  return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain") ||
+         !strncmp(sig, "kv:quant:", 9) || !strncmp(sig, "kv:rotating-quant:", 18);
 }
 
 static lm_status cpu_begin_step(lm_backend *be, const lm_batch *b) {

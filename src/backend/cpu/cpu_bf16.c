@@ -14,7 +14,8 @@ static float rnd(float v) { return lm_round_bf16(v); }
 static void round_rows(lm_tensor t) {
   for (int64_t r = 0; r < t.rows; r++) {
     float *x = lm_cpu_row(t, r);
-    for (int64_t c = 0; c < t.cols; c++) x[c] = rnd(x[c]);
+    for (int64_t c = 0; c < t.cols; c++)
+      x[c] = rnd(x[c]);
   }
 }
 
@@ -29,7 +30,8 @@ static lm_status b_embed(lm_backend *be, const lm_embed_args *a) {
 
 static lm_status b_matmul(lm_backend *be, const lm_matmul_args *a) {
   if (a->epilogue == LM_EPI_GLU_PAIR || a->w2) /* the base op rejects a half-formed pair */
-    return a->w2 && a->epilogue == LM_EPI_GLU_PAIR ? lm_matmul_glu_pair(be, a, b_matmul) : lm_cpu_ops.matmul(be, a);
+    return a->w2 && a->epilogue == LM_EPI_GLU_PAIR ? lm_matmul_glu_pair(be, a, b_matmul)
+                                                   : lm_cpu_ops.matmul(be, a);
   lm_matmul_args p = *a;
   p.epilogue = LM_EPI_NONE;
   LM_TRY(lm_cpu_ops.matmul(be, &p));
@@ -38,14 +40,15 @@ static lm_status b_matmul(lm_backend *be, const lm_matmul_args *a) {
   for (int64_t r = 0; r < a->out.rows; r++) {
     float *y = lm_cpu_row(a->out, r);
     const float *o = lm_cpu_row(a->other, r);
-    for (int64_t c = 0; c < a->out.cols; c++) y[c] = a->epilogue == LM_EPI_GLU_OTHER ? glu(o[c], y[c]) : glu(y[c], o[c]);
+    for (int64_t c = 0; c < a->out.cols; c++)
+      y[c] = a->epilogue == LM_EPI_GLU_OTHER ? glu(o[c], y[c]) : glu(y[c], o[c]);
   }
   return LM_OK;
 }
 
 static lm_status b_rope(lm_backend *be, const lm_rope_args *a) {
-  lm_cpu_rope_tokens(a->x.data, a->x.ld, a->head_dim, a->x.rows, a->n_heads, a->head_dim, lm_cpu_batch(be)->pos,
-                     a->inv_freq->data, 1);
+  lm_cpu_rope_tokens(a->x.data, a->x.ld, a->head_dim, a->x.rows, a->n_heads, a->head_dim,
+                     lm_cpu_batch(be)->pos, a->inv_freq->data, 1);
   return LM_OK;
 }
 
@@ -58,14 +61,16 @@ static lm_status b_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
     LM_TRY(lm_cpu_ops.rmsnorm(be, &p));
     round_rows(a->out);
     if (a->rope)
-      lm_cpu_rope_tokens(a->out.data, a->out.ld * a->rope_heads, a->out.ld, a->out.rows / a->rope_heads, a->rope_heads,
-                         (int)a->out.cols, lm_cpu_batch(be)->pos, a->rope->data, 1);
+      lm_cpu_rope_tokens(a->out.data, a->out.ld * a->rope_heads, a->out.ld,
+                         a->out.rows / a->rope_heads, a->rope_heads, (int)a->out.cols,
+                         lm_cpu_batch(be)->pos, a->rope->data, 1);
     return LM_OK;
   }
   const float *w = a->w ? a->w->data : NULL, *nw = a->next_w ? a->next_w->data : NULL;
   int64_t n = a->x.cols;
   if ((a->w && a->w->cols != n) || (a->next_w && a->next_w->cols != n))
-    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: a weight does not match rows of %lld values", (long long)n);
+    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: a weight does not match rows of %lld values",
+                   (long long)n);
   for (int64_t r = 0; r < a->x.rows; r++) {
     const float *x = lm_cpu_row(a->x, r);
     float *res = lm_cpu_row(*a->residual, r), inv = lm_cpu_inv_rms(x, n, a->eps);
@@ -75,7 +80,8 @@ static lm_status b_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
     }
     if (!a->next_out.data) continue;
     float *o = lm_cpu_row(a->next_out, r), inv2 = lm_cpu_inv_rms(res, n, a->eps);
-    for (int64_t i = 0; i < n; i++) o[i] = rnd(nw ? res[i] * inv2 * nw[i] : res[i] * inv2);
+    for (int64_t i = 0; i < n; i++)
+      o[i] = rnd(nw ? res[i] * inv2 * nw[i] : res[i] * inv2);
   }
   return LM_OK;
 }
@@ -85,7 +91,8 @@ static lm_status b_geglu(lm_backend *be, const lm_geglu_args *a) {
   for (int64_t r = 0; r < a->out.rows; r++) {
     float *y = lm_cpu_row(a->out, r);
     const float *g = lm_cpu_row(a->gate, r), *u = lm_cpu_row(a->up, r);
-    for (int64_t c = 0; c < a->out.cols; c++) y[c] = glu(g[c], u[c]);
+    for (int64_t c = 0; c < a->out.cols; c++)
+      y[c] = glu(g[c], u[c]);
   }
   return LM_OK;
 }
@@ -96,7 +103,8 @@ static lm_status b_add(lm_backend *be, const lm_add_args *a) {
   for (int64_t r = 0; r < a->out.rows; r++) {
     float *y = lm_cpu_row(a->out, r);
     const float *x = lm_cpu_row(a->a, r), *z = a->b.data ? lm_cpu_row(a->b, r) : NULL;
-    for (int64_t c = 0; c < a->out.cols; c++) y[c] = rnd((z ? rnd(x[c] + z[c]) : x[c]) * a->scale);
+    for (int64_t c = 0; c < a->out.cols; c++)
+      y[c] = rnd((z ? rnd(x[c] + z[c]) : x[c]) * a->scale);
   }
   return LM_OK;
 }

@@ -6,7 +6,7 @@
 #include "kv/batch.h"
 
 typedef struct lm_cpu_ctx {
-  const lm_batch *batch; /* the step's inputs; host memory is backend memory here */
+  const lm_batch *batch;   /* the step's inputs; host memory is backend memory here */
   lm_backend_ops bf16_ops; /* LM_PRECISION_BF16: the rounding ops around the f32 ones */
 } lm_cpu_ctx;
 
@@ -18,10 +18,12 @@ const lm_backend_ops *lm_cpu_bf16_ops(lm_backend_ops *t);
 float lm_cpu_inv_rms(const float *x, int64_t n, float eps);
 /* RoPE over T tokens whose heads start at data + t*token_stride, head_stride apart (cpu_ops.c);
  * bf16: rounded as the CUDA bf16 kernels round. */
-void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, int64_t T, int heads, int hd,
-                        const int32_t *pos, const float *inv, int bf16);
+void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, int64_t T,
+                        int heads, int hd, const int32_t *pos, const float *inv, int bf16);
 
-static inline const lm_batch *lm_cpu_batch(lm_backend *be) { return ((lm_cpu_ctx *)be->ctx)->batch; }
+static inline const lm_batch *lm_cpu_batch(lm_backend *be) {
+  return ((lm_cpu_ctx *)be->ctx)->batch;
+}
 
 /* Row r of a f32 tensor. */
 static inline float *lm_cpu_row(lm_tensor t, int64_t r) { return (float *)t.data + r * t.ld; }

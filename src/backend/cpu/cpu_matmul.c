@@ -14,12 +14,13 @@
 #include "backend/cpu/cpu_matmul_impl.h"
 #include "base/status.h"
 
-#define LM_MM_STACK_BYTES 65536     /* decode scratch on the caller's stack */
-#define LM_MM_SGEMM_MIN_M 8         /* F32: from this m on, dequantized tiles + sgemm */
-#define LM_MM_GEMM_MIN_M 8          /* FAST: from this m on, the family's int8 GEMM */
-#define LM_MM_ROW_BLOCK 16          /* decode: rows per scheduling block */
-#define LM_MM_TILE_BYTES (2 << 20)  /* F32 prefill: f32 tile per thread handed to sgemm (>= 64 rows) */
-#define LM_MM_SUBTILES 4            /* FAST prefill: NR-row subtiles packed together */
+#define LM_MM_STACK_BYTES 65536 /* decode scratch on the caller's stack */
+#define LM_MM_SGEMM_MIN_M 8     /* F32: from this m on, dequantized tiles + sgemm */
+#define LM_MM_GEMM_MIN_M 8      /* FAST: from this m on, the family's int8 GEMM */
+#define LM_MM_ROW_BLOCK 16      /* decode: rows per scheduling block */
+#define LM_MM_TILE_BYTES                                                                           \
+  (2 << 20)              /* F32 prefill: f32 tile per thread handed to sgemm (>= 64 rows) */
+#define LM_MM_SUBTILES 4 /* FAST prefill: NR-row subtiles packed together */
 
 /* ---- kernel families ------------------------------------------------------------------- */
 
@@ -32,7 +33,8 @@ int lm_cpu_isa_available(lm_cpu_isa isa) {
 #if defined(__clang__) /* clang 14 cannot ask for f16c; every AVX2 CPU shipped has it */
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
 #endif
   case LM_CPU_ISA_AVX512:
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -71,24 +73,28 @@ void lm_cpu_kernels_info(char *buf, size_t n) {
            "cpu matmul: %s kernels (avx2 %s, avx512-vnni %s), %d threads; decode: fused gemv; "
            "prefill F32: f32 tiles + OpenBLAS sgemm (%s); prefill FAST: %s",
            kn->name, lm_cpu_isa_available(LM_CPU_ISA_AVX2) ? "yes" : "no",
-           lm_cpu_isa_available(LM_CPU_ISA_AVX512) ? "yes" : "no", omp_get_max_threads(), openblas_get_config(),
-           kn->gemm_fast ? "int8 GEMM, activations int8 per 32" : "int8 gemv, activations int8 per 32");
+           lm_cpu_isa_available(LM_CPU_ISA_AVX512) ? "yes" : "no", omp_get_max_threads(),
+           openblas_get_config(),
+           kn->gemm_fast ? "int8 GEMM, activations int8 per 32"
+                         : "int8 gemv, activations int8 per 32");
 }
 
 /* ---- argument checks ------------------------------------------------------------------- */
 
-static int lm_float_dtype(lm_dtype t) { return t == LM_DT_F32 || t == LM_DT_F16 || t == LM_DT_BF16; }
+static int lm_float_dtype(lm_dtype t) {
+  return t == LM_DT_F32 || t == LM_DT_F16 || t == LM_DT_BF16;
+}
 
 static lm_status lm_mm_check_weight(const lm_weight *w, int64_t expert) {
   const char *nm = w->name ? w->name : "?";
   if (w->rows <= 0 || w->cols <= 0) return LM_ERRF(LM_ERR_INVALID, "matmul: %s: empty shape", nm);
   if (!w->data) return LM_ERRF(LM_ERR_INVALID, "matmul: %s: no data", nm);
   if (w->n_experts < 0 || (w->n_experts ? expert < 0 || expert >= w->n_experts : expert != 0))
-    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: expert %lld out of range (%lld experts)", nm, (long long)expert,
-                   (long long)w->n_experts);
+    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: expert %lld out of range (%lld experts)", nm,
+                   (long long)expert, (long long)w->n_experts);
   if (w->n_experts && w->expert_rows < w->rows)
-    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: expert_rows %lld < rows %lld", nm, (long long)w->expert_rows,
-                   (long long)w->rows);
+    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: expert_rows %lld < rows %lld", nm,
+                   (long long)w->expert_rows, (long long)w->rows);
   if (!w->bits) {
     if (!lm_float_dtype(w->dtype))
       return LM_ERRF(LM_ERR_UNSUPPORTED, "matmul: %s: dense dtype %s", nm, lm_dtype_name(w->dtype));
@@ -99,8 +105,8 @@ static lm_status lm_mm_check_weight(const lm_weight *w, int64_t expert) {
   if (w->group != 32 && w->group != 64 && w->group != 128)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "matmul: %s: group size %d", nm, w->group);
   if (w->cols % w->group)
-    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: cols %lld not a multiple of group %d", nm, (long long)w->cols,
-                   w->group);
+    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: cols %lld not a multiple of group %d", nm,
+                   (long long)w->cols, w->group);
   if (!lm_float_dtype(w->sdtype) || !w->scales || !w->biases)
     return LM_ERRF(LM_ERR_INVALID, "matmul: %s: scales/biases missing or of dtype %s", nm,
                    lm_dtype_name(w->sdtype));
@@ -114,10 +120,12 @@ static lm_status lm_mm_check(const lm_cpu_matmul_args *a, int64_t *nrows) {
   int64_t n = a->nrows ? a->nrows : w->rows;
   if (a->m < 0 || a->row0 < 0 || a->nrows < 0 || a->row0 + n > w->rows)
     return LM_ERRF(LM_ERR_INVALID, "matmul: %s: m %lld, rows [%lld, +%lld) outside [0, %lld)",
-                   w->name ? w->name : "?", (long long)a->m, (long long)a->row0, (long long)n, (long long)w->rows);
+                   w->name ? w->name : "?", (long long)a->m, (long long)a->row0, (long long)n,
+                   (long long)w->rows);
   if (a->m > 1 && (a->ldx < w->cols || a->ldy < a->row0 + n))
-    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: ldx %lld < cols %lld or ldy %lld < %lld", w->name ? w->name : "?",
-                   (long long)a->ldx, (long long)w->cols, (long long)a->ldy, (long long)(a->row0 + n));
+    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: ldx %lld < cols %lld or ldy %lld < %lld",
+                   w->name ? w->name : "?", (long long)a->ldx, (long long)w->cols,
+                   (long long)a->ldy, (long long)(a->row0 + n));
   if (a->prec != LM_CPU_PREC_F32 && a->prec != LM_CPU_PREC_FAST)
     return LM_ERRF(LM_ERR_INVALID, "matmul: precision %d", (int)a->prec);
   *nrows = n;
@@ -181,7 +189,8 @@ static void lm_mm_group_sums(const lm_mm_job *j, float *gsum) {
     for (int64_t g = 0; g < j->ng; g++) {
       const float *x = j->x + t * j->ldx + g * gs;
       float s = 0.0f;
-      for (int64_t i = 0; i < gs; i++) s += x[i];
+      for (int64_t i = 0; i < gs; i++)
+        s += x[i];
       gsum[t * j->ng + g] = s;
     }
 }
@@ -193,22 +202,24 @@ static int lm_fits_blas(int64_t v) { return v <= INT_MAX; }
 /* Each thread dequantizes its own tiles of rows and multiplies them with a single-threaded
  * sgemm (OpenBLAS runs serially inside a parallel region): no barrier between the two
  * steps, and the tile is still in the thread's cache when sgemm packs it. */
-static lm_status lm_mm_sgemm(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t row0, int64_t n) {
+static lm_status lm_mm_sgemm(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t row0,
+                             int64_t n) {
   const lm_weight *w = j->w;
   float beta = j->acc ? 1.0f : 0.0f;
   if (!w->bits && w->dtype == LM_DT_F32) { /* dense f32: no copy, OpenBLAS threads itself */
     const float *wp = (const float *)(const void *)lm_weight_row_ptr(w, j->e, row0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)n, (int)j->k, 1.0f, j->x, (int)j->ldx,
-                wp, (int)j->k, beta, j->y + row0, (int)j->ldy);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)n, (int)j->k, 1.0f, j->x,
+                (int)j->ldx, wp, (int)j->k, beta, j->y + row0, (int)j->ldy);
     return LM_OK;
   }
   int nt = omp_get_max_threads();
   int64_t tn = LM_MM_TILE_BYTES / (4 * j->k);
-  tn = tn < 64 ? 64 : tn / 16 * 16; /* sgemm wants a wide N */
+  tn = tn < 64 ? 64 : tn / 16 * 16;        /* sgemm wants a wide N */
   if (tn * nt > n) tn = (n + nt - 1) / nt; /* every thread gets a tile */
   float *buf = malloc((size_t)(tn * j->k) * sizeof(float) * (size_t)nt);
-  if (!buf) return LM_ERRF(LM_ERR_NOMEM, "matmul: %s: %lld-byte f32 tiles", w->name ? w->name : "?",
-                           (long long)(tn * j->k * 4 * nt));
+  if (!buf)
+    return LM_ERRF(LM_ERR_NOMEM, "matmul: %s: %lld-byte f32 tiles", w->name ? w->name : "?",
+                   (long long)(tn * j->k * 4 * nt));
   int64_t ntiles = (n + tn - 1) / tn;
 #pragma omp parallel num_threads(nt)
   {
@@ -217,17 +228,18 @@ static lm_status lm_mm_sgemm(const lm_cpu_kernels *kn, const lm_mm_job *j, int64
     for (int64_t i = 0; i < ntiles; i++) {
       int64_t r = row0 + i * tn, cnt = r + tn < row0 + n ? tn : row0 + n - r;
       kn->dequant_rows(w, j->e, r, cnt, tile, j->k);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)cnt, (int)j->k, 1.0f, j->x,
-                  (int)j->ldx, tile, (int)j->k, beta, j->y + r, (int)j->ldy);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)cnt, (int)j->k, 1.0f,
+                  j->x, (int)j->ldx, tile, (int)j->k, beta, j->y + r, (int)j->ldy);
     }
   }
   free(buf);
   return LM_OK;
 }
 
-static lm_status lm_mm_f32(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0, int64_t n, void *stack) {
-  if (j->m >= LM_MM_SGEMM_MIN_M && lm_fits_blas(j->m) && lm_fits_blas(j->k) && lm_fits_blas(j->ldx) &&
-      lm_fits_blas(j->ldy) && lm_fits_blas(n))
+static lm_status lm_mm_f32(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0, int64_t n,
+                           void *stack) {
+  if (j->m >= LM_MM_SGEMM_MIN_M && lm_fits_blas(j->m) && lm_fits_blas(j->k) &&
+      lm_fits_blas(j->ldx) && lm_fits_blas(j->ldy) && lm_fits_blas(n))
     return lm_mm_sgemm(kn, j, row0, n);
   float *gsum = NULL;
   if (j->w->bits) {
@@ -247,7 +259,7 @@ static lm_status lm_mm_f32(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0,
 /* Scratch of a FAST call: the quantized activations, then (GEMM) one packed tile set per thread. */
 typedef struct lm_fast_plan {
   int use_gemm, nthreads;
-  int64_t mp;           /* token rows, padded to the GEMM's MR */
+  int64_t mp; /* token rows, padded to the GEMM's MR */
   size_t act_bytes, tile_bytes, bytes;
 } lm_fast_plan;
 
@@ -261,7 +273,8 @@ static lm_fast_plan lm_fast_plan_make(const lm_cpu_kernels *kn, const lm_mm_job 
   qa->perm = (!p.use_gemm && j->w->bits == 4) ? kn->q4_perm : 0;
   qa->ldq = (j->k + 63) / 64 * 64;
   p.act_bytes = lm_align64((size_t)(p.mp * qa->ldq)) + lm_align64((size_t)(p.mp * j->nb) * 4) +
-                (qa->perm ? lm_align64((size_t)(p.mp * j->nb) * 16) : 0) + 2 * lm_align64((size_t)(p.mp * j->ng) * 4);
+                (qa->perm ? lm_align64((size_t)(p.mp * j->nb) * 16) : 0) +
+                2 * lm_align64((size_t)(p.mp * j->ng) * 4);
   if (p.use_gemm) {
     size_t nr = (size_t)kn->gemm_nr * LM_MM_SUBTILES;
     p.tile_bytes = lm_align64(nr * (size_t)j->k) + 2 * lm_align64(nr * (size_t)j->ng * 4) +
@@ -295,8 +308,8 @@ static void lm_qact_bind(lm_qact *qa, const lm_fast_plan *p, const lm_mm_job *j,
 
 /* One thread's share of the int8 GEMM: macro tiles of SUBTILES×NR rows, each packed once
  * and then multiplied with every MR-token block. */
-static void lm_mm_gemm_thread(const lm_cpu_kernels *kn, const lm_mm_job *j, const lm_fast_plan *p, int64_t row0,
-                              int64_t n, uint8_t *scratch) {
+static void lm_mm_gemm_thread(const lm_cpu_kernels *kn, const lm_mm_job *j, const lm_fast_plan *p,
+                              int64_t row0, int64_t n, uint8_t *scratch) {
   int nr = kn->gemm_nr, mr = kn->gemm_mr;
   int64_t mt_rows = (int64_t)nr * LM_MM_SUBTILES, nmt = (n + mt_rows - 1) / mt_rows;
   lm_qtile tiles[LM_MM_SUBTILES];
@@ -305,8 +318,11 @@ static void lm_mm_gemm_thread(const lm_cpu_kernels *kn, const lm_mm_job *j, cons
   float *b = (float *)(void *)((uint8_t *)s + lm_align64((size_t)mt_rows * (size_t)j->ng * 4));
   uint8_t *rowbuf = (uint8_t *)b + lm_align64((size_t)mt_rows * (size_t)j->ng * 4);
   for (int i = 0; i < LM_MM_SUBTILES; i++)
-    tiles[i] = (lm_qtile){.codes = codes + (size_t)i * nr * j->k, .s = s + (size_t)i * nr * j->ng,
-                          .b = b + (size_t)i * nr * j->ng, .nr = nr, .signed8 = j->w->bits == 8 && kn->gemm_signed8};
+    tiles[i] = (lm_qtile){.codes = codes + (size_t)i * nr * j->k,
+                          .s = s + (size_t)i * nr * j->ng,
+                          .b = b + (size_t)i * nr * j->ng,
+                          .nr = nr,
+                          .signed8 = j->w->bits == 8 && kn->gemm_signed8};
 #pragma omp for schedule(dynamic, 1)
   for (int64_t mt = 0; mt < nmt; mt++) {
     int64_t r = row0 + mt * mt_rows;
@@ -317,11 +333,13 @@ static void lm_mm_gemm_thread(const lm_cpu_kernels *kn, const lm_mm_job *j, cons
       lm_mm_pack_tile(kn, j, r + nsub * nr, valid[nsub], &tiles[nsub], rowbuf);
     }
     for (int64_t t0 = 0; t0 < p->mp; t0 += mr)
-      for (int i = 0; i < nsub; i++) kn->gemm_fast(j, &tiles[i], r + i * nr, valid[i], t0, t0 + mr);
+      for (int i = 0; i < nsub; i++)
+        kn->gemm_fast(j, &tiles[i], r + i * nr, valid[i], t0, t0 + mr);
   }
 }
 
-static lm_status lm_mm_fast(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0, int64_t n, void *stack) {
+static lm_status lm_mm_fast(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0, int64_t n,
+                            void *stack) {
   if (!kn->gemv_fast) kn = &lm_cpu_kernels_scalar; /* a family may leave FAST to the generic one */
   lm_qact qa = {0};
   lm_fast_plan p = lm_fast_plan_make(kn, j, &qa);
@@ -332,9 +350,11 @@ static lm_status lm_mm_fast(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0
 #pragma omp parallel num_threads(p.nthreads)
   {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < j->m; t++) kn->quantize(j, &qa, t, t + 1);
+    for (int64_t t = 0; t < j->m; t++)
+      kn->quantize(j, &qa, t, t + 1);
     if (p.use_gemm) {
-      lm_mm_gemm_thread(kn, j, &p, row0, n, mem + p.act_bytes + p.tile_bytes * (size_t)omp_get_thread_num());
+      lm_mm_gemm_thread(kn, j, &p, row0, n,
+                        mem + p.act_bytes + p.tile_bytes * (size_t)omp_get_thread_num());
     } else {
       int64_t s, e;
       lm_mm_thread_rows(row0, n, &s, &e);
@@ -350,14 +370,23 @@ static lm_status lm_mm_fast(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0
 lm_status lm_cpu_matmul_isa(const lm_cpu_matmul_args *a, lm_cpu_isa isa) {
   int64_t n = 0;
   LM_TRY(lm_mm_check(a, &n));
-  if (isa < 0 || isa >= LM_CPU_ISA_COUNT) return LM_ERRF(LM_ERR_INVALID, "matmul: kernel family %d", (int)isa);
+  if (isa < 0 || isa >= LM_CPU_ISA_COUNT)
+    return LM_ERRF(LM_ERR_INVALID, "matmul: kernel family %d", (int)isa);
   if (!lm_cpu_isa_available(isa))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "matmul: this CPU cannot run the %s kernels", lm_kernels(isa)->name);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "matmul: this CPU cannot run the %s kernels",
+                   lm_kernels(isa)->name);
   if (a->m == 0) return LM_OK;
   const lm_cpu_kernels *kn = lm_kernels(lm_isa_resolve(isa));
   const lm_weight *w = a->w;
-  lm_mm_job j = {.w = w, .e = a->expert, .x = a->x, .ldx = a->ldx, .m = a->m, .y = a->y, .ldy = a->ldy,
-                 .acc = a->accumulate, .k = w->cols};
+  lm_mm_job j = {.w = w,
+                 .e = a->expert,
+                 .x = a->x,
+                 .ldx = a->ldx,
+                 .m = a->m,
+                 .y = a->y,
+                 .ldy = a->ldy,
+                 .acc = a->accumulate,
+                 .k = w->cols};
   j.ng = w->bits ? w->cols / w->group : 0;
   j.nb = w->bits ? w->cols / LM_QA_BLOCK : 0;
   _Alignas(64) uint8_t stack[LM_MM_STACK_BYTES];
@@ -365,4 +394,6 @@ lm_status lm_cpu_matmul_isa(const lm_cpu_matmul_args *a, lm_cpu_isa isa) {
   return lm_mm_f32(kn, &j, a->row0, n, stack);
 }
 
-lm_status lm_cpu_matmul(const lm_cpu_matmul_args *a) { return lm_cpu_matmul_isa(a, LM_CPU_ISA_AUTO); }
+lm_status lm_cpu_matmul(const lm_cpu_matmul_args *a) {
+  return lm_cpu_matmul_isa(a, LM_CPU_ISA_AUTO);
+}

@@ -44,10 +44,10 @@ typedef struct lm_cpu_matmul_args {
   int64_t ldx; /* input  [m][ldx]; columns [0, w->cols) read */
   int64_t m;   /* number of activation rows (tokens) */
   const lm_weight *w;
-  int64_t expert;        /* expert index (0 for a plain matrix) */
-  int64_t row0, nrows;   /* output-feature range; nrows = 0 means all w->rows */
-  lm_cpu_prec prec;      /* F32: exact fp32 math (the parity path); FAST: may quantize activations */
-  int accumulate;        /* 1: y += x·Wᵀ, 0: y = x·Wᵀ */
+  int64_t expert;      /* expert index (0 for a plain matrix) */
+  int64_t row0, nrows; /* output-feature range; nrows = 0 means all w->rows */
+  lm_cpu_prec prec;    /* F32: exact fp32 math (the parity path); FAST: may quantize activations */
+  int accumulate;      /* 1: y += x·Wᵀ, 0: y = x·Wᵀ */
 } lm_cpu_matmul_args;
 
 /* Kernel families. AUTO picks the best one this CPU supports (checked at run time). */

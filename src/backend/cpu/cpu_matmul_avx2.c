@@ -30,7 +30,8 @@ LM_AVX2 static inline float lm_hsum8(__m256 v) {
 }
 
 LM_AVX2 static inline __m256 lm_u8x8_to_f32(const uint8_t *p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
 }
 
 LM_AVX2 static inline __m256 lm_bf16x8(const uint8_t *p) {
@@ -50,20 +51,22 @@ LM_AVX2 static LM_INLINE void lm_q4_unpack32(const uint8_t *p, __m128i *c0, __m1
 /* log2(group / 32): the group of block b is b >> shift (no integer division in the loops). */
 static inline int lm_gshift(int group) { return group == 32 ? 0 : group == 64 ? 1 : 2; }
 
-#define LM_SEG 8192 /* columns per segment: bounds the per-row f32 scale buffers below */
+#define LM_SEG 8192      /* columns per segment: bounds the per-row f32 scale buffers below */
 #define LM_PF_BYTES 2048 /* decode: how far ahead of the codes being read to prefetch */
 
 /* Prefetches the codes LM_PF_BYTES past row r (rb bytes) and a row's scales ahead, as far as
  * `left` bytes remain in this thread's range: one core's hardware prefetch alone does not
  * keep enough misses in flight to reach the memory bandwidth. */
-static inline void lm_prefetch_ahead(const uint8_t *row, int64_t rb, int64_t left, const uint8_t *sp, int64_t sb) {
-  for (int64_t o = LM_PF_BYTES; o < LM_PF_BYTES + rb && o < left; o += 64) __builtin_prefetch(row + o);
+static inline void lm_prefetch_ahead(const uint8_t *row, int64_t rb, int64_t left,
+                                     const uint8_t *sp, int64_t sb) {
+  for (int64_t o = LM_PF_BYTES; o < LM_PF_BYTES + rb && o < left; o += 64)
+    __builtin_prefetch(row + o);
   if (left > LM_PF_BYTES) __builtin_prefetch(sp + sb * (LM_PF_BYTES / rb + 1));
 }
 
 /* Scales and biases of groups [g0, g0+n) of a row as f32. */
-LM_AVX2 static LM_INLINE void lm_load_sb(const lm_weight *w, const uint8_t *sp, const uint8_t *bp, int64_t g0, int64_t n,
-                               float *sf, float *bf) {
+LM_AVX2 static LM_INLINE void lm_load_sb(const lm_weight *w, const uint8_t *sp, const uint8_t *bp,
+                                         int64_t g0, int64_t n, float *sf, float *bf) {
   int64_t i = 0;
   if (w->sdtype == LM_DT_BF16)
     for (; i + 8 <= n; i += 8) {
@@ -79,28 +82,32 @@ LM_AVX2 static LM_INLINE void lm_load_sb(const lm_weight *w, const uint8_t *sp, 
 LM_AVX2 static LM_INLINE float lm_dot_sb(const float *a, const float *b, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
   float s = lm_hsum8(acc);
-  for (; i < n; i++) s += a[i] * b[i];
+  for (; i < n; i++)
+    s += a[i] * b[i];
   return s;
 }
 
 /* ---- dense rows ------------------------------------------------------------------------ */
 
-#define LM_DENSE_DOT(NAME, ESZ, LOAD8, LOAD1)                                                          \
-  LM_AVX2 static float NAME(const uint8_t *row, const float *x, int64_t k) {                          \
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                         \
-    int64_t c = 0;                                                                                     \
-    for (; c + 32 <= k; c += 32) {                                                                     \
-      a0 = _mm256_fmadd_ps(LOAD8(row + (c + 0) * ESZ), _mm256_loadu_ps(x + c + 0), a0);                \
-      a1 = _mm256_fmadd_ps(LOAD8(row + (c + 8) * ESZ), _mm256_loadu_ps(x + c + 8), a1);                \
-      a2 = _mm256_fmadd_ps(LOAD8(row + (c + 16) * ESZ), _mm256_loadu_ps(x + c + 16), a2);              \
-      a3 = _mm256_fmadd_ps(LOAD8(row + (c + 24) * ESZ), _mm256_loadu_ps(x + c + 24), a3);              \
-    }                                                                                                  \
-    for (; c + 8 <= k; c += 8) a0 = _mm256_fmadd_ps(LOAD8(row + c * ESZ), _mm256_loadu_ps(x + c), a0); \
-    float s = lm_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                   \
-    for (; c < k; c++) s += LOAD1(row, c) * x[c];                                                      \
-    return s;                                                                                          \
+#define LM_DENSE_DOT(NAME, ESZ, LOAD8, LOAD1)                                                      \
+  LM_AVX2 static float NAME(const uint8_t *row, const float *x, int64_t k) {                       \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                    \
+    int64_t c = 0;                                                                                 \
+    for (; c + 32 <= k; c += 32) {                                                                 \
+      a0 = _mm256_fmadd_ps(LOAD8(row + (c + 0) * ESZ), _mm256_loadu_ps(x + c + 0), a0);            \
+      a1 = _mm256_fmadd_ps(LOAD8(row + (c + 8) * ESZ), _mm256_loadu_ps(x + c + 8), a1);            \
+      a2 = _mm256_fmadd_ps(LOAD8(row + (c + 16) * ESZ), _mm256_loadu_ps(x + c + 16), a2);          \
+      a3 = _mm256_fmadd_ps(LOAD8(row + (c + 24) * ESZ), _mm256_loadu_ps(x + c + 24), a3);          \
+    }                                                                                              \
+    for (; c + 8 <= k; c += 8)                                                                     \
+      a0 = _mm256_fmadd_ps(LOAD8(row + c * ESZ), _mm256_loadu_ps(x + c), a0);                      \
+    float s = lm_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));               \
+    for (; c < k; c++)                                                                             \
+      s += LOAD1(row, c) * x[c];                                                                   \
+    return s;                                                                                      \
   }
 
 #define LM_LD_F32(p) _mm256_loadu_ps((const float *)(const void *)(p))
@@ -112,7 +119,8 @@ LM_DENSE_DOT(lm_dot_f32_avx2, 4, LM_LD_F32, LM_LD1_F32)
 LM_DENSE_DOT(lm_dot_f16_avx2, 2, LM_LD_F16, LM_LD1_F16)
 LM_DENSE_DOT(lm_dot_bf16_avx2, 2, lm_bf16x8, LM_LD1_BF16)
 
-LM_AVX2 static float lm_dot_dense_avx2(const lm_weight *w, const uint8_t *row, const float *x, int64_t k) {
+LM_AVX2 static float lm_dot_dense_avx2(const lm_weight *w, const uint8_t *row, const float *x,
+                                       int64_t k) {
   switch (w->dtype) {
   case LM_DT_F32: return lm_dot_f32_avx2(row, x, k);
   case LM_DT_F16: return lm_dot_f16_avx2(row, x, k);
@@ -140,10 +148,12 @@ LM_AVX2 static inline __m256 lm_q4_dot_f32(const uint8_t *p, const float *x, int
   for (int64_t c = 0; c < n; c += 32) {
     __m128i c0, c1;
     lm_q4_unpack32(p + c / 2, &c0, &c1);
-    a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c0)), _mm256_loadu_ps(x + c + 0), a0);
+    a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c0)), _mm256_loadu_ps(x + c + 0),
+                         a0);
     a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c0, 8))),
                          _mm256_loadu_ps(x + c + 8), a1);
-    a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c1)), _mm256_loadu_ps(x + c + 16), a2);
+    a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c1)), _mm256_loadu_ps(x + c + 16),
+                         a2);
     a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c1, 8))),
                          _mm256_loadu_ps(x + c + 24), a3);
   }
@@ -153,12 +163,13 @@ LM_AVX2 static inline __m256 lm_q4_dot_f32(const uint8_t *p, const float *x, int
 /* Σ_g s_g·Σ_{k in g} q_k·x_k over one segment of a row (n columns from code c0 = 0 of
  * `row`, codes as bytes in q when the width is not 4 or 8); the b_g·Σx_g half is added by
  * the caller. */
-LM_AVX2 static LM_INLINE float lm_seg_quant_f32(const lm_weight *w, const uint8_t *row, const float *x, const float *sf,
-                                      int64_t n) {
+LM_AVX2 static LM_INLINE float lm_seg_quant_f32(const lm_weight *w, const uint8_t *row,
+                                                const float *x, const float *sf, int64_t n) {
   int64_t gs = w->group;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   for (int64_t g = 0; g < n / gs; g++) {
-    __m256 d = w->bits == 4 ? lm_q4_dot_f32(row + g * gs / 2, x + g * gs, gs) : lm_u8_dot_f32(row + g * gs, x + g * gs, gs);
+    __m256 d = w->bits == 4 ? lm_q4_dot_f32(row + g * gs / 2, x + g * gs, gs)
+                            : lm_u8_dot_f32(row + g * gs, x + g * gs, gs);
     if (g & 1)
       acc1 = _mm256_fmadd_ps(d, _mm256_broadcast_ss(sf + g), acc1);
     else
@@ -169,13 +180,14 @@ LM_AVX2 static LM_INLINE float lm_seg_quant_f32(const lm_weight *w, const uint8_
 
 /* The row drivers below are shared with the AVX-512 family, which passes its own segment
  * kernels (lm_seg_kernels); here they are inlined with the AVX2 ones. */
-LM_AVX2 static LM_INLINE void lm_gemv_f32_rows(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1) {
+LM_AVX2 static LM_INLINE void lm_gemv_f32_rows(const lm_seg_kernels *sk, const lm_mm_job *j,
+                                               int64_t r0, int64_t r1) {
   const lm_weight *w = j->w;
   if (!w->bits) {
     for (int64_t r = r0; r < r1; r++)
       for (int64_t t = 0; t < j->m; t++)
-        lm_mm_put(j->y + t * j->ldy + r, sk->f32_dense(w, lm_weight_row_ptr(w, j->e, r), j->x + t * j->ldx, j->k),
-                  j->acc);
+        lm_mm_put(j->y + t * j->ldy + r,
+                  sk->f32_dense(w, lm_weight_row_ptr(w, j->e, r), j->x + t * j->ldx, j->k), j->acc);
     return;
   }
   float sf[LM_SEG / 32], bf[LM_SEG / 32], ys[LM_MM_GEMV_MAX_M];
@@ -185,7 +197,8 @@ LM_AVX2 static LM_INLINE void lm_gemv_f32_rows(const lm_seg_kernels *sk, const l
                 *bp = lm_weight_bias_ptr(w, j->e, r0);
   for (int64_t r = r0; r < r1; r++, row += rb, sp += sb, bp += sb) {
     lm_prefetch_ahead(row, rb, (r1 - r) * rb, sp, sb);
-    for (int64_t t = 0; t < j->m; t++) ys[t] = 0.0f;
+    for (int64_t t = 0; t < j->m; t++)
+      ys[t] = 0.0f;
     for (int64_t c0 = 0; c0 < j->k; c0 += LM_SEG) {
       int64_t n = j->k - c0 < LM_SEG ? j->k - c0 : LM_SEG, g0 = c0 / w->group, ngs = n / w->group;
       lm_load_sb(w, sp, bp, g0, ngs, sf, bf);
@@ -195,9 +208,11 @@ LM_AVX2 static LM_INLINE void lm_gemv_f32_rows(const lm_seg_kernels *sk, const l
         q = qbuf;
       }
       for (int64_t t = 0; t < j->m; t++)
-        ys[t] += sk->f32_quant(w, q, j->x + t * j->ldx + c0, sf, n) + lm_dot_sb(bf, j->gsum + t * j->ng + g0, ngs);
+        ys[t] += sk->f32_quant(w, q, j->x + t * j->ldx + c0, sf, n) +
+                 lm_dot_sb(bf, j->gsum + t * j->ng + g0, ngs);
     }
-    for (int64_t t = 0; t < j->m; t++) lm_mm_put(j->y + t * j->ldy + r, ys[t], j->acc);
+    for (int64_t t = 0; t < j->m; t++)
+      lm_mm_put(j->y + t * j->ldy + r, ys[t], j->acc);
   }
 }
 
@@ -208,15 +223,19 @@ LM_AVX2 static inline void lm_affine8(float *out, __m256 q, __m256 s, __m256 b) 
   _mm256_storeu_ps(out, _mm256_add_ps(_mm256_mul_ps(q, s), b));
 }
 
-LM_AVX2 static void lm_dequant_row_avx2(const lm_weight *w, int64_t e, int64_t r, float *out, uint8_t *qbuf) {
+LM_AVX2 static void lm_dequant_row_avx2(const lm_weight *w, int64_t e, int64_t r, float *out,
+                                        uint8_t *qbuf) {
   const uint8_t *row = lm_weight_row_ptr(w, e, r);
   if (!w->bits) {
     int64_t c = 0;
     if (w->dtype == LM_DT_BF16)
-      for (; c + 8 <= w->cols; c += 8) _mm256_storeu_ps(out + c, lm_bf16x8(row + 2 * c));
+      for (; c + 8 <= w->cols; c += 8)
+        _mm256_storeu_ps(out + c, lm_bf16x8(row + 2 * c));
     else if (w->dtype == LM_DT_F16)
-      for (; c + 8 <= w->cols; c += 8) _mm256_storeu_ps(out + c, LM_LD_F16(row + 2 * c));
-    for (; c < w->cols; c++) out[c] = lm_load_f32(row, w->dtype, c);
+      for (; c + 8 <= w->cols; c += 8)
+        _mm256_storeu_ps(out + c, LM_LD_F16(row + 2 * c));
+    for (; c < w->cols; c++)
+      out[c] = lm_load_f32(row, w->dtype, c);
     return;
   }
   const uint8_t *sp = lm_weight_scale_ptr(w, e, r), *bp = lm_weight_bias_ptr(w, e, r), *q = row;
@@ -233,13 +252,15 @@ LM_AVX2 static void lm_dequant_row_avx2(const lm_weight *w, int64_t e, int64_t r
     q = qbuf;
   }
   for (int64_t g = 0; g < w->cols / w->group; g++) {
-    __m256 s = _mm256_set1_ps(lm_load_f32(sp, w->sdtype, g)), b = _mm256_set1_ps(lm_load_f32(bp, w->sdtype, g));
-    for (int64_t c = g * w->group; c < (g + 1) * w->group; c += 8) lm_affine8(out + c, lm_u8x8_to_f32(q + c), s, b);
+    __m256 s = _mm256_set1_ps(lm_load_f32(sp, w->sdtype, g)),
+           b = _mm256_set1_ps(lm_load_f32(bp, w->sdtype, g));
+    for (int64_t c = g * w->group; c < (g + 1) * w->group; c += 8)
+      lm_affine8(out + c, lm_u8x8_to_f32(q + c), s, b);
   }
 }
 
-LM_AVX2 void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out,
-                                         int64_t ldo) {
+LM_AVX2 void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, int64_t n,
+                                     float *out, int64_t ldo) {
   /* codes of one row as bytes; rows wider than the buffer fall back to the reference */
   uint8_t qbuf[16384];
   for (int64_t i = 0; i < n; i++) {
@@ -250,7 +271,8 @@ LM_AVX2 void lm_mm_avx2_dequant_rows(const lm_weight *w, int64_t e, int64_t r0, 
   }
 }
 
-LM_AVX2 void lm_mm_avx2_unpack_codes(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n, uint8_t *out) {
+LM_AVX2 void lm_mm_avx2_unpack_codes(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n,
+                                     uint8_t *out) {
   if (w->bits == 8) {
     memcpy(out, row + c0, (size_t)n);
   } else if (w->bits == 4) {
@@ -267,9 +289,11 @@ LM_AVX2 void lm_mm_avx2_unpack_codes(const lm_weight *w, const uint8_t *row, int
 
 /* 8 rows × 8 quads (32 bytes of each row) transposed as 32-bit elements: the classic
  * unpack/permute network; output vector q holds quad q of the 8 rows. */
-LM_AVX2 static LM_INLINE void lm_transpose8x8_epi32(const uint8_t *src, int64_t ld, uint8_t *dst, int64_t dst_stride) {
+LM_AVX2 static LM_INLINE void lm_transpose8x8_epi32(const uint8_t *src, int64_t ld, uint8_t *dst,
+                                                    int64_t dst_stride) {
   __m256i r[8], t[8], u[8];
-  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(const void *)(src + i * ld));
+  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) r[i] =
+      _mm256_loadu_si256((const __m256i *)(const void *)(src + i * ld));
   _Pragma("GCC unroll 8") for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
@@ -281,12 +305,15 @@ LM_AVX2 static LM_INLINE void lm_transpose8x8_epi32(const uint8_t *src, int64_t 
     u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
   }
   _Pragma("GCC unroll 8") for (int i = 0; i < 4; i++) {
-    _mm256_storeu_si256((__m256i *)(void *)(dst + i * dst_stride), _mm256_permute2x128_si256(u[i], u[i + 4], 0x20));
-    _mm256_storeu_si256((__m256i *)(void *)(dst + (i + 4) * dst_stride), _mm256_permute2x128_si256(u[i], u[i + 4], 0x31));
+    _mm256_storeu_si256((__m256i *)(void *)(dst + i * dst_stride),
+                        _mm256_permute2x128_si256(u[i], u[i + 4], 0x20));
+    _mm256_storeu_si256((__m256i *)(void *)(dst + (i + 4) * dst_stride),
+                        _mm256_permute2x128_si256(u[i], u[i + 4], 0x31));
   }
 }
 
-LM_AVX2 void lm_mm_avx2_interleave(const uint8_t *rows, int64_t ldr, int nr, int64_t nq, uint8_t *dst) {
+LM_AVX2 void lm_mm_avx2_interleave(const uint8_t *rows, int64_t ldr, int nr, int64_t nq,
+                                   uint8_t *dst) {
   for (int64_t q = 0; q < nq; q += 8)
     for (int r = 0; r < nr; r += 8)
       lm_transpose8x8_epi32(rows + r * ldr + 4 * q, ldr, dst + q * nr * 4 + r * 4, (int64_t)nr * 4);
@@ -310,8 +337,8 @@ LM_AVX2 static inline int32_t lm_hsum8_epi32(__m256i v) {
 
 /* 32 values → [16 evens | 16 odds] (the perm layout of one block). */
 LM_AVX2 static inline __m256i lm_split_even_odd(__m256i v) {
-  const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12,
-                                      14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4,
+                                      6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), _MM_SHUFFLE(3, 1, 2, 0));
 }
 
@@ -325,8 +352,8 @@ LM_AVX2 static void lm_perm64_row(int8_t *q, int64_t k) {
     _mm256_storeu_si256((__m256i *)(void *)(q + c + 32), _mm256_permute2x128_si256(a, b, 0x31));
   }
   if (c < k)
-    _mm256_storeu_si256((__m256i *)(void *)(q + c),
-                        lm_split_even_odd(_mm256_loadu_si256((const __m256i *)(const void *)(q + c))));
+    _mm256_storeu_si256((__m256i *)(void *)(q + c), lm_split_even_odd(_mm256_loadu_si256(
+                                                        (const __m256i *)(const void *)(q + c))));
 }
 
 /* Same values as lm_mm_quantize_rows (cvtps2dq rounds to nearest even like its f32 trick);
@@ -346,13 +373,18 @@ LM_AVX2 void lm_mm_avx2_quantize(const lm_mm_job *j, lm_qact *qa, int64_t t0, in
              v3 = _mm256_loadu_ps(xb + 24);
       __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absm), _mm256_and_ps(v1, absm)),
                                 _mm256_max_ps(_mm256_and_ps(v2, absm), _mm256_and_ps(v3, absm)));
-      float amax = lm_hmax8(mx), sum = lm_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
+      float amax = lm_hmax8(mx),
+            sum = lm_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
       __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
-      __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
-      __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
-      int32_t qsum = lm_hsum8_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+      __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id)),
+              i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
+      __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id)),
+              i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
+      int32_t qsum =
+          lm_hsum8_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
       __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-      _mm256_storeu_si256((__m256i *)(void *)(q + b * LM_QA_BLOCK), _mm256_permutevar8x32_epi32(p, order));
+      _mm256_storeu_si256((__m256i *)(void *)(q + b * LM_QA_BLOCK),
+                          _mm256_permutevar8x32_epi32(p, order));
       d[b] = amax / 127.0f;
       if (qa->dexp) _mm_storeu_ps(qa->dexp + (t * j->nb + b) * 4, _mm_set1_ps(d[b]));
       int64_t g = b >> sh;
@@ -373,37 +405,44 @@ LM_AVX2 static inline __m256 lm_q4_chunk(const uint8_t *p, const int8_t *xq) {
   __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
   __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
   __m256i pe = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)xq));
-  __m256i po = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32)));
+  __m256i po =
+      _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32)));
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_add_epi16(pe, po), ones));
 }
 
 /* Σ over one segment (n columns) of a 4-bit row against perm-64 activations. dexp holds
  * each block's d four times, so one load scales both blocks of a chunk. */
-LM_AVX2 static LM_INLINE float lm_q4_seg_fast(const uint8_t *row, const int8_t *xq, const float *dexp, const float *sf,
-                                    int group, int64_t n) {
+LM_AVX2 static LM_INLINE float lm_q4_seg_fast(const uint8_t *row, const int8_t *xq,
+                                              const float *dexp, const float *sf, int group,
+                                              int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   int64_t c = 0;
   if (group == 32) { /* a chunk spans two groups */
     for (int64_t i = 0; c + 64 <= n; c += 64, i += 2) {
-      __m256 sv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(sf + i)), _mm_broadcast_ss(sf + i + 1), 1);
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), sv), acc0);
+      __m256 sv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(sf + i)),
+                                       _mm_broadcast_ss(sf + i + 1), 1);
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), sv), acc0);
     }
   } else if (group == 64) {
     for (int64_t g = 0; c + 128 <= n; c += 128, g += 2) {
       __m256 s0 = _mm256_broadcast_ss(sf + g), s1 = _mm256_broadcast_ss(sf + g + 1);
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
       acc1 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2 + 32, xq + c + 64),
                              _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), s1), acc1);
     }
     if (c < n) {
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + c / 64)), acc0);
+      acc0 = _mm256_fmadd_ps(
+          lm_q4_chunk(row + c / 2, xq + c),
+          _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + c / 64)), acc0);
       c += 64;
     }
   } else { /* 128: two chunks per group */
     for (int64_t g = 0; c + 128 <= n; c += 128, g++) {
       __m256 s0 = _mm256_broadcast_ss(sf + g);
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c), _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
+      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
+                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
       acc1 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2 + 32, xq + c + 64),
                              _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), s0), acc1);
     }
@@ -413,8 +452,9 @@ LM_AVX2 static LM_INLINE float lm_q4_seg_fast(const uint8_t *row, const int8_t *
     const __m128i m4x = _mm_set1_epi8(0x0f);
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + c / 2));
     __m128i lo = _mm_and_si128(v, m4x), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4x);
-    __m128i p = _mm_add_epi16(_mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)(const void *)(xq + c))),
-                              _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(const void *)(xq + c + 16))));
+    __m128i p = _mm_add_epi16(
+        _mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)(const void *)(xq + c))),
+        _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(const void *)(xq + c + 16))));
     __m128i i = _mm_madd_epi16(p, _mm_set1_epi16(1));
     i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(1, 0, 3, 2)));
     i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -439,27 +479,31 @@ LM_AVX2 static inline __m256 lm_u8_block(const uint8_t *q, const int8_t *xq, int
 }
 
 /* Σ over one segment of byte codes (natural layout); nb blocks of 32, two FMA chains. */
-LM_AVX2 static LM_INLINE float lm_u8_seg_fast(const uint8_t *q, const int8_t *xq, const float *d, const float *sf, int group,
-                                    int64_t n, int signed8) {
+LM_AVX2 static LM_INLINE float lm_u8_seg_fast(const uint8_t *q, const int8_t *xq, const float *d,
+                                              const float *sf, int group, int64_t n, int signed8) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   int sh = lm_gshift(group);
   int64_t nb = n / 32, b = 0;
   for (; b + 2 <= nb; b += 2) {
-    acc0 = _mm256_fmadd_ps(lm_u8_block(q + 32 * b, xq + 32 * b, signed8),
-                           _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b)), acc0);
-    acc1 = _mm256_fmadd_ps(lm_u8_block(q + 32 * b + 32, xq + 32 * b + 32, signed8),
-                           _mm256_mul_ps(_mm256_broadcast_ss(sf + ((b + 1) >> sh)), _mm256_broadcast_ss(d + b + 1)),
-                           acc1);
+    acc0 = _mm256_fmadd_ps(
+        lm_u8_block(q + 32 * b, xq + 32 * b, signed8),
+        _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b)), acc0);
+    acc1 = _mm256_fmadd_ps(
+        lm_u8_block(q + 32 * b + 32, xq + 32 * b + 32, signed8),
+        _mm256_mul_ps(_mm256_broadcast_ss(sf + ((b + 1) >> sh)), _mm256_broadcast_ss(d + b + 1)),
+        acc1);
   }
   if (b < nb)
-    acc0 = _mm256_fmadd_ps(lm_u8_block(q + 32 * b, xq + 32 * b, signed8),
-                           _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b)), acc0);
+    acc0 = _mm256_fmadd_ps(
+        lm_u8_block(q + 32 * b, xq + 32 * b, signed8),
+        _mm256_mul_ps(_mm256_broadcast_ss(sf + (b >> sh)), _mm256_broadcast_ss(d + b)), acc0);
   return lm_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 /* One row of the FAST product for every token, columns [c0, c0+n) (n <= LM_SEG). */
-LM_AVX2 static LM_INLINE void lm_fast_row_seg(const lm_seg_kernels *sk, const lm_mm_job *j, const uint8_t *row,
-                                              const uint8_t *sp, const uint8_t *bp, int64_t c0, int64_t n, float *ys,
+LM_AVX2 static LM_INLINE void lm_fast_row_seg(const lm_seg_kernels *sk, const lm_mm_job *j,
+                                              const uint8_t *row, const uint8_t *sp,
+                                              const uint8_t *bp, int64_t c0, int64_t n, float *ys,
                                               uint8_t *qbuf) {
   const lm_weight *w = j->w;
   const lm_qact *qa = j->qa;
@@ -474,16 +518,17 @@ LM_AVX2 static LM_INLINE void lm_fast_row_seg(const lm_seg_kernels *sk, const lm
   }
   for (int64_t t = 0; t < j->m; t++) {
     const int8_t *xq = qa->q + t * qa->ldq + c0;
-    float v = w->bits == 4 ? sk->fast_q4(q, xq, qa->dexp + (t * j->nb + c0 / 32) * 4, sf, w->group, n)
-                           : sk->fast_u8(q, xq, qa->d + t * j->nb + c0 / 32, sf, w->group, n, signed8);
+    float v = w->bits == 4
+                  ? sk->fast_q4(q, xq, qa->dexp + (t * j->nb + c0 / 32) * 4, sf, w->group, n)
+                  : sk->fast_u8(q, xq, qa->d + t * j->nb + c0 / 32, sf, w->group, n, signed8);
     v += lm_dot_sb(bf, qa->sx + t * j->ng + g0, ngs);
     if (signed8) v += lm_dot_sb(sf, qa->c8 + t * j->ng + g0, ngs);
     ys[t] += v;
   }
 }
 
-LM_AVX2 static LM_INLINE void lm_gemv_fast_rows(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0,
-                                                int64_t r1) {
+LM_AVX2 static LM_INLINE void lm_gemv_fast_rows(const lm_seg_kernels *sk, const lm_mm_job *j,
+                                                int64_t r0, int64_t r1) {
   const lm_weight *w = j->w;
   uint8_t qbuf[LM_SEG];
   float ys[LM_MM_GEMV_MAX_M];
@@ -493,18 +538,23 @@ LM_AVX2 static LM_INLINE void lm_gemv_fast_rows(const lm_seg_kernels *sk, const 
                 *bp = lm_weight_bias_ptr(w, j->e, r0);
   for (int64_t r = r0; r < r1; r++, row += rb, sp += sb, bp += sb) {
     lm_prefetch_ahead(row, rb, (r1 - r) * rb, sp, sb);
-    for (int64_t t = 0; t < j->m; t++) ys[t] = 0.0f;
+    for (int64_t t = 0; t < j->m; t++)
+      ys[t] = 0.0f;
     if (j->k <= LM_SEG)
       lm_fast_row_seg(sk, j, row, sp, bp, 0, j->k, ys, qbuf);
     else
       for (int64_t c0 = 0; c0 < j->k; c0 += LM_SEG)
         lm_fast_row_seg(sk, j, row, sp, bp, c0, j->k - c0 < LM_SEG ? j->k - c0 : LM_SEG, ys, qbuf);
-    for (int64_t t = 0; t < j->m; t++) lm_mm_put(j->y + t * j->ldy + r, ys[t], j->acc);
+    for (int64_t t = 0; t < j->m; t++)
+      lm_mm_put(j->y + t * j->ldy + r, ys[t], j->acc);
   }
 }
 
-static const lm_seg_kernels lm_seg_avx2 = {.f32_quant = lm_seg_quant_f32, .f32_dense = lm_dot_dense_avx2,
-                                           .fast_q4 = lm_q4_seg_fast, .fast_u8 = lm_u8_seg_fast, .signed8 = 1};
+static const lm_seg_kernels lm_seg_avx2 = {.f32_quant = lm_seg_quant_f32,
+                                           .f32_dense = lm_dot_dense_avx2,
+                                           .fast_q4 = lm_q4_seg_fast,
+                                           .fast_u8 = lm_u8_seg_fast,
+                                           .signed8 = 1};
 
 LM_AVX2 static void lm_gemv_f32_avx2(const lm_mm_job *j, int64_t r0, int64_t r1) {
   lm_gemv_f32_rows(&lm_seg_avx2, j, r0, r1);
@@ -514,10 +564,10 @@ LM_AVX2 void lm_mm_avx2_gemv_fast(const lm_mm_job *j, int64_t r0, int64_t r1) {
   lm_gemv_fast_rows(&lm_seg_avx2, j, r0, r1);
 }
 
-LM_AVX2 void lm_mm_avx2_gemv_f32_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0, int64_t r1) {
+LM_AVX2 void lm_mm_avx2_gemv_f32_with(const lm_seg_kernels *sk, const lm_mm_job *j, int64_t r0,
+                                      int64_t r1) {
   lm_gemv_f32_rows(sk, j, r0, r1);
 }
-
 
 /* ---- FAST GEMM: 4 tokens × 16 rows ------------------------------------------------------ */
 
@@ -538,8 +588,8 @@ LM_AVX2 static inline __m256i lm_bcast4(const int8_t *p) {
 
 /* s32 sums of one block (32 columns) for 4 tokens × 16 rows: a[t][h] holds rows 8h..8h+7.
  * A tile step is 64 bytes: 16 rows × 4 codes. */
-__attribute__((always_inline)) LM_AVX2 static inline void lm_gemm_block(const uint8_t *wp, const int8_t *const *xq,
-                                                                        int64_t kb, int cls, __m256i a[4][2]) {
+__attribute__((always_inline)) LM_AVX2 static inline void
+lm_gemm_block(const uint8_t *wp, const int8_t *const *xq, int64_t kb, int cls, __m256i a[4][2]) {
   const __m256i ones = _mm256_set1_epi16(1);
   _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) a[t][0] = a[t][1] = _mm256_setzero_si256();
   if (cls == LM_W4) {
@@ -574,9 +624,9 @@ __attribute__((always_inline)) LM_AVX2 static inline void lm_gemm_block(const ui
   }
 }
 
-__attribute__((always_inline)) LM_AVX2 static inline void lm_gemm_avx2_body(const lm_mm_job *j, const lm_qtile *tl,
-                                                                            int64_t tile_r0, int nvalid, int64_t tt,
-                                                                            int cls) {
+__attribute__((always_inline)) LM_AVX2 static inline void
+lm_gemm_avx2_body(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0, int nvalid, int64_t tt,
+                  int cls) {
   const lm_qact *qa = j->qa;
   int64_t bpg = j->w->group / LM_QA_BLOCK;
   int sh = lm_gshift(j->w->group);
@@ -624,18 +674,22 @@ __attribute__((always_inline)) LM_AVX2 static inline void lm_gemm_avx2_body(cons
       float tmp[16];
       _mm256_storeu_ps(tmp, f[t][0]);
       _mm256_storeu_ps(tmp + 8, f[t][1]);
-      for (int r = 0; r < nvalid; r++) lm_mm_put(y + r, tmp[r], j->acc);
+      for (int r = 0; r < nvalid; r++)
+        lm_mm_put(y + r, tmp[r], j->acc);
     }
   }
 }
 
-LM_AVX2 static void lm_gemm_fast_avx2(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0, int nvalid,
-                                      int64_t t0, int64_t t1) {
+LM_AVX2 static void lm_gemm_fast_avx2(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0,
+                                      int nvalid, int64_t t0, int64_t t1) {
   int bits = j->w->bits;
   for (int64_t tt = t0; tt < t1; tt += 4) {
-    if (bits <= 4) lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W4);
-    else if (bits <= 6) lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W6);
-    else lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W8);
+    if (bits <= 4)
+      lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W4);
+    else if (bits <= 6)
+      lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W6);
+    else
+      lm_gemm_avx2_body(j, tl, tile_r0, nvalid, tt, LM_W8);
   }
 }
 

@@ -20,28 +20,31 @@
 
 /* ---- F32 ------------------------------------------------------------------------------- */
 
-#define LM_DENSE_DOT16(NAME, ESZ, LOAD16)                                                              \
-  LM_AVX512 static float NAME(const lm_weight *w, const uint8_t *row, const float *x, int64_t k) {     \
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;                                                          \
-    int64_t c = 0;                                                                                     \
-    for (; c + 32 <= k; c += 32) {                                                                     \
-      a0 = _mm512_fmadd_ps(LOAD16(row + c * ESZ), _mm512_loadu_ps(x + c), a0);                         \
-      a1 = _mm512_fmadd_ps(LOAD16(row + (c + 16) * ESZ), _mm512_loadu_ps(x + c + 16), a1);             \
-    }                                                                                                  \
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));                                             \
-    for (; c < k; c++) s += lm_load_f32(row, w->dtype, c) * x[c];                                      \
-    return s;                                                                                          \
+#define LM_DENSE_DOT16(NAME, ESZ, LOAD16)                                                          \
+  LM_AVX512 static float NAME(const lm_weight *w, const uint8_t *row, const float *x, int64_t k) { \
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;                                                      \
+    int64_t c = 0;                                                                                 \
+    for (; c + 32 <= k; c += 32) {                                                                 \
+      a0 = _mm512_fmadd_ps(LOAD16(row + c * ESZ), _mm512_loadu_ps(x + c), a0);                     \
+      a1 = _mm512_fmadd_ps(LOAD16(row + (c + 16) * ESZ), _mm512_loadu_ps(x + c + 16), a1);         \
+    }                                                                                              \
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));                                         \
+    for (; c < k; c++)                                                                             \
+      s += lm_load_f32(row, w->dtype, c) * x[c];                                                   \
+    return s;                                                                                      \
   }
 
 #define LM_LD16_F32(p) _mm512_loadu_ps((const float *)(const void *)(p))
 #define LM_LD16_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
-#define LM_LD16_BF16(p) \
-  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+#define LM_LD16_BF16(p)                                                                            \
+  _mm512_castsi512_ps(_mm512_slli_epi32(                                                           \
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 LM_DENSE_DOT16(lm_dot_f32_512, 4, LM_LD16_F32)
 LM_DENSE_DOT16(lm_dot_f16_512, 2, LM_LD16_F16)
 LM_DENSE_DOT16(lm_dot_bf16_512, 2, LM_LD16_BF16)
 
-LM_AVX512 static float lm_dot_dense_512(const lm_weight *w, const uint8_t *row, const float *x, int64_t k) {
+LM_AVX512 static float lm_dot_dense_512(const lm_weight *w, const uint8_t *row, const float *x,
+                                        int64_t k) {
   switch (w->dtype) {
   case LM_DT_F32: return lm_dot_f32_512(w, row, x, k);
   case LM_DT_F16: return lm_dot_f16_512(w, row, x, k);
@@ -49,10 +52,13 @@ LM_AVX512 static float lm_dot_dense_512(const lm_weight *w, const uint8_t *row, 
   }
 }
 
-LM_AVX512 static inline __m512 lm_u8x16_to_f32(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
+LM_AVX512 static inline __m512 lm_u8x16_to_f32(__m128i v) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+}
 
 /* Σ float(q)·x over one group: 4-bit codes packed, or codes as bytes. */
-LM_AVX512 static LM_INLINE __m512 lm_group_dot_f32(const lm_weight *w, const uint8_t *q, const float *x) {
+LM_AVX512 static LM_INLINE __m512 lm_group_dot_f32(const lm_weight *w, const uint8_t *q,
+                                                   const float *x) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   if (w->bits == 4) {
     const __m128i m4 = _mm_set1_epi8(0x0f);
@@ -60,34 +66,40 @@ LM_AVX512 static LM_INLINE __m512 lm_group_dot_f32(const lm_weight *w, const uin
       __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(q + c / 2));
       __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
       a0 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_unpacklo_epi8(lo, hi)), _mm512_loadu_ps(x + c), a0);
-      a1 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_unpackhi_epi8(lo, hi)), _mm512_loadu_ps(x + c + 16), a1);
+      a1 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_unpackhi_epi8(lo, hi)), _mm512_loadu_ps(x + c + 16),
+                           a1);
     }
   } else {
     for (int c = 0; c < w->group; c += 32) {
       a0 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(q + c))),
                            _mm512_loadu_ps(x + c), a0);
-      a1 = _mm512_fmadd_ps(lm_u8x16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(q + c + 16))),
-                           _mm512_loadu_ps(x + c + 16), a1);
+      a1 = _mm512_fmadd_ps(
+          lm_u8x16_to_f32(_mm_loadu_si128((const __m128i *)(const void *)(q + c + 16))),
+          _mm512_loadu_ps(x + c + 16), a1);
     }
   }
   return _mm512_add_ps(a0, a1);
 }
 
-LM_AVX512 static float lm_seg_quant_f32_512(const lm_weight *w, const uint8_t *q, const float *x, const float *sf,
-                                            int64_t n) {
+LM_AVX512 static float lm_seg_quant_f32_512(const lm_weight *w, const uint8_t *q, const float *x,
+                                            const float *sf, int64_t n) {
   int64_t gs = w->group, qstep = w->bits == 4 ? gs / 2 : gs;
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
   int64_t g = 0;
   for (; g + 2 <= n / gs; g += 2) {
-    acc0 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + g * qstep, x + g * gs), _mm512_set1_ps(sf[g]), acc0);
-    acc1 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + (g + 1) * qstep, x + (g + 1) * gs), _mm512_set1_ps(sf[g + 1]),
-                           acc1);
+    acc0 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + g * qstep, x + g * gs), _mm512_set1_ps(sf[g]),
+                           acc0);
+    acc1 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + (g + 1) * qstep, x + (g + 1) * gs),
+                           _mm512_set1_ps(sf[g + 1]), acc1);
   }
-  if (g < n / gs) acc0 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + g * qstep, x + g * gs), _mm512_set1_ps(sf[g]), acc0);
+  if (g < n / gs)
+    acc0 = _mm512_fmadd_ps(lm_group_dot_f32(w, q + g * qstep, x + g * gs), _mm512_set1_ps(sf[g]),
+                           acc0);
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-static const lm_seg_kernels lm_seg_avx512 = {.f32_quant = lm_seg_quant_f32_512, .f32_dense = lm_dot_dense_512};
+static const lm_seg_kernels lm_seg_avx512 = {.f32_quant = lm_seg_quant_f32_512,
+                                             .f32_dense = lm_dot_dense_512};
 
 static void lm_gemv_f32_avx512(const lm_mm_job *j, int64_t r0, int64_t r1) {
   lm_mm_avx2_gemv_f32_with(&lm_seg_avx512, j, r0, r1);
@@ -102,8 +114,8 @@ LM_AVX512 static LM_INLINE __m512i lm_bcast4_512(const int8_t *p) {
 }
 
 /* Tile step = 128 bytes: 32 rows × 4 codes, as two 16-row vectors. */
-LM_AVX512 static void lm_gemm_body_512(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0, int nvalid,
-                                       int64_t tt) {
+LM_AVX512 static void lm_gemm_body_512(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0,
+                                       int nvalid, int64_t tt) {
   const lm_qact *qa = j->qa;
   int64_t bpg = j->w->group / LM_QA_BLOCK;
   int sh = bpg == 1 ? 0 : bpg == 2 ? 1 : 2;
@@ -121,7 +133,8 @@ LM_AVX512 static void lm_gemm_body_512(const lm_mm_job *j, const lm_qtile *tl, i
     __m512i a[4][2];
     _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) a[t][0] = a[t][1] = _mm512_setzero_si512();
     _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
-      __m512i w0 = _mm512_loadu_si512((const void *)(wp + s * 128)), w1 = _mm512_loadu_si512((const void *)(wp + s * 128 + 64));
+      __m512i w0 = _mm512_loadu_si512((const void *)(wp + s * 128)),
+              w1 = _mm512_loadu_si512((const void *)(wp + s * 128 + 64));
       _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
         __m512i xb = lm_bcast4_512(xq[t] + b * LM_QA_BLOCK + 4 * s);
         a[t][0] = _mm512_dpbusd_epi32(a[t][0], w0, xb);
@@ -155,14 +168,16 @@ LM_AVX512 static void lm_gemm_body_512(const lm_mm_job *j, const lm_qtile *tl, i
       float tmp[32];
       _mm512_storeu_ps(tmp, f[t][0]);
       _mm512_storeu_ps(tmp + 16, f[t][1]);
-      for (int r = 0; r < nvalid; r++) lm_mm_put(y + r, tmp[r], j->acc);
+      for (int r = 0; r < nvalid; r++)
+        lm_mm_put(y + r, tmp[r], j->acc);
     }
   }
 }
 
-LM_AVX512 static void lm_gemm_fast_avx512(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0, int nvalid,
-                                          int64_t t0, int64_t t1) {
-  for (int64_t tt = t0; tt < t1; tt += 4) lm_gemm_body_512(j, tl, tile_r0, nvalid, tt);
+LM_AVX512 static void lm_gemm_fast_avx512(const lm_mm_job *j, const lm_qtile *tl, int64_t tile_r0,
+                                          int nvalid, int64_t t0, int64_t t1) {
+  for (int64_t tt = t0; tt < t1; tt += 4)
+    lm_gemm_body_512(j, tl, tile_r0, nvalid, tt);
 }
 
 const lm_cpu_kernels lm_cpu_kernels_avx512 = {

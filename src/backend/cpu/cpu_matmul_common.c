@@ -14,15 +14,18 @@ void lm_mm_unpack_codes(const uint8_t *row, int bits, int64_t k0, int64_t n, uin
   for (int64_t i = 0; i < n; i += 8, p += bits) {
     uint64_t v = 0;
     memcpy(&v, p, (size_t)bits);
-    for (int j = 0; j < 8; j++) out[i + j] = (uint8_t)((v >> (j * bits)) & mask);
+    for (int j = 0; j < 8; j++)
+      out[i + j] = (uint8_t)((v >> (j * bits)) & mask);
   }
 }
 
 void lm_mm_load_f32s(const void *p, lm_dtype t, int64_t i0, int64_t n, float *out) {
   if (t == LM_DT_BF16) /* the common case, inline: one shift per element */
-    for (int64_t i = 0; i < n; i++) out[i] = lm_bf16_to_f32(((const uint16_t *)p)[i0 + i]);
+    for (int64_t i = 0; i < n; i++)
+      out[i] = lm_bf16_to_f32(((const uint16_t *)p)[i0 + i]);
   else
-    for (int64_t i = 0; i < n; i++) out[i] = lm_load_f32(p, t, i0 + i);
+    for (int64_t i = 0; i < n; i++)
+      out[i] = lm_load_f32(p, t, i0 + i);
 }
 
 /* Position of column c in a perm-P layout (see lm_qact): evens of the chunk, then odds. */
@@ -59,7 +62,8 @@ static void lm_quantize_row(const float *x, int64_t k, int64_t group, int perm, 
     }
     d[b] = amax / 127.0f;
     if (dexp)
-      for (int i = 0; i < 4; i++) dexp[b * 4 + i] = d[b];
+      for (int i = 0; i < 4; i++)
+        dexp[b * 4 + i] = d[b];
     int64_t g = b / bpg;
     if (b % bpg == 0) sx[g] = c8[g] = 0.0f;
     sx[g] += sum;
@@ -69,19 +73,22 @@ static void lm_quantize_row(const float *x, int64_t k, int64_t group, int perm, 
 
 void lm_mm_quantize_rows(const lm_mm_job *j, lm_qact *qa, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; t++)
-    lm_quantize_row(j->x + t * j->ldx, j->k, j->w->group, qa->perm, qa->q + t * qa->ldq, qa->d + t * j->nb,
-                    qa->dexp ? qa->dexp + t * j->nb * 4 : NULL, qa->sx + t * j->ng, qa->c8 + t * j->ng);
+    lm_quantize_row(j->x + t * j->ldx, j->k, j->w->group, qa->perm, qa->q + t * qa->ldq,
+                    qa->d + t * j->nb, qa->dexp ? qa->dexp + t * j->nb * 4 : NULL,
+                    qa->sx + t * j->ng, qa->c8 + t * j->ng);
 }
 
-static void lm_interleave_scalar(const uint8_t *rows, int64_t ldr, int nr, int64_t nq, uint8_t *dst) {
+static void lm_interleave_scalar(const uint8_t *rows, int64_t ldr, int nr, int64_t nq,
+                                 uint8_t *dst) {
   for (int r = 0; r < nr; r++)
-    for (int64_t q = 0; q < nq; q++) memcpy(dst + (q * nr + r) * 4, rows + r * ldr + 4 * q, 4);
+    for (int64_t q = 0; q < nq; q++)
+      memcpy(dst + (q * nr + r) * 4, rows + r * ldr + 4 * q, 4);
 }
 
 /* Chunk by chunk of columns: unpack the nr rows' codes to bytes, then interleave them by
  * 4-column quads, so the scratch stays small (nr × LM_PACK_CHUNK) for any width. */
-void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, int nvalid, lm_qtile *t,
-                     uint8_t *rowbuf) {
+void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, int nvalid,
+                     lm_qtile *t, uint8_t *rowbuf) {
   const lm_weight *w = j->w;
   int nr = t->nr;
   float *tmp = (float *)(void *)rowbuf; /* nr·LM_PACK_CHUNK bytes >= 2·ng floats per pass */
@@ -116,10 +123,13 @@ void lm_mm_pack_tile(const lm_cpu_kernels *kn, const lm_mm_job *j, int64_t r0, i
       }
       kn->unpack_codes(w, row, c0, n, rb);
       if (t->signed8)
-        for (int64_t i = 0; i < n; i++) rb[i] ^= 0x80u;
+        for (int64_t i = 0; i < n; i++)
+          rb[i] ^= 0x80u;
     }
     uint8_t *dst = t->codes + c0 * nr;
-    if (kn->interleave) kn->interleave(rowbuf, LM_PACK_CHUNK, nr, n / 4, dst);
-    else lm_interleave_scalar(rowbuf, LM_PACK_CHUNK, nr, n / 4, dst);
+    if (kn->interleave)
+      kn->interleave(rowbuf, LM_PACK_CHUNK, nr, n / 4, dst);
+    else
+      lm_interleave_scalar(rowbuf, LM_PACK_CHUNK, nr, n / 4, dst);
   }
 }

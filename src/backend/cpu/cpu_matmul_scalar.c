@@ -6,7 +6,8 @@
 /* Σ_k w[k]·x[k] for a dense row. */
 static float lm_dot_dense(const lm_weight *w, const uint8_t *row, const float *x, int64_t k) {
   float acc = 0.0f;
-  for (int64_t c = 0; c < k; c++) acc += lm_load_f32(row, w->dtype, c) * x[c];
+  for (int64_t c = 0; c < k; c++)
+    acc += lm_load_f32(row, w->dtype, c) * x[c];
   return acc;
 }
 
@@ -21,7 +22,8 @@ static float lm_dot_quant_f32(const lm_mm_job *j, int64_t r, const float *x) {
     float s = lm_load_f32(sp, w->sdtype, g), b = lm_load_f32(bp, w->sdtype, g);
     lm_mm_unpack_codes(row, w->bits, g * w->group, w->group, q);
     const float *xg = x + g * w->group;
-    for (int i = 0; i < w->group; i++) acc += (s * (float)q[i] + b) * xg[i];
+    for (int i = 0; i < w->group; i++)
+      acc += (s * (float)q[i] + b) * xg[i];
   }
   return acc;
 }
@@ -31,7 +33,8 @@ static void lm_gemv_f32_scalar(const lm_mm_job *j, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r++)
     for (int64_t t = 0; t < j->m; t++) {
       const float *x = j->x + t * j->ldx;
-      float v = w->bits ? lm_dot_quant_f32(j, r, x) : lm_dot_dense(w, lm_weight_row_ptr(w, j->e, r), x, j->k);
+      float v = w->bits ? lm_dot_quant_f32(j, r, x)
+                        : lm_dot_dense(w, lm_weight_row_ptr(w, j->e, r), x, j->k);
       lm_mm_put(j->y + t * j->ldy + r, v, j->acc);
     }
 }
@@ -53,7 +56,8 @@ static float lm_dot_quant_fast(const lm_mm_job *j, int64_t r, int64_t t) {
       int64_t b = g * bpg + bb;
       lm_mm_unpack_codes(row, w->bits, b * LM_QA_BLOCK, LM_QA_BLOCK, q);
       int32_t isum = 0;
-      for (int i = 0; i < LM_QA_BLOCK; i++) isum += (int32_t)q[i] * xq[b * LM_QA_BLOCK + i];
+      for (int i = 0; i < LM_QA_BLOCK; i++)
+        isum += (int32_t)q[i] * xq[b * LM_QA_BLOCK + i];
       gs += d[b] * (float)isum;
     }
     acc += lm_load_f32(sp, w->sdtype, g) * gs + lm_load_f32(bp, w->sdtype, g) * sx[g];
@@ -63,15 +67,18 @@ static float lm_dot_quant_fast(const lm_mm_job *j, int64_t r, int64_t t) {
 
 static void lm_gemv_fast_scalar(const lm_mm_job *j, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r++)
-    for (int64_t t = 0; t < j->m; t++) lm_mm_put(j->y + t * j->ldy + r, lm_dot_quant_fast(j, r, t), j->acc);
+    for (int64_t t = 0; t < j->m; t++)
+      lm_mm_put(j->y + t * j->ldy + r, lm_dot_quant_fast(j, r, t), j->acc);
 }
 
 static void lm_dequant_rows_scalar(const lm_weight *w, int64_t e, int64_t r0, int64_t n, float *out,
                                    int64_t ldo) {
-  for (int64_t i = 0; i < n; i++) lm_weight_dequant_row(w, e, r0 + i, out + i * ldo);
+  for (int64_t i = 0; i < n; i++)
+    lm_weight_dequant_row(w, e, r0 + i, out + i * ldo);
 }
 
-static void lm_unpack_codes_scalar(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n, uint8_t *out) {
+static void lm_unpack_codes_scalar(const lm_weight *w, const uint8_t *row, int64_t c0, int64_t n,
+                                   uint8_t *out) {
   lm_mm_unpack_codes(row, w->bits, c0, n, out);
 }
 

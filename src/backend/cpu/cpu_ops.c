@@ -23,7 +23,8 @@ lm_status lm_cpu_embed(lm_backend *be, const lm_embed_args *a) {
   for (int64_t t = 0; t < b->n_tokens; t++) {
     float *y = lm_cpu_row(a->out, t);
     lm_weight_dequant_row(w, 0, b->ids[t], y);
-    for (int64_t c = 0; c < w->cols; c++) y[c] *= a->scale;
+    for (int64_t c = 0; c < w->cols; c++)
+      y[c] *= a->scale;
   }
   return LM_OK;
 }
@@ -45,9 +46,11 @@ static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
 
 lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
   if (a->epilogue && (a->accumulate || a->other.rows < a->out.rows || a->other.cols != a->out.cols))
-    return LM_ERRF(LM_ERR_INVALID, "matmul: an epilogue needs `other` of the output's shape and no accumulate");
+    return LM_ERRF(LM_ERR_INVALID,
+                   "matmul: an epilogue needs `other` of the output's shape and no accumulate");
   if ((a->epilogue == LM_EPI_GLU_PAIR) != (a->w2 != NULL))
-    return LM_ERRF(LM_ERR_INVALID, "matmul: a second weight goes with the GLU-pair epilogue, and only with it");
+    return LM_ERRF(LM_ERR_INVALID,
+                   "matmul: a second weight goes with the GLU-pair epilogue, and only with it");
   if (a->epilogue == LM_EPI_GLU_PAIR) return lm_matmul_glu_pair(be, a, lm_cpu_matmul_op);
   LM_TRY(matmul_plain(be, a));
   if (a->epilogue == LM_EPI_GLU_OTHER)
@@ -65,8 +68,8 @@ static float round_if(int bf16, float v) { return bf16 ? lm_round_bf16(v) : v; }
  * op) and head rows [T*heads][hd] (the norm's RoPE form); the angles are computed once per
  * token for all its heads. bf16: cos/sin, each product and each sum rounded, as the CUDA
  * kernels and transformers' bf16 run round (LM_PRECISION_BF16). */
-void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, int64_t T, int heads, int hd,
-                        const int32_t *pos, const float *inv, int bf16) {
+void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, int64_t T,
+                        int heads, int hd, const int32_t *pos, const float *inv, int bf16) {
   int half = hd / 2;
 #pragma omp parallel for schedule(static) if (T > 8)
   for (int64_t t = 0; t < T; t++) {
@@ -90,11 +93,13 @@ void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, 
 /* Gemma4RMSNorm: y = x * pow(mean(x²) + eps, -0.5) * w — the weight as is, not (1 + w). */
 float lm_cpu_inv_rms(const float *x, int64_t n, float eps) {
   double ss = 0.0;
-  for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+  for (int64_t i = 0; i < n; i++)
+    ss += (double)x[i] * x[i];
   return powf((float)(ss / (double)n) + eps, -0.5f);
 }
 
-static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps, int accumulate) {
+static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps,
+                        int accumulate) {
   float inv = lm_cpu_inv_rms(x, n, eps);
   for (int64_t i = 0; i < n; i++) {
     float v = w ? x[i] * inv * w[i] : x[i] * inv;
@@ -105,16 +110,20 @@ static void rmsnorm_row(float *y, const float *x, const float *w, int64_t n, flo
 lm_status lm_cpu_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
   const float *w = a->w ? (const float *)a->w->data : NULL;
   int64_t n = a->x.cols;
-  if (a->w && a->w->cols != n) return LM_ERRF(LM_ERR_INVALID, "rmsnorm: weight %s has %lld values, rows have %lld",
-                                              a->w->name, (long long)a->w->cols, (long long)n);
+  if (a->w && a->w->cols != n)
+    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: weight %s has %lld values, rows have %lld", a->w->name,
+                   (long long)a->w->cols, (long long)n);
   const float *nw = a->next_w ? (const float *)a->next_w->data : NULL;
   if (a->next_w && a->next_w->cols != n)
-    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: next weight %s has %lld values, rows have %lld", a->next_w->name,
-                   (long long)a->next_w->cols, (long long)n);
-  if (a->rope && (a->residual || a->rope_heads <= 0 || a->x.rows % a->rope_heads || n % 2 || a->rope->cols != n / 2 ||
-                  !lm_cpu_batch(be) || a->x.rows / a->rope_heads > lm_cpu_batch(be)->n_tokens))
-    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: RoPE needs a step, head rows (%d per token of it), an even head dim "
-                   "with its inverse frequencies, and no residual", a->rope_heads);
+    return LM_ERRF(LM_ERR_INVALID, "rmsnorm: next weight %s has %lld values, rows have %lld",
+                   a->next_w->name, (long long)a->next_w->cols, (long long)n);
+  if (a->rope && (a->residual || a->rope_heads <= 0 || a->x.rows % a->rope_heads || n % 2 ||
+                  a->rope->cols != n / 2 || !lm_cpu_batch(be) ||
+                  a->x.rows / a->rope_heads > lm_cpu_batch(be)->n_tokens))
+    return LM_ERRF(LM_ERR_INVALID,
+                   "rmsnorm: RoPE needs a step, head rows (%d per token of it), an even head dim "
+                   "with its inverse frequencies, and no residual",
+                   a->rope_heads);
   const float *inv = a->rope ? (const float *)a->rope->data : NULL;
   const int32_t *pos = a->rope ? lm_cpu_batch(be)->pos : NULL;
 #pragma omp parallel for schedule(static) if (a->x.rows > 8)
@@ -123,21 +132,22 @@ lm_status lm_cpu_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
       float *res = lm_cpu_row(*a->residual, r);
       rmsnorm_row(res, lm_cpu_row(a->x, r), w, n, a->eps, 1);
       if (a->scaled)
-        for (int64_t i = 0; i < n; i++) res[i] *= a->scale;
+        for (int64_t i = 0; i < n; i++)
+          res[i] *= a->scale;
       if (a->next_out.data) rmsnorm_row(lm_cpu_row(a->next_out, r), res, nw, n, a->eps, 0);
     } else {
       rmsnorm_row(lm_cpu_row(a->out, r), lm_cpu_row(a->x, r), w, n, a->eps, 0);
     }
   }
   if (inv)
-    lm_cpu_rope_tokens(a->out.data, a->out.ld * a->rope_heads, a->out.ld, a->out.rows / a->rope_heads, a->rope_heads,
-                       (int)n, pos, inv, 0);
+    lm_cpu_rope_tokens(a->out.data, a->out.ld * a->rope_heads, a->out.ld,
+                       a->out.rows / a->rope_heads, a->rope_heads, (int)n, pos, inv, 0);
   return LM_OK;
 }
 
 lm_status lm_cpu_rope(lm_backend *be, const lm_rope_args *a) {
-  lm_cpu_rope_tokens(a->x.data, a->x.ld, a->head_dim, a->x.rows, a->n_heads, a->head_dim, lm_cpu_batch(be)->pos,
-                     a->inv_freq->data, 0);
+  lm_cpu_rope_tokens(a->x.data, a->x.ld, a->head_dim, a->x.rows, a->n_heads, a->head_dim,
+                     lm_cpu_batch(be)->pos, a->inv_freq->data, 0);
   return LM_OK;
 }
 
@@ -161,9 +171,11 @@ lm_status lm_cpu_add(lm_backend *be, const lm_add_args *a) {
     const float *x = lm_cpu_row(a->a, r);
     if (a->b.data) {
       const float *z = lm_cpu_row(a->b, r);
-      for (int64_t i = 0; i < a->out.cols; i++) y[i] = (x[i] + z[i]) * a->scale;
+      for (int64_t i = 0; i < a->out.cols; i++)
+        y[i] = (x[i] + z[i]) * a->scale;
     } else {
-      for (int64_t i = 0; i < a->out.cols; i++) y[i] = x[i] * a->scale;
+      for (int64_t i = 0; i < a->out.cols; i++)
+        y[i] = x[i] * a->scale;
     }
   }
   return LM_OK;
@@ -174,7 +186,8 @@ lm_status lm_cpu_softcap(lm_backend *be, const lm_softcap_args *a) {
   (void)be;
   for (int64_t r = 0; r < a->x.rows; r++) {
     float *y = lm_cpu_row(a->x, r);
-    for (int64_t i = 0; i < a->x.cols; i++) y[i] = tanhf(y[i] / a->cap) * a->cap;
+    for (int64_t i = 0; i < a->x.cols; i++)
+      y[i] = tanhf(y[i] / a->cap) * a->cap;
   }
   return LM_OK;
 }
@@ -182,7 +195,8 @@ lm_status lm_cpu_softcap(lm_backend *be, const lm_softcap_args *a) {
 lm_status lm_cpu_gather_logit_rows(lm_backend *be, const lm_gather_args *a) {
   const lm_batch *b = lm_cpu_batch(be);
   for (int32_t i = 0; i < b->n_logits; i++)
-    memcpy(lm_cpu_row(a->out, i), lm_cpu_row(a->x, b->logit_rows[i]), (size_t)a->x.cols * sizeof(float));
+    memcpy(lm_cpu_row(a->out, i), lm_cpu_row(a->x, b->logit_rows[i]),
+           (size_t)a->x.cols * sizeof(float));
   return LM_OK;
 }
 

@@ -18,8 +18,8 @@ static const char *base_name(const char *path) {
 
 lm_status lm_cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
   lm_status s = e == cudaErrorMemoryAllocation ? LM_ERR_NOMEM : LM_ERR_DEVICE;
-  return LM_ERRF(s, "CUDA: %s failed at %s:%d: %s (%s)", call, base_name(file), line, cudaGetErrorString(e),
-                 cudaGetErrorName(e));
+  return LM_ERRF(s, "CUDA: %s failed at %s:%d: %s (%s)", call, base_name(file), line,
+                 cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 lm_status lm_cublas_fail(cublasStatus_t e, const char *call, const char *file, int line) {
@@ -29,7 +29,8 @@ lm_status lm_cublas_fail(cublasStatus_t e, const char *call, const char *file, i
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
-lm_status lm_cuda_malloc(lm_cuda_ctx *c, size_t bytes, lm_cuda_use use, const char *what, void **out) {
+lm_status lm_cuda_malloc(lm_cuda_ctx *c, size_t bytes, lm_cuda_use use, const char *what,
+                         void **out) {
   *out = NULL;
   if (c->n_allocs == c->cap_allocs) {
     int cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
@@ -44,12 +45,13 @@ lm_status lm_cuda_malloc(lm_cuda_ctx *c, size_t bytes, lm_cuda_use use, const ch
     (void)cudaGetLastError(); /* an allocation failure is not sticky; clear it */
     size_t fr = 0, tot = 0;
     (void)cudaMemGetInfo(&fr, &tot);
-    return LM_ERRF(e == cudaErrorMemoryAllocation ? LM_ERR_NOMEM : LM_ERR_DEVICE,
-                   "CUDA: cannot allocate %.1f MiB for %s on %s: %s; %.1f MiB free of %.1f MiB (this backend "
-                   "holds weights %.1f MiB, KV %.1f MiB, workspace %.1f MiB)",
-                   (double)bytes / MIB, what, c->name, cudaGetErrorString(e), (double)fr / MIB, (double)tot / MIB,
-                   (double)c->used[LM_CUDA_WEIGHTS] / MIB, (double)c->used[LM_CUDA_KV] / MIB,
-                   (double)c->used[LM_CUDA_WORKSPACE] / MIB);
+    return LM_ERRF(
+        e == cudaErrorMemoryAllocation ? LM_ERR_NOMEM : LM_ERR_DEVICE,
+        "CUDA: cannot allocate %.1f MiB for %s on %s: %s; %.1f MiB free of %.1f MiB (this backend "
+        "holds weights %.1f MiB, KV %.1f MiB, workspace %.1f MiB)",
+        (double)bytes / MIB, what, c->name, cudaGetErrorString(e), (double)fr / MIB,
+        (double)tot / MIB, (double)c->used[LM_CUDA_WEIGHTS] / MIB,
+        (double)c->used[LM_CUDA_KV] / MIB, (double)c->used[LM_CUDA_WORKSPACE] / MIB);
   }
   c->allocs[c->n_allocs++] = (lm_cuda_alloc){p, bytes, use};
   c->used[use] += (int64_t)bytes;
@@ -87,7 +89,8 @@ static lm_status cuda_alloc(lm_backend *be, size_t bytes, void **ptr) {
 
 static void cuda_free(lm_backend *be, void *ptr) { lm_cuda_release(lm_cuda_of(be), ptr); }
 
-static lm_status cuda_copy_kind(lm_backend *be, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k) {
+static lm_status cuda_copy_kind(lm_backend *be, void *dst, const void *src, size_t bytes,
+                                enum cudaMemcpyKind k) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   if (!bytes) return LM_OK;
   LM_CU(cudaMemcpyAsync(dst, src, bytes, k, c->stream));
@@ -105,7 +108,8 @@ static lm_status cuda_copy(lm_backend *be, void *dst, const void *src, size_t by
   return cuda_copy_kind(be, dst, src, bytes, cudaMemcpyDeviceToDevice);
 }
 
-/* ---- weights ---------------------------------------------------------------------------------- */
+/* ---- weights ----------------------------------------------------------------------------------
+ */
 
 /* Whether w holds a handle this backend made from w. Comparing the handle alone is not
  * enough: w->backend may dangle from a destroyed backend whose handle's address a handle of
@@ -120,7 +124,9 @@ static int owns_weight(const lm_cuda_ctx *c, const lm_weight *w) {
  * the low half), f32 as float2. The same bytes as the checkpoint's two arrays. */
 static void *pack_pairs(const lm_weight *w, int *kind, size_t *bytes) {
   int64_t ne = w->n_experts ? w->n_experts : 1, ng = w->cols / w->group, n = ne * w->rows * ng;
-  *kind = w->sdtype == LM_DT_F32 ? LM_CU_SB_F32 : w->sdtype == LM_DT_F16 ? LM_CU_SB_F16 : LM_CU_SB_BF16;
+  *kind = w->sdtype == LM_DT_F32   ? LM_CU_SB_F32
+          : w->sdtype == LM_DT_F16 ? LM_CU_SB_F16
+                                   : LM_CU_SB_BF16;
   *bytes = (size_t)n * (*kind == LM_CU_SB_F32 ? 8 : 4);
   void *out = malloc(*bytes ? *bytes : 1);
   if (!out) return NULL;
@@ -152,9 +158,16 @@ static lm_status upload_weight(lm_backend *be, const lm_weight *w, lm_cuda_weigh
     LM_TRY(cuda_upload(be, h->data, lm_weight_row_ptr(w, 0, 0), per_expert * (size_t)ne));
   else
     for (int64_t e = 0; e < ne; e++)
-      LM_TRY(cuda_upload(be, (char *)h->data + e * per_expert, lm_weight_row_ptr(w, e, 0), per_expert));
-  h->w = (lm_cu_w){.data = h->data, .n_experts = w->n_experts, .rows = w->rows, .cols = w->cols, .row_bytes = rb,
-                   .bits = w->bits, .group = w->group, .wdt = (int)w->dtype};
+      LM_TRY(cuda_upload(be, (char *)h->data + e * per_expert, lm_weight_row_ptr(w, e, 0),
+                         per_expert));
+  h->w = (lm_cu_w){.data = h->data,
+                   .n_experts = w->n_experts,
+                   .rows = w->rows,
+                   .cols = w->cols,
+                   .row_bytes = rb,
+                   .bits = w->bits,
+                   .group = w->group,
+                   .wdt = (int)w->dtype};
   if (!w->bits) return LM_OK;
   size_t bytes;
   void *pairs = pack_pairs(w, &h->w.sb_kind, &bytes);
@@ -170,10 +183,12 @@ static lm_status cuda_prepare_weight(lm_backend *be, lm_weight *w) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   if (w->backend && owns_weight(c, w)) return LM_OK; /* prepared already */
   if (w->bits && (w->bits < 2 || w->bits > 8 || w->group <= 0 || w->cols % w->group))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: weight %s: %d-bit groups of %d do not fit %lld columns", w->name,
-                   w->bits, w->group, (long long)w->cols);
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "CUDA: weight %s: %d-bit groups of %d do not fit %lld columns", w->name, w->bits,
+                   w->group, (long long)w->cols);
   if (!w->bits && w->dtype != LM_DT_F32 && w->dtype != LM_DT_BF16 && w->dtype != LM_DT_F16)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: weight %s has dtype %s", w->name, lm_dtype_name(w->dtype));
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: weight %s has dtype %s", w->name,
+                   lm_dtype_name(w->dtype));
   if (c->n_weights == c->cap_weights) {
     int cap = c->cap_weights ? 2 * c->cap_weights : 256;
     lm_cuda_weight **a = realloc(c->weights, (size_t)cap * sizeof *a);
@@ -198,13 +213,15 @@ static lm_status cuda_prepare_weight(lm_backend *be, lm_weight *w) {
 
 lm_status lm_cuda_weight_of(const lm_weight *w, const char *op, const lm_cuda_weight **out) {
   if (!w || !w->backend)
-    return LM_ERRF(LM_ERR_STATE, "CUDA %s: weight %s was not prepared for this backend (lm_model_prepare)", op,
+    return LM_ERRF(LM_ERR_STATE,
+                   "CUDA %s: weight %s was not prepared for this backend (lm_model_prepare)", op,
                    w && w->name ? w->name : "(null)");
   *out = w->backend;
   return LM_OK;
 }
 
-/* ---- steps ------------------------------------------------------------------------------------ */
+/* ---- steps ------------------------------------------------------------------------------------
+ */
 
 /* The quantized kinds take what kv.c allows: 4 or 8 bits, groups of 32, 64 or 128. */
 static int quant_sig_ok(const char *rest) {
@@ -222,9 +239,18 @@ static int cuda_supports_cache(lm_backend *be, const char *sig) {
 }
 
 lm_cu_kvdesc lm_cuda_kvdesc(const lm_kv_cache *kc) {
-  return (lm_cu_kvdesc){.k = kc->k, .v = kc->v, .n = kc->n, .window = kc->window, .slots = kc->slots,
-                        .ks = kc->ks, .kb = kc->kb, .vs = kc->vs, .vb = kc->vb, .bits = kc->bits,
-                        .group = kc->group, .quant = lm_kv_kind_quant(kc->kind)};
+  return (lm_cu_kvdesc){.k = kc->k,
+                        .v = kc->v,
+                        .n = kc->n,
+                        .window = kc->window,
+                        .slots = kc->slots,
+                        .ks = kc->ks,
+                        .kb = kc->kb,
+                        .vs = kc->vs,
+                        .vb = kc->vb,
+                        .bits = kc->bits,
+                        .group = kc->group,
+                        .quant = lm_kv_kind_quant(kc->kind)};
 }
 
 static lm_status grow_step(lm_cuda_ctx *c, size_t need) {
@@ -249,7 +275,8 @@ static int make_tiles(const lm_batch *b, int32_t *tiles, int *max_tile) {
   *max_tile = 0;
   for (int32_t t = 0; t < b->n_tokens;) {
     int32_t u = t + 1;
-    while (u < b->n_tokens && u - t < LM_CUDA_TILE && b->seq[u] == b->seq[t]) u++;
+    while (u < b->n_tokens && u - t < LM_CUDA_TILE && b->seq[u] == b->seq[t])
+      u++;
     tiles[2 * n] = t;
     tiles[2 * n + 1] = u - t;
     if (u - t > *max_tile) *max_tile = u - t;
@@ -261,16 +288,20 @@ static int make_tiles(const lm_batch *b, int32_t *tiles, int *max_tile) {
 
 static lm_status check_caches(lm_cuda_ctx *c, const lm_batch *b, int nc) {
   for (int32_t s = 0; s < b->n_seqs; s++)
-    if (b->kv[s]->n != nc) return LM_ERRF(LM_ERR_INVALID, "CUDA step: sequence %d has %d caches, sequence 0 has %d", s,
-                                          b->kv[s]->n, nc);
+    if (b->kv[s]->n != nc)
+      return LM_ERRF(LM_ERR_INVALID, "CUDA step: sequence %d has %d caches, sequence 0 has %d", s,
+                     b->kv[s]->n, nc);
   for (int32_t t = 0; t < b->n_tokens; t++)
     for (int i = 0; i < nc; i++) {
       const lm_kv_cache *kc = b->kv[b->seq[t]]->caches[i];
       if (kc->be->ctx != c)
-        return LM_ERRF(LM_ERR_INVALID, "CUDA step: cache %d of sequence %d belongs to another backend", i, b->seq[t]);
+        return LM_ERRF(LM_ERR_INVALID,
+                       "CUDA step: cache %d of sequence %d belongs to another backend", i,
+                       b->seq[t]);
       if (lm_kv_slot(kc, b->pos[t]) >= kc->slots)
-        return LM_ERRF(LM_ERR_STATE, "CUDA step: position %d beyond the %lld reserved slots of cache %d", b->pos[t],
-                       (long long)kc->slots, i);
+        return LM_ERRF(LM_ERR_STATE,
+                       "CUDA step: position %d beyond the %lld reserved slots of cache %d",
+                       b->pos[t], (long long)kc->slots, i);
     }
   return LM_OK;
 }
@@ -287,8 +318,10 @@ static lm_status cuda_begin_step(lm_backend *be, const lm_batch *b) {
     for (int i = 0; i < nc; i++) {
       const lm_kv_cache *kc = b->kv[s]->caches[i];
       kd[s * nc + i] = lm_cuda_kvdesc(kc);
-      const void *arrays[] = {kc->k, kc->v, kc->ks, kc->kb, kc->vs, kc->vb}; /* the last four: quantized kinds */
-      for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++) mark_kv(c, arrays[a]);
+      const void *arrays[] = {kc->k,  kc->v,  kc->ks,
+                              kc->kb, kc->vs, kc->vb}; /* the last four: quantized kinds */
+      for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++)
+        mark_kv(c, arrays[a]);
     }
   int32_t *ip = (int32_t *)((char *)c->step_host + desc);
   memcpy(ip, b->ids, (size_t)T * 4);
@@ -299,9 +332,18 @@ static lm_status cuda_begin_step(lm_backend *be, const lm_batch *b) {
   size_t used = desc + (size_t)(3 * (int64_t)T + NL + 2 * (int64_t)n_tiles) * sizeof(int32_t);
   LM_CU(cudaMemcpyAsync(c->step_dev, c->step_host, used, cudaMemcpyHostToDevice, c->stream));
   int32_t *dp = (int32_t *)((char *)c->step_dev + desc);
-  c->st = (lm_cuda_step){.kv = c->step_dev, .ids = dp, .pos = dp + T, .seq = dp + 2 * T, .rows = dp + 3 * T,
-                         .tiles = dp + 3 * T + NL, .n_tokens = T, .n_logits = NL, .n_seqs = S, .n_caches = nc,
-                         .n_tiles = n_tiles, .max_tile = max_tile};
+  c->st = (lm_cuda_step){.kv = c->step_dev,
+                         .ids = dp,
+                         .pos = dp + T,
+                         .seq = dp + 2 * T,
+                         .rows = dp + 3 * T,
+                         .tiles = dp + 3 * T + NL,
+                         .n_tokens = T,
+                         .n_logits = NL,
+                         .n_seqs = S,
+                         .n_caches = nc,
+                         .n_tiles = n_tiles,
+                         .max_tile = max_tile};
   c->batch = b;
   lm_cuda_range_step(c, 1);
   return LM_OK;
@@ -321,7 +363,8 @@ lm_status lm_cuda_need_step(lm_cuda_ctx *c, const char *op) {
   return LM_OK;
 }
 
-/* ---- the backend ------------------------------------------------------------------------------ */
+/* ---- the backend ------------------------------------------------------------------------------
+ */
 
 static void cuda_destroy(lm_backend *be) {
   if (!be) return;
@@ -330,9 +373,11 @@ static void cuda_destroy(lm_backend *be) {
     lm_cuda_prof_print(c);
     lm_cuda_plans_clear(c);
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < c->n_weights; i++) free(c->weights[i]);
+    for (int i = 0; i < c->n_weights; i++)
+      free(c->weights[i]);
     free(c->weights);
-    for (int i = 0; i < c->n_allocs; i++) (void)cudaFree(c->allocs[i].p);
+    for (int i = 0; i < c->n_allocs; i++)
+      (void)cudaFree(c->allocs[i].p);
     free(c->allocs);
     if (c->step_host) (void)cudaFreeHost(c->step_host);
     if (c->blas) (void)cublasDestroy(c->blas);
@@ -385,7 +430,8 @@ int lm_cuda_device_count(void) {
 
 /* The side-by-side switches of cuda_backend.h, read once per backend. */
 static lm_cu_switches switches_from_env(void) {
-  const char *pdl = getenv("LUMEN_CUDA_PDL"), *gemv = getenv("LUMEN_CUDA_GEMV"), *unfuse = getenv("LUMEN_CUDA_UNFUSE");
+  const char *pdl = getenv("LUMEN_CUDA_PDL"), *gemv = getenv("LUMEN_CUDA_GEMV"),
+             *unfuse = getenv("LUMEN_CUDA_UNFUSE");
   return (lm_cu_switches){.pdl = !(pdl && !strcmp(pdl, "0")),
                           .tensor_cores = !(gemv && !strcmp(gemv, "cores")),
                           .glu_pair = !(unfuse && strstr(unfuse, "glu_pair")),
@@ -399,10 +445,11 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   c->device = device;
   c->n_sms = pr.multiProcessorCount;
   c->smem_optin = (int)pr.sharedMemPerBlockOptin;
-  snprintf(c->name, sizeof c->name, "%.200s (cuda:%d, sm_%d%d)", pr.name, device, pr.major, pr.minor);
+  snprintf(c->name, sizeof c->name, "%.200s (cuda:%d, sm_%d%d)", pr.name, device, pr.major,
+           pr.minor);
   if (pr.major < 8)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: %s: compute capability %d.%d; this build needs 9.0", c->name, pr.major,
-                   pr.minor);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA: %s: compute capability %d.%d; this build needs 9.0",
+                   c->name, pr.major, pr.minor);
   LM_CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   LM_CUBLAS(cublasCreate(&c->blas));
   LM_CUBLAS(cublasSetStream(c->blas, c->stream));
@@ -410,10 +457,11 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   c->fuse_q_norm = sw.q_norm;
   LM_CU(lm_cu_kernels_init(c->smem_optin, &sw));
   c->mm_scratch_bytes = (size_t)128 << 20;
-  LM_TRY(lm_cuda_malloc(c, c->mm_scratch_bytes, LM_CUDA_WORKSPACE, "matmul scratch", &c->mm_scratch));
+  LM_TRY(
+      lm_cuda_malloc(c, c->mm_scratch_bytes, LM_CUDA_WORKSPACE, "matmul scratch", &c->mm_scratch));
   c->attn_part_floats = (int64_t)8 << 20;
-  LM_TRY(lm_cuda_malloc(c, (size_t)c->attn_part_floats * sizeof(float), LM_CUDA_WORKSPACE, "attention scratch",
-                        (void **)&c->attn_part));
+  LM_TRY(lm_cuda_malloc(c, (size_t)c->attn_part_floats * sizeof(float), LM_CUDA_WORKSPACE,
+                        "attention scratch", (void **)&c->attn_part));
   /* its tail holds the decode kernel's split counters, which must start at zero */
   LM_CU(cudaMemset(c->attn_part, 0, (size_t)c->attn_part_floats * sizeof(float)));
   c->plans_on = 1;
@@ -455,14 +503,15 @@ lm_status lm_backend_cuda_create(lm_precision prec, int device, lm_backend **out
   return LM_OK;
 }
 
-/* ---- reports ---------------------------------------------------------------------------------- */
+/* ---- reports ----------------------------------------------------------------------------------
+ */
 
 lm_status lm_cuda_mem_get(lm_backend *be, lm_cuda_mem *out) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   size_t fr = 0, tot = 0;
   LM_CU(cudaMemGetInfo(&fr, &tot));
-  *out = (lm_cuda_mem){c->used[LM_CUDA_WEIGHTS], c->used[LM_CUDA_KV], c->used[LM_CUDA_WORKSPACE], (int64_t)fr,
-                       (int64_t)tot};
+  *out = (lm_cuda_mem){c->used[LM_CUDA_WEIGHTS], c->used[LM_CUDA_KV], c->used[LM_CUDA_WORKSPACE],
+                       (int64_t)fr, (int64_t)tot};
   return LM_OK;
 }
 
@@ -472,9 +521,10 @@ void lm_cuda_mem_report(lm_backend *be, char *buf, size_t n) {
     snprintf(buf, n, "device memory: %s", lm_errmsg());
     return;
   }
-  snprintf(buf, n, "device %s: weights %.1f MiB, KV %.1f MiB, workspace %.1f MiB; free %.1f of %.1f MiB",
-           lm_cuda_of(be)->name, (double)m.weights / MIB, (double)m.kv / MIB, (double)m.workspace / MIB,
-           (double)m.free_bytes / MIB, (double)m.total_bytes / MIB);
+  snprintf(buf, n,
+           "device %s: weights %.1f MiB, KV %.1f MiB, workspace %.1f MiB; free %.1f of %.1f MiB",
+           lm_cuda_of(be)->name, (double)m.weights / MIB, (double)m.kv / MIB,
+           (double)m.workspace / MIB, (double)m.free_bytes / MIB, (double)m.total_bytes / MIB);
 }
 
 void lm_cuda_set_plans(lm_backend *be, int on) {
@@ -505,7 +555,9 @@ static lm_status bandwidth(lm_cuda_ctx *c, int kind, double *gbs) {
   cudaEvent_t e0 = NULL, e1 = NULL;
   float ms[7];
   lm_status s = lm_cuda_malloc(c, bytes, LM_CUDA_WORKSPACE, "bandwidth probe", &buf);
-  if (!s) s = lm_cuda_malloc(c, (size_t)c->n_sms * 8 * sizeof(unsigned), LM_CUDA_WORKSPACE, "probe sink", &sink);
+  if (!s)
+    s = lm_cuda_malloc(c, (size_t)c->n_sms * 8 * sizeof(unsigned), LM_CUDA_WORKSPACE, "probe sink",
+                       &sink);
   cudaError_t e = s ? cudaSuccess : cudaMemsetAsync(buf, 0x5a, bytes, c->stream);
   if (!s && e == cudaSuccess) e = cudaEventCreate(&e0);
   if (!s && e == cudaSuccess) e = cudaEventCreate(&e1);

@@ -12,7 +12,12 @@
 #include "kv/batch.h"
 
 /* What an allocation is for (device memory accounting). */
-typedef enum lm_cuda_use { LM_CUDA_WORKSPACE = 0, LM_CUDA_KV = 1, LM_CUDA_WEIGHTS = 2, LM_CUDA_USES } lm_cuda_use;
+typedef enum lm_cuda_use {
+  LM_CUDA_WORKSPACE = 0,
+  LM_CUDA_KV = 1,
+  LM_CUDA_WEIGHTS = 2,
+  LM_CUDA_USES
+} lm_cuda_use;
 
 typedef struct lm_cuda_alloc {
   void *p;
@@ -71,7 +76,7 @@ typedef struct lm_cuda_ctx {
   lm_cuda_plan *capturing; /* the plan being captured, or NULL */
   int plans_on;
   int64_t plan_uses, plan_builds, plan_clock;
-  char plan_error[256]; /* why the last capture was refused ("" if none was) */
+  char plan_error[256];   /* why the last capture was refused ("" if none was) */
   cudaEvent_t prof_ev[4]; /* profiling: op start/end, step start/end (NULL when off) */
   lm_cuda_prof_entry *prof;
   int n_prof;
@@ -92,11 +97,13 @@ lm_status lm_cublas_fail(cublasStatus_t e, const char *call, const char *file, i
 #define LM_CUBLAS(call)                                                                            \
   do {                                                                                             \
     cublasStatus_t lm_cb_e_ = (call);                                                              \
-    if (lm_cb_e_ != CUBLAS_STATUS_SUCCESS) return lm_cublas_fail(lm_cb_e_, #call, __FILE__, __LINE__); \
+    if (lm_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                         \
+      return lm_cublas_fail(lm_cb_e_, #call, __FILE__, __LINE__);                                  \
   } while (0)
 
 /* Device memory with accounting; the error names `what`, the size and the free memory. */
-lm_status lm_cuda_malloc(lm_cuda_ctx *c, size_t bytes, lm_cuda_use use, const char *what, void **out);
+lm_status lm_cuda_malloc(lm_cuda_ctx *c, size_t bytes, lm_cuda_use use, const char *what,
+                         void **out);
 void lm_cuda_release(lm_cuda_ctx *c, void *p);
 
 /* Helpers for the ops. */

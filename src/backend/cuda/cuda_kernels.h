@@ -46,19 +46,23 @@ typedef struct lm_cu_kvdesc {
 } lm_cu_kvdesc;
 
 /* ---- elementwise / row ops (k_rows.cu) ---- */
-cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids, float scale);
+cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids,
+                        float scale);
 /* residual == NULL: out = norm(x)*w; else residual += norm(x)*w. w may be NULL. */
-cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, const lm_cu_t *residual);
+cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+                          const lm_cu_t *residual);
 /* The fused forms (lm_rmsnorm_args): residual += norm(x)*w; residual *= scale when scaled;
  * next (when next.p) = norm(residual)*next_w. One kernel for aligned bf16/f32 rows up to 8192
  * columns, else the separate kernels. */
-cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float eps, lm_cu_t residual, int scaled,
-                              float scale, lm_cu_t next, const float *next_w);
+cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float eps,
+                              lm_cu_t residual, int scaled, float scale, lm_cu_t next,
+                              const float *next_w);
 /* out = RoPE(norm(x)*w) for rows that are heads of head_dim = x.cols, heads per token; one
  * warp per head for power-of-two head dims 32..512 (aligned), else the separate kernels. */
-cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
-                               const float *inv_freq, const int32_t *pos);
-cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq, const int32_t *pos);
+cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+                               int heads, const float *inv_freq, const int32_t *pos);
+cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq,
+                       const int32_t *pos);
 cudaError_t lm_cu_geglu(cudaStream_t s, lm_cu_t out, lm_cu_t gate, lm_cu_t up);
 /* out = (a + b) * scale, or a * scale when b.p == NULL. */
 cudaError_t lm_cu_add(cudaStream_t s, lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale);
@@ -68,21 +72,22 @@ cudaError_t lm_cu_gather_rows(cudaStream_t s, lm_cu_t out, lm_cu_t x, const int3
 /* ids[r*ids.ld] = argmax of row r (lowest index on ties); ids is int32. */
 cudaError_t lm_cu_argmax(cudaStream_t s, lm_cu_t ids, lm_cu_t x);
 /* Writes token t's K/V row into the cache of its sequence (kv[seq[t]*n_caches + cache]). */
-cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv, int n_caches,
-                            int cache, const int32_t *pos, const int32_t *seq);
+cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv,
+                            int n_caches, int cache, const int32_t *pos, const int32_t *seq);
 
 /* ---- attention (k_attention.cu) ---- */
 typedef struct lm_cu_attn_p {
   lm_cu_t out, q, k_new, v_new;
   const lm_cu_kvdesc *kv;
   int n_caches, cache;
-  const int32_t *pos, *seq, *tiles; /* tiles: [n_tiles][2] (first token, count) within one sequence */
-  int n_tiles, max_tile;            /* max_tile: largest token count of a tile */
+  const int32_t *pos, *seq,
+      *tiles;            /* tiles: [n_tiles][2] (first token, count) within one sequence */
+  int n_tiles, max_tile; /* max_tile: largest token count of a tile */
   int n_heads, n_kv_heads, head_dim;
   int64_t window;
   float scale;
-  float *part;          /* split partials scratch */
-  int64_t part_floats;  /* its capacity */
+  float *part;         /* split partials scratch */
+  int64_t part_floats; /* its capacity */
   /* q_inv set: q is the raw projection; the q norm (weight q_w or none, q_eps) and RoPE
    * (inverse frequencies q_inv) are applied to it first. Only the decode kernel does that:
    * lm_cu_attention returns cudaErrorNotSupported, launching nothing, for a step it does not
@@ -97,8 +102,8 @@ cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms);
 /* ---- matrix products (k_gemv.cu, k_gemm.cu) ---- */
 typedef struct lm_cu_mm_p {
   lm_cu_w w;
-  int64_t expert;       /* the matrix of a stack (ignored when ids is set) */
-  lm_cu_t x, y;         /* y[m][rows] = x[m][cols] · Wᵀ (+ y) */
+  int64_t expert; /* the matrix of a stack (ignored when ids is set) */
+  lm_cu_t x, y;   /* y[m][rows] = x[m][cols] · Wᵀ (+ y) */
   int accumulate;
   /* grouped (MoE decode): when ids is set, output row g (g < y.rows) uses expert
    * ids[(g / ids_k) * ids_ld + g % ids_k] and input row g / x_div. */
@@ -124,7 +129,8 @@ cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *p);
  * gate/up pairs take the tensor-core kernel (lm_cu_gemv_init calls it). */
 cudaError_t lm_cu_gemv_tc_init(int max_smem_optin, int glu_pair);
 /* Dequantizes/converts rows [r0, r0+n) of expert e to dst [n][cols] of dtype dt (F32/BF16). */
-cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n, void *dst, int dt);
+cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n,
+                               void *dst, int dt);
 /* MoE prefill: for every expert e and sorted pair j in [start[e], start[e+1]):
  * y[order[j]] = x[order[j] / x_div] · W_eᵀ (rows). max_rows bounds any expert's count. */
 typedef struct lm_cu_gather_mm_p {
@@ -140,20 +146,22 @@ cudaError_t lm_cu_gemm_gathered(cudaStream_t s, const lm_cu_gather_mm_p *p);
 cudaError_t lm_cu_moe_route(cudaStream_t s, lm_cu_t ids, lm_cu_t weights, lm_cu_t logits, int top_k,
                             const float *per_expert_scale);
 /* Stable counting sort of the T*K (token, slot) pairs by expert: start[E+1], order[T*K]. */
-cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32_t *start, int32_t *order);
+cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32_t *start,
+                           int32_t *order);
 /* out[t] = Σ_k weights[t][k] · y[t*K + k] (y rows in pair order). */
 cudaError_t lm_cu_moe_combine(cudaStream_t s, lm_cu_t out, lm_cu_t weights, lm_cu_t y, int top_k);
 
 /* ---- misc (k_rows.cu) ---- */
 /* Streams `bytes` (a multiple of 16) through the SMs and writes one word per block to sink. */
-cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int blocks);
+cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink,
+                              int blocks);
 /* The kernel choices a side-by-side run can switch off (cuda_backend.h: the environment
  * variables behind them); 1 = on, the default. */
 typedef struct lm_cu_switches {
   int pdl;          /* programmatic dependent launch (LUMEN_CUDA_PDL=0) */
   int tensor_cores; /* 4-bit decode products on the tensor cores (LUMEN_CUDA_GEMV=cores) */
   int glu_pair;     /* gate/up pairs in one launch (LUMEN_CUDA_UNFUSE=glu_pair) */
-  int q_norm;       /* the q norm inside the decode attention (LUMEN_CUDA_UNFUSE=q_norm; the op layer) */
+  int q_norm; /* the q norm inside the decode attention (LUMEN_CUDA_UNFUSE=q_norm; the op layer) */
 } lm_cu_switches;
 /* Sets the switches and raises the dynamic shared-memory limit of every kernel instance that
  * needs more than 48 KiB. */
@@ -165,16 +173,17 @@ cudaError_t lm_cu_kernels_init(int max_smem_optin, const lm_cu_switches *sw);
  * Stage rows: [T][stage.ld] bytes in kv.h's layout (lm_kv_stage_row_bytes), any alignment. */
 /* Quantizes the K/V row of each token whose cache is quantized into its stage row and
  * replaces the row in k_new/v_new by the values the cache will store (rounded to their dtype). */
-cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage, const lm_cu_kvdesc *kv,
-                            int n_caches, int cache, const int32_t *seq);
+cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
+                            const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *seq);
 /* Writes each token's staged bytes (quantized caches) or K/V row (plain ones) into its slot
  * (pos % window for rings; of a chunk longer than a ring only the last window tokens write). */
-cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage, const lm_cu_kvdesc *kv,
-                             int n_caches, int cache, const int32_t *pos, const int32_t *seq);
+cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
+                             const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *pos,
+                             const int32_t *seq);
 /* Quantizes slots [0, held) of the plain cache `from` (elements of lm_dtype dt, rows of w
  * values) into the quantized cache `to` (bits 4/8, group dividing w). */
-cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt, const lm_cu_kvdesc *to, int64_t w,
-                              int64_t held);
+cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt,
+                              const lm_cu_kvdesc *to, int64_t w, int64_t held);
 /* lm_cu_attention's semantics, reading quantized caches in place (their head dim is a
  * multiple of the group, as kv.c requires; k/v 16-byte aligned): k_attention.cu. */
 cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms);

@@ -9,28 +9,38 @@
 
 #define GEMV_MAX_ROWS 8
 
-_Static_assert(LM_EPI_GLU_OTHER == 1 && LM_EPI_GLU_SELF == 2 && LM_EPI_GLU_PAIR == 3, "lm_cu_mm_p.epi codes");
+_Static_assert(LM_EPI_GLU_OTHER == 1 && LM_EPI_GLU_SELF == 2 && LM_EPI_GLU_PAIR == 3,
+               "lm_cu_mm_p.epi codes");
 
 static size_t dt_size(int dt) { return dt == LM_DT_F32 ? 4 : 2; }
 
-static lm_cu_mm_p gemv_params(const lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t expert, lm_tensor x,
-                              lm_tensor y, int acc) {
-  return (lm_cu_mm_p){.w = h->w, .expert = expert, .x = lm_cuda_view(x), .y = lm_cuda_view(y), .accumulate = acc,
-                      .grid_cap = 4 * c->n_sms, .smem_optin = c->smem_optin};
+static lm_cu_mm_p gemv_params(const lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t expert,
+                              lm_tensor x, lm_tensor y, int acc) {
+  return (lm_cu_mm_p){.w = h->w,
+                      .expert = expert,
+                      .x = lm_cuda_view(x),
+                      .y = lm_cuda_view(y),
+                      .accumulate = acc,
+                      .grid_cap = 4 * c->n_sms,
+                      .smem_optin = c->smem_optin};
 }
 
 /* y = x · W_eᵀ (+ y) through cuBLAS, over row blocks of W that fit the scratch. */
-static lm_status gemm_blas(lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t e, lm_tensor x, lm_tensor y, int acc) {
+static lm_status gemm_blas(lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t e, lm_tensor x,
+                           lm_tensor y, int acc) {
   const lm_cu_w *w = &h->w;
   int act = (int)x.dtype;
-  cudaDataType tx = act == LM_DT_F32 ? CUDA_R_32F : CUDA_R_16BF, ty = y.dtype == LM_DT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+  cudaDataType tx = act == LM_DT_F32 ? CUDA_R_32F : CUDA_R_16BF,
+               ty = y.dtype == LM_DT_F32 ? CUDA_R_32F : CUDA_R_16BF;
   if (act == LM_DT_F32 && ty != CUDA_R_32F)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA matmul: f32 activations into a bf16 output");
   int direct = !w->bits && w->wdt == act;
-  int64_t chunk = direct ? w->rows : (int64_t)(c->mm_scratch_bytes / ((size_t)w->cols * dt_size(act)));
+  int64_t chunk =
+      direct ? w->rows : (int64_t)(c->mm_scratch_bytes / ((size_t)w->cols * dt_size(act)));
   if (chunk > 65535 && !direct) chunk = 65535;
-  if (chunk < 1) return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA matmul: a row of %lld columns exceeds the scratch",
-                                (long long)w->cols);
+  if (chunk < 1)
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA matmul: a row of %lld columns exceeds the scratch",
+                   (long long)w->cols);
   const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
   for (int64_t r0 = 0; r0 < w->rows; r0 += chunk) {
     int64_t nr = w->rows - r0 < chunk ? w->rows - r0 : chunk;
@@ -40,16 +50,18 @@ static lm_status gemm_blas(lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t e, l
       B = c->mm_scratch;
     }
     /* Row-major y[m][n] = x[m][k] · B[n][k]ᵀ is column-major yᵀ = op(B)ᵀ·xᵀ: B transposed. */
-    LM_CUBLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)x.rows, (int)w->cols, &one, B, tx,
-                           (int)w->cols, x.data, tx, (int)x.ld, &beta, (char *)y.data + (size_t)r0 * dt_size(y.dtype),
-                           ty, (int)y.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    LM_CUBLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)x.rows, (int)w->cols,
+                           &one, B, tx, (int)w->cols, x.data, tx, (int)x.ld, &beta,
+                           (char *)y.data + (size_t)r0 * dt_size(y.dtype), ty, (int)y.ld,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   return LM_OK;
 }
 
 static int same_geometry(const lm_cu_w *a, const lm_cu_w *b) {
-  return a->n_experts == b->n_experts && a->rows == b->rows && a->cols == b->cols && a->row_bytes == b->row_bytes &&
-         a->bits == b->bits && a->group == b->group && a->wdt == b->wdt && a->sb_kind == b->sb_kind;
+  return a->n_experts == b->n_experts && a->rows == b->rows && a->cols == b->cols &&
+         a->row_bytes == b->row_bytes && a->bits == b->bits && a->group == b->group &&
+         a->wdt == b->wdt && a->sb_kind == b->sb_kind;
 }
 
 /* Gate and up of the MLP: one tensor-core launch where the kernel takes the shape (decode),
@@ -64,7 +76,8 @@ static lm_status glu_pair(lm_backend *be, const lm_matmul_args *a, const lm_cuda
     p.w2 = h2->w;
     cudaError_t e = lm_cu_gemv(c->stream, &p);
     if (e == cudaSuccess) return LM_OK;
-    if (e != cudaErrorNotSupported) return lm_cuda_fail(e, "gemv (gate/up pair)", __FILE__, __LINE__);
+    if (e != cudaErrorNotSupported)
+      return lm_cuda_fail(e, "gemv (gate/up pair)", __FILE__, __LINE__);
   }
   return lm_matmul_glu_pair(be, a, lm_cuda_matmul);
 }
@@ -74,20 +87,28 @@ lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
   const lm_cuda_weight *h;
   LM_TRY(lm_cuda_weight_of(a->w, "matmul", &h));
   int64_t ne = h->w.n_experts ? h->w.n_experts : 1;
-  if (a->x.cols != h->w.cols || a->out.cols != h->w.rows || a->out.rows != a->x.rows || a->expert < 0 ||
-      a->expert >= ne)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: [%lld][%lld] x %s [%lld][%lld] (expert %lld of %lld) into [%lld][%lld]",
-                   (long long)a->x.rows, (long long)a->x.cols, a->w->name, (long long)h->w.rows, (long long)h->w.cols,
-                   (long long)a->expert, (long long)ne, (long long)a->out.rows, (long long)a->out.cols);
+  if (a->x.cols != h->w.cols || a->out.cols != h->w.rows || a->out.rows != a->x.rows ||
+      a->expert < 0 || a->expert >= ne)
+    return LM_ERRF(
+        LM_ERR_INVALID,
+        "CUDA matmul: [%lld][%lld] x %s [%lld][%lld] (expert %lld of %lld) into [%lld][%lld]",
+        (long long)a->x.rows, (long long)a->x.cols, a->w->name, (long long)h->w.rows,
+        (long long)h->w.cols, (long long)a->expert, (long long)ne, (long long)a->out.rows,
+        (long long)a->out.cols);
   if (a->x.dtype != be->act_dtype || (a->out.dtype != be->act_dtype && a->out.dtype != LM_DT_F32))
-    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: %s into %s with %s activations", lm_dtype_name(a->x.dtype),
-                   lm_dtype_name(a->out.dtype), lm_dtype_name(be->act_dtype));
-  if (a->epilogue && (a->accumulate || a->other.rows < a->out.rows || a->other.cols != a->out.cols ||
-                      a->other.dtype != a->out.dtype || a->other.data == a->out.data))
-    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: an epilogue needs `other` of the output's shape and dtype, apart "
+    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: %s into %s with %s activations",
+                   lm_dtype_name(a->x.dtype), lm_dtype_name(a->out.dtype),
+                   lm_dtype_name(be->act_dtype));
+  if (a->epilogue &&
+      (a->accumulate || a->other.rows < a->out.rows || a->other.cols != a->out.cols ||
+       a->other.dtype != a->out.dtype || a->other.data == a->out.data))
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA matmul: an epilogue needs `other` of the output's shape and dtype, apart "
                    "from it, and no accumulate");
   if ((a->epilogue == LM_EPI_GLU_PAIR) != (a->w2 != NULL))
-    return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: a second weight goes with the GLU-pair epilogue, and only with it");
+    return LM_ERRF(
+        LM_ERR_INVALID,
+        "CUDA matmul: a second weight goes with the GLU-pair epilogue, and only with it");
   if (a->x.rows <= 0) return LM_OK;
   if (a->epilogue == LM_EPI_GLU_PAIR) return glu_pair(be, a, h);
   if (a->x.rows <= GEMV_MAX_ROWS) {
@@ -102,11 +123,13 @@ lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
   if (!a->epilogue) return LM_OK;
   lm_cu_t y = lm_cuda_view(a->out), o = lm_cuda_view(a->other);
   o.rows = y.rows;
-  LM_CU(a->epilogue == LM_EPI_GLU_OTHER ? lm_cu_geglu(c->stream, y, o, y) : lm_cu_geglu(c->stream, y, y, o));
+  LM_CU(a->epilogue == LM_EPI_GLU_OTHER ? lm_cu_geglu(c->stream, y, o, y)
+                                        : lm_cu_geglu(c->stream, y, y, o));
   return LM_OK;
 }
 
-/* ---- MoE experts ------------------------------------------------------------------------------ */
+/* ---- MoE experts ------------------------------------------------------------------------------
+ */
 
 typedef struct moe_bufs {
   lm_tensor g, u, y; /* [P][I], [P][I], [P][H] column blocks of the scratch, rows in pair order */
@@ -114,15 +137,18 @@ typedef struct moe_bufs {
 
 static lm_status moe_check(lm_backend *be, const lm_moe_experts_args *a, const lm_cuda_weight *hg,
                            const lm_cuda_weight *hu, const lm_cuda_weight *hd, moe_bufs *b) {
-  int64_t T = a->x.rows, K = a->ids.cols, H = a->x.cols, I = hg->w.rows, E = hg->w.n_experts, P = T * K;
-  if (!E || hu->w.n_experts != E || hd->w.n_experts != E || hg->w.cols != H || hu->w.rows != I || hu->w.cols != H ||
-      hd->w.rows != H || hd->w.cols != I || a->out.cols != H || a->out.rows != T || a->ids.rows < T ||
-      a->weights.rows < T || a->weights.cols < K || a->ids.dtype != LM_DT_I32 || a->weights.dtype != LM_DT_F32)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA moe_experts: shapes do not match %lld tokens x top %lld of %lld experts",
+  int64_t T = a->x.rows, K = a->ids.cols, H = a->x.cols, I = hg->w.rows, E = hg->w.n_experts,
+          P = T * K;
+  if (!E || hu->w.n_experts != E || hd->w.n_experts != E || hg->w.cols != H || hu->w.rows != I ||
+      hu->w.cols != H || hd->w.rows != H || hd->w.cols != I || a->out.cols != H ||
+      a->out.rows != T || a->ids.rows < T || a->weights.rows < T || a->weights.cols < K ||
+      a->ids.dtype != LM_DT_I32 || a->weights.dtype != LM_DT_F32)
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA moe_experts: shapes do not match %lld tokens x top %lld of %lld experts",
                    (long long)T, (long long)K, (long long)E);
   if (a->scratch.rows < P || a->scratch.cols < 2 * I + H || a->scratch.dtype != be->act_dtype ||
-      a->iscratch.dtype != LM_DT_I32 || a->iscratch.cols < P + E + 1 || a->x.dtype != be->act_dtype ||
-      a->out.dtype != be->act_dtype)
+      a->iscratch.dtype != LM_DT_I32 || a->iscratch.cols < P + E + 1 ||
+      a->x.dtype != be->act_dtype || a->out.dtype != be->act_dtype)
     return LM_ERRF(LM_ERR_INVALID, "CUDA moe_experts: workspace too small or of the wrong dtype");
   lm_tensor s = lm_tensor_rows(a->scratch, 0, P);
   b->g = lm_tensor_cols(s, 0, I);
@@ -144,7 +170,8 @@ static lm_status moe_decode(lm_cuda_ctx *c, const lm_moe_experts_args *a, const 
   lm_cu_mm_p pair = p;
   pair.epi = (int)LM_EPI_GLU_PAIR;
   pair.w2 = hu->w;
-  cudaError_t e = same_geometry(&hg->w, &hu->w) ? lm_cu_gemv(c->stream, &pair) : cudaErrorNotSupported;
+  cudaError_t e =
+      same_geometry(&hg->w, &hu->w) ? lm_cu_gemv(c->stream, &pair) : cudaErrorNotSupported;
   if (e == cudaErrorNotSupported) {
     e = lm_cu_gemv(c->stream, &p);
     if (e == cudaSuccess) {
@@ -152,7 +179,8 @@ static lm_status moe_decode(lm_cuda_ctx *c, const lm_moe_experts_args *a, const 
       p.y = lm_cuda_view(b->u);
       e = lm_cu_gemv(c->stream, &p);
     }
-    if (e == cudaSuccess) e = lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u));
+    if (e == cudaSuccess)
+      e = lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u));
   }
   if (e == cudaSuccess) {
     p.w = hd->w;
@@ -161,20 +189,27 @@ static lm_status moe_decode(lm_cuda_ctx *c, const lm_moe_experts_args *a, const 
     p.x_div = 1;
     e = lm_cu_gemv(c->stream, &p);
   }
-  return e == cudaSuccess ? LM_OK : lm_cuda_fail(e, "moe_experts (grouped gemv)", __FILE__, __LINE__);
+  return e == cudaSuccess ? LM_OK
+                          : lm_cuda_fail(e, "moe_experts (grouped gemv)", __FILE__, __LINE__);
 }
 
 /* Prefill: sort the pairs by expert on the device, then one gathered GEMM per projection. */
 static lm_status moe_prefill(lm_cuda_ctx *c, const lm_moe_experts_args *a, const lm_cuda_weight *hg,
-                             const lm_cuda_weight *hu, const lm_cuda_weight *hd, const moe_bufs *b) {
+                             const lm_cuda_weight *hu, const lm_cuda_weight *hd,
+                             const moe_bufs *b) {
   int64_t E = hg->w.n_experts, K = a->ids.cols;
   int32_t *start = a->iscratch.data, *order = start + E + 1;
   lm_cu_t ids = lm_cuda_view(a->ids);
   ids.rows = a->x.rows;
   ids.cols = K;
   LM_CU(lm_cu_moe_sort(c->stream, ids, E, start, order));
-  lm_cu_gather_mm_p p = {.w = hg->w, .x = lm_cuda_view(a->x), .y = lm_cuda_view(b->g), .start = start,
-                         .order = order, .x_div = (int)K, .max_rows = a->x.rows};
+  lm_cu_gather_mm_p p = {.w = hg->w,
+                         .x = lm_cuda_view(a->x),
+                         .y = lm_cuda_view(b->g),
+                         .start = start,
+                         .order = order,
+                         .x_div = (int)K,
+                         .max_rows = a->x.rows};
   LM_CU(lm_cu_gemm_gathered(c->stream, &p));
   p.w = hu->w;
   p.y = lm_cuda_view(b->u);

@@ -28,7 +28,8 @@ static lm_status vector_of(const lm_weight *w, int64_t n, const char *op, const 
   if (!w) return LM_OK;
   LM_TRY(lm_cuda_weight_of(w, op, &h));
   if (h->w.bits || h->w.wdt != LM_DT_F32 || h->w.rows != 1 || h->w.cols != n)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: %s must be an f32 vector of %lld values", op, w->name, (long long)n);
+    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: %s must be an f32 vector of %lld values", op, w->name,
+                   (long long)n);
   *out = h->w.data;
   return LM_OK;
 }
@@ -39,8 +40,9 @@ lm_status lm_cuda_embed(lm_backend *be, const lm_embed_args *a) {
   LM_TRY(lm_cuda_need_step(c, "embed"));
   LM_TRY(lm_cuda_weight_of(a->table, "embed", &h));
   if (a->out.cols != h->w.cols || a->out.rows < c->st.n_tokens)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA embed: output [%lld][%lld] for %d tokens of %s [%lld]", (long long)a->out.rows,
-                   (long long)a->out.cols, c->st.n_tokens, a->table->name, (long long)h->w.cols);
+    return LM_ERRF(LM_ERR_INVALID, "CUDA embed: output [%lld][%lld] for %d tokens of %s [%lld]",
+                   (long long)a->out.rows, (long long)a->out.cols, c->st.n_tokens, a->table->name,
+                   (long long)h->w.cols);
   if (!act_ok(be, a->out)) return bad_dtype("embed", "out", a->out);
   lm_cu_t out = lm_cuda_view(a->out);
   out.rows = c->st.n_tokens;
@@ -48,17 +50,21 @@ lm_status lm_cuda_embed(lm_backend *be, const lm_embed_args *a) {
 }
 
 /* The fused tails: the layer scalar and the next norm after a residual add, or RoPE. */
-static lm_status rmsnorm_fused(lm_backend *be, lm_cuda_ctx *c, const lm_rmsnorm_args *a, const float *w) {
+static lm_status rmsnorm_fused(lm_backend *be, lm_cuda_ctx *c, const lm_rmsnorm_args *a,
+                               const float *w) {
   if (a->rope) {
     const float *inv;
     LM_TRY(lm_cuda_need_step(c, "rmsnorm"));
     LM_TRY(vector_of(a->rope, a->x.cols / 2, "rmsnorm (rope)", &inv));
     if (a->residual || a->rope_heads <= 0 || a->x.rows % a->rope_heads || a->x.cols % 2 ||
         a->x.rows / a->rope_heads > c->st.n_tokens)
-      return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: RoPE needs head rows (%d per token of the step), an even head dim "
-                     "and no residual", a->rope_heads);
-    return LAUNCH(lm_cu_rmsnorm_rope(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps, a->rope_heads, inv,
-                                     c->st.pos),
+      return LM_ERRF(
+          LM_ERR_INVALID,
+          "CUDA rmsnorm: RoPE needs head rows (%d per token of the step), an even head dim "
+          "and no residual",
+          a->rope_heads);
+    return LAUNCH(lm_cu_rmsnorm_rope(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps,
+                                     a->rope_heads, inv, c->st.pos),
                   "rmsnorm (rope)");
   }
   const float *nw = NULL;
@@ -66,12 +72,14 @@ static lm_status rmsnorm_fused(lm_backend *be, lm_cuda_ctx *c, const lm_rmsnorm_
   if (a->next_out.data) {
     LM_TRY(vector_of(a->next_w, a->x.cols, "rmsnorm (next)", &nw));
     if (a->next_out.rows != a->x.rows || a->next_out.cols != a->x.cols || !act_ok(be, a->next_out))
-      return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: the next norm's output must be [%lld][%lld] of the activation dtype",
-                     (long long)a->x.rows, (long long)a->x.cols);
+      return LM_ERRF(
+          LM_ERR_INVALID,
+          "CUDA rmsnorm: the next norm's output must be [%lld][%lld] of the activation dtype",
+          (long long)a->x.rows, (long long)a->x.cols);
     next = lm_cuda_view(a->next_out);
   }
-  return LAUNCH(lm_cu_rmsnorm_res(c->stream, lm_cuda_view(a->x), w, a->eps, lm_cuda_view(*a->residual), a->scaled,
-                                  a->scale, next, nw),
+  return LAUNCH(lm_cu_rmsnorm_res(c->stream, lm_cuda_view(a->x), w, a->eps,
+                                  lm_cuda_view(*a->residual), a->scaled, a->scale, next, nw),
                 "rmsnorm (residual)");
 }
 
@@ -81,12 +89,16 @@ lm_status lm_cuda_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
   LM_TRY(vector_of(a->w, a->x.cols, "rmsnorm", &w));
   lm_tensor o = a->residual ? *a->residual : a->out;
   if (o.rows != a->x.rows || o.cols != a->x.cols)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: [%lld][%lld] into [%lld][%lld]", (long long)a->x.rows,
-                   (long long)a->x.cols, (long long)o.rows, (long long)o.cols);
-  if (!act_ok(be, a->x) || !act_ok(be, o)) return bad_dtype("rmsnorm", "a tensor", act_ok(be, a->x) ? o : a->x);
-  if (a->rope || (a->residual && (a->scaled || a->next_out.data))) return rmsnorm_fused(be, c, a, w);
+    return LM_ERRF(LM_ERR_INVALID, "CUDA rmsnorm: [%lld][%lld] into [%lld][%lld]",
+                   (long long)a->x.rows, (long long)a->x.cols, (long long)o.rows,
+                   (long long)o.cols);
+  if (!act_ok(be, a->x) || !act_ok(be, o))
+    return bad_dtype("rmsnorm", "a tensor", act_ok(be, a->x) ? o : a->x);
+  if (a->rope || (a->residual && (a->scaled || a->next_out.data)))
+    return rmsnorm_fused(be, c, a, w);
   lm_cu_t res = lm_cuda_view(o);
-  return LAUNCH(lm_cu_rmsnorm(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps, a->residual ? &res : NULL),
+  return LAUNCH(lm_cu_rmsnorm(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps,
+                              a->residual ? &res : NULL),
                 "rmsnorm");
 }
 
@@ -96,12 +108,14 @@ lm_status lm_cuda_rope(lm_backend *be, const lm_rope_args *a) {
   LM_TRY(lm_cuda_need_step(c, "rope"));
   if (a->head_dim <= 0 || a->head_dim % 2 || a->x.cols != (int64_t)a->n_heads * a->head_dim ||
       a->x.rows > c->st.n_tokens)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA rope: [%lld][%lld] is not %d tokens of %d heads x %d", (long long)a->x.rows,
-                   (long long)a->x.cols, c->st.n_tokens, a->n_heads, a->head_dim);
+    return LM_ERRF(LM_ERR_INVALID, "CUDA rope: [%lld][%lld] is not %d tokens of %d heads x %d",
+                   (long long)a->x.rows, (long long)a->x.cols, c->st.n_tokens, a->n_heads,
+                   a->head_dim);
   LM_TRY(vector_of(a->inv_freq, a->head_dim / 2, "rope", &inv));
   if (!inv) return LM_ERRF(LM_ERR_INVALID, "CUDA rope: no inverse frequencies");
   if (!act_ok(be, a->x)) return bad_dtype("rope", "x", a->x);
-  return LAUNCH(lm_cu_rope(c->stream, lm_cuda_view(a->x), a->n_heads, a->head_dim, inv, c->st.pos), "rope");
+  return LAUNCH(lm_cu_rope(c->stream, lm_cuda_view(a->x), a->n_heads, a->head_dim, inv, c->st.pos),
+                "rope");
 }
 
 static int same_shape(lm_tensor a, lm_tensor b) { return a.rows == b.rows && a.cols == b.cols; }
@@ -110,8 +124,11 @@ lm_status lm_cuda_geglu(lm_backend *be, const lm_geglu_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   if (!same_shape(a->out, a->gate) || !same_shape(a->out, a->up))
     return LM_ERRF(LM_ERR_INVALID, "CUDA geglu: shapes differ");
-  if (!act_ok(be, a->out) || !act_ok(be, a->gate) || !act_ok(be, a->up)) return bad_dtype("geglu", "a tensor", a->out);
-  return LAUNCH(lm_cu_geglu(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->gate), lm_cuda_view(a->up)), "geglu");
+  if (!act_ok(be, a->out) || !act_ok(be, a->gate) || !act_ok(be, a->up))
+    return bad_dtype("geglu", "a tensor", a->out);
+  return LAUNCH(
+      lm_cu_geglu(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->gate), lm_cuda_view(a->up)),
+      "geglu");
 }
 
 lm_status lm_cuda_add(lm_backend *be, const lm_add_args *a) {
@@ -120,7 +137,9 @@ lm_status lm_cuda_add(lm_backend *be, const lm_add_args *a) {
     return LM_ERRF(LM_ERR_INVALID, "CUDA add: shapes differ");
   if (!act_ok(be, a->out) || !act_ok(be, a->a) || (a->b.data && !act_ok(be, a->b)))
     return bad_dtype("add", "a tensor", a->out);
-  return LAUNCH(lm_cu_add(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->a), lm_cuda_view(a->b), a->scale), "add");
+  return LAUNCH(
+      lm_cu_add(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->a), lm_cuda_view(a->b), a->scale),
+      "add");
 }
 
 static int float_act(lm_tensor t) { return t.dtype == LM_DT_F32 || t.dtype == LM_DT_BF16; }
@@ -137,19 +156,22 @@ lm_status lm_cuda_gather_logit_rows(lm_backend *be, const lm_gather_args *a) {
   LM_TRY(lm_cuda_need_step(c, "gather_logit_rows"));
   if (a->out.rows < c->st.n_logits || a->out.cols != a->x.cols || a->x.rows < c->st.n_tokens ||
       a->out.dtype != a->x.dtype)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA gather_logit_rows: %d rows of [%lld][%lld] into [%lld][%lld]",
-                   c->st.n_logits, (long long)a->x.rows, (long long)a->x.cols, (long long)a->out.rows,
-                   (long long)a->out.cols);
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA gather_logit_rows: %d rows of [%lld][%lld] into [%lld][%lld]",
+                   c->st.n_logits, (long long)a->x.rows, (long long)a->x.cols,
+                   (long long)a->out.rows, (long long)a->out.cols);
   if (!float_act(a->x)) return bad_dtype("gather_logit_rows", "x", a->x);
   lm_cu_t out = lm_cuda_view(a->out);
   out.rows = c->st.n_logits;
-  return LAUNCH(lm_cu_gather_rows(c->stream, out, lm_cuda_view(a->x), c->st.rows), "gather_logit_rows");
+  return LAUNCH(lm_cu_gather_rows(c->stream, out, lm_cuda_view(a->x), c->st.rows),
+                "gather_logit_rows");
 }
 
 lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   if (a->ids.dtype != LM_DT_I32 || a->ids.rows < a->x.rows || !float_act(a->x))
-    return LM_ERRF(LM_ERR_INVALID, "CUDA argmax: ids must be int32 [%lld] for an f32/bf16 input", (long long)a->x.rows);
+    return LM_ERRF(LM_ERR_INVALID, "CUDA argmax: ids must be int32 [%lld] for an f32/bf16 input",
+                   (long long)a->x.rows);
   return LAUNCH(lm_cu_argmax(c->stream, lm_cuda_view(a->ids), lm_cuda_view(a->x)), "argmax");
 }
 
@@ -157,20 +179,24 @@ lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a) {
 
 static lm_status check_attn(lm_backend *be, const lm_cuda_ctx *c, const lm_attn_args *a) {
   int64_t qd = (int64_t)a->n_heads * a->head_dim, kvd = (int64_t)a->n_kv_heads * a->head_dim;
-  if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 || a->head_dim > LM_CU_ATTN_MAX_HD)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA attention: %d heads over %d KV heads of dim %d (dims 1..%d)", a->n_heads,
+  if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 ||
+      a->head_dim > LM_CU_ATTN_MAX_HD)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "CUDA attention: %d heads over %d KV heads of dim %d (dims 1..%d)", a->n_heads,
                    a->n_kv_heads, a->head_dim, LM_CU_ATTN_MAX_HD);
   if (a->cache < 0 || a->cache >= c->st.n_caches)
     return LM_ERRF(LM_ERR_INVALID, "CUDA attention: cache %d of %d", a->cache, c->st.n_caches);
   if (a->q.cols != qd || a->out.cols != qd || a->k_new.cols != kvd || a->v_new.cols != kvd ||
-      a->q.rows < c->st.n_tokens || a->out.rows < c->st.n_tokens || a->k_new.rows < c->st.n_tokens ||
-      a->v_new.rows < c->st.n_tokens)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA attention: shapes do not match %d tokens of %d heads x %d (KV %d)",
+      a->q.rows < c->st.n_tokens || a->out.rows < c->st.n_tokens ||
+      a->k_new.rows < c->st.n_tokens || a->v_new.rows < c->st.n_tokens)
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA attention: shapes do not match %d tokens of %d heads x %d (KV %d)",
                    c->st.n_tokens, a->n_heads, a->head_dim, a->n_kv_heads);
   const lm_kv_cache *kc = c->batch->kv[0]->caches[a->cache];
   if (kc->n_kv_heads != a->n_kv_heads || kc->head_dim != a->head_dim)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA attention: cache %d holds %d heads x %d, the layer reads %d x %d", a->cache,
-                   kc->n_kv_heads, kc->head_dim, a->n_kv_heads, a->head_dim);
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA attention: cache %d holds %d heads x %d, the layer reads %d x %d",
+                   a->cache, kc->n_kv_heads, kc->head_dim, a->n_kv_heads, a->head_dim);
   if (!act_ok(be, a->q) || !act_ok(be, a->out) || !act_ok(be, a->k_new) || !act_ok(be, a->v_new))
     return bad_dtype("attention", "a tensor", a->q);
   return LM_OK;
@@ -190,11 +216,12 @@ static int any_quant(const lm_batch *b, int cache) {
  * the alignment the attention loader's word loads rely on (cudaMalloc gives 256 bytes). */
 static lm_status check_quant_cache(const lm_kv_cache *kc, int64_t kvw, const char *op) {
   int ok = (int64_t)kc->n_kv_heads * kc->head_dim == kvw && (kc->bits == 4 || kc->bits == 8) &&
-           (kc->group == 32 || kc->group == 64 || kc->group == 128) && kc->head_dim % kc->group == 0 &&
-           ((uintptr_t)kc->k | (uintptr_t)kc->v) % 16 == 0 &&
+           (kc->group == 32 || kc->group == 64 || kc->group == 128) &&
+           kc->head_dim % kc->group == 0 && ((uintptr_t)kc->k | (uintptr_t)kc->v) % 16 == 0 &&
            ((uintptr_t)kc->ks | (uintptr_t)kc->kb | (uintptr_t)kc->vs | (uintptr_t)kc->vb) % 2 == 0;
   if (!ok)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "CUDA %s: a %d-bit group-%d cache of %d heads x %d for rows of %lld", op,
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "CUDA %s: a %d-bit group-%d cache of %d heads x %d for rows of %lld", op,
                    kc->bits, kc->group, kc->n_kv_heads, kc->head_dim, (long long)kvw);
   return LM_OK;
 }
@@ -212,13 +239,29 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
   LM_TRY(lm_cuda_need_step(c, "attention"));
   LM_TRY(check_attn(be, c, a));
   int quant = any_quant(c->batch, a->cache);
-  if (quant) LM_TRY(check_quant_caches(c->batch, a->cache, (int64_t)a->n_kv_heads * a->head_dim, "attention"));
+  if (quant)
+    LM_TRY(
+        check_quant_caches(c->batch, a->cache, (int64_t)a->n_kv_heads * a->head_dim, "attention"));
   lm_cu_attn_p p = {
-      .out = lm_cuda_view(a->out), .q = lm_cuda_view(a->q), .k_new = lm_cuda_view(a->k_new),
-      .v_new = lm_cuda_view(a->v_new), .kv = c->st.kv, .n_caches = c->st.n_caches, .cache = a->cache,
-      .pos = c->st.pos, .seq = c->st.seq, .tiles = c->st.tiles, .n_tiles = c->st.n_tiles,
-      .max_tile = c->st.max_tile, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = a->head_dim,
-      .window = a->window, .scale = a->scale, .part = c->attn_part, .part_floats = c->attn_part_floats,
+      .out = lm_cuda_view(a->out),
+      .q = lm_cuda_view(a->q),
+      .k_new = lm_cuda_view(a->k_new),
+      .v_new = lm_cuda_view(a->v_new),
+      .kv = c->st.kv,
+      .n_caches = c->st.n_caches,
+      .cache = a->cache,
+      .pos = c->st.pos,
+      .seq = c->st.seq,
+      .tiles = c->st.tiles,
+      .n_tiles = c->st.n_tiles,
+      .max_tile = c->st.max_tile,
+      .n_heads = a->n_heads,
+      .n_kv_heads = a->n_kv_heads,
+      .head_dim = a->head_dim,
+      .window = a->window,
+      .scale = a->scale,
+      .part = c->attn_part,
+      .part_floats = c->attn_part_floats,
   };
   p.out.rows = c->st.n_tokens;
   if (a->q_rope) { /* the decode kernel norms q itself; any other step norms it first */
@@ -226,36 +269,40 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
     LM_TRY(vector_of(a->q_norm, a->head_dim, "attention (q norm)", &p.q_w));
     LM_TRY(vector_of(a->q_rope, a->head_dim / 2, "attention (q rope)", &p.q_inv));
     p.q_eps = a->q_eps;
-    cudaError_t e = quant || !c->fuse_q_norm ? cudaErrorNotSupported : lm_cu_attention(c->stream, &p, c->n_sms);
+    cudaError_t e =
+        quant || !c->fuse_q_norm ? cudaErrorNotSupported : lm_cu_attention(c->stream, &p, c->n_sms);
     if (e != cudaErrorNotSupported) return LAUNCH(e, "attention");
     return lm_attention_q_norm(be, a, lm_cuda_attention);
   }
-  return LAUNCH(quant ? lm_cu_kvq_attention(c->stream, &p, c->n_sms) : lm_cu_attention(c->stream, &p, c->n_sms),
+  return LAUNCH(quant ? lm_cu_kvq_attention(c->stream, &p, c->n_sms)
+                      : lm_cu_attention(c->stream, &p, c->n_sms),
                 "attention");
 }
 
 /* The chunk's K/V rows for the cache `cache` of every sequence: [≥ T][KV heads × head_dim]. */
-static lm_status check_kv_rows(lm_backend *be, const lm_cuda_ctx *c, int cache, lm_tensor k, lm_tensor v,
-                               const char *op, int64_t *kvw) {
+static lm_status check_kv_rows(lm_backend *be, const lm_cuda_ctx *c, int cache, lm_tensor k,
+                               lm_tensor v, const char *op, int64_t *kvw) {
   const lm_batch *b = c->batch;
   if (cache < 0 || cache >= c->st.n_caches)
     return LM_ERRF(LM_ERR_INVALID, "CUDA %s: cache %d of %d", op, cache, c->st.n_caches);
   const lm_kv_cache *k0 = b->kv[0]->caches[cache];
   *kvw = (int64_t)k0->n_kv_heads * k0->head_dim;
-  if (k.cols != *kvw || v.cols != *kvw || k.rows < b->n_tokens || v.rows < b->n_tokens || !act_ok(be, k) ||
-      !act_ok(be, v))
-    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: K/V [%lld][%lld] for a cache of rows %lld", op, (long long)k.rows,
-                   (long long)k.cols, (long long)*kvw);
+  if (k.cols != *kvw || v.cols != *kvw || k.rows < b->n_tokens || v.rows < b->n_tokens ||
+      !act_ok(be, k) || !act_ok(be, v))
+    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: K/V [%lld][%lld] for a cache of rows %lld", op,
+                   (long long)k.rows, (long long)k.cols, (long long)*kvw);
   return LM_OK;
 }
 
 /* Byte rows [≥ T][≥ lm_kv_stage_row_bytes] for every quantized cache of the index. */
 static lm_status check_stage(const lm_batch *b, int cache, lm_tensor st, const char *op) {
   int ok = st.data && lm_dtype_size(st.dtype) == 1 && st.rows >= b->n_tokens && st.ld >= st.cols;
-  for (int32_t s = 0; ok && s < b->n_seqs; s++) ok = lm_kv_stage_row_bytes(b->kv[s]->caches[cache]) <= st.cols;
+  for (int32_t s = 0; ok && s < b->n_seqs; s++)
+    ok = lm_kv_stage_row_bytes(b->kv[s]->caches[cache]) <= st.cols;
   if (!ok)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA %s: stage [%lld][%lld] of %s is too small for %d tokens of cache %d", op,
-                   (long long)st.rows, (long long)st.cols, lm_dtype_name(st.dtype), b->n_tokens, cache);
+    return LM_ERRF(
+        LM_ERR_INVALID, "CUDA %s: stage [%lld][%lld] of %s is too small for %d tokens of cache %d",
+        op, (long long)st.rows, (long long)st.cols, lm_dtype_name(st.dtype), b->n_tokens, cache);
   return LM_OK;
 }
 
@@ -275,8 +322,9 @@ lm_status lm_cuda_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
   if (!any_quant(c->batch, a->cache)) return LM_OK;
   LM_TRY(check_quant_caches(c->batch, a->cache, kvw, "kv_stage"));
   LM_TRY(check_stage(c->batch, a->cache, a->stage, "kv_stage"));
-  return LAUNCH(lm_cu_kvq_stage(c->stream, step_rows(c, a->k_new), step_rows(c, a->v_new), lm_cuda_view(a->stage),
-                                c->st.kv, c->st.n_caches, a->cache, c->st.seq),
+  return LAUNCH(lm_cu_kvq_stage(c->stream, step_rows(c, a->k_new), step_rows(c, a->v_new),
+                                lm_cuda_view(a->stage), c->st.kv, c->st.n_caches, a->cache,
+                                c->st.seq),
                 "kv_stage");
 }
 
@@ -286,13 +334,17 @@ lm_status lm_cuda_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
   int64_t w = (int64_t)f->n_kv_heads * f->head_dim;
   if (c->batch) return LM_ERRF(LM_ERR_STATE, "CUDA kv_convert: called inside a step");
   if (f->be != be || t->be != be || lm_kv_kind_quant(f->kind) || !lm_kv_kind_quant(t->kind) ||
-      f->n_kv_heads != t->n_kv_heads || f->head_dim != t->head_dim || f->window != t->window || f->slots != t->slots ||
-      (!f->window && f->n > f->slots) || (f->dtype != LM_DT_F32 && f->dtype != LM_DT_BF16))
-    return LM_ERRF(LM_ERR_INVALID, "CUDA kv_convert: a %d x %d cache of %lld slots into a %d x %d one of %lld",
-                   f->n_kv_heads, f->head_dim, (long long)f->slots, t->n_kv_heads, t->head_dim, (long long)t->slots);
+      f->n_kv_heads != t->n_kv_heads || f->head_dim != t->head_dim || f->window != t->window ||
+      f->slots != t->slots || (!f->window && f->n > f->slots) ||
+      (f->dtype != LM_DT_F32 && f->dtype != LM_DT_BF16))
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA kv_convert: a %d x %d cache of %lld slots into a %d x %d one of %lld",
+                   f->n_kv_heads, f->head_dim, (long long)f->slots, t->n_kv_heads, t->head_dim,
+                   (long long)t->slots);
   LM_TRY(check_quant_cache(t, w, "kv_convert"));
   lm_cu_kvdesc fd = lm_cuda_kvdesc(f), td = lm_cuda_kvdesc(t);
-  LM_TRY(LAUNCH(lm_cu_kvq_convert(c->stream, &fd, (int)f->dtype, &td, w, lm_kv_held(f)), "kv_convert"));
+  LM_TRY(LAUNCH(lm_cu_kvq_convert(c->stream, &fd, (int)f->dtype, &td, w, lm_kv_held(f)),
+                "kv_convert"));
   LM_CU(cudaStreamSynchronize(c->stream)); /* the caller frees the plain arrays next */
   return LM_OK;
 }
@@ -307,11 +359,12 @@ lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   if (any_quant(b, a->cache)) {
     LM_TRY(check_quant_caches(b, a->cache, kvw, "kv_append"));
     LM_TRY(check_stage(b, a->cache, a->stage, "kv_append"));
-    LM_TRY(LAUNCH(lm_cu_kvq_append(c->stream, kn, vn, lm_cuda_view(a->stage), c->st.kv, c->st.n_caches, a->cache,
-                                   c->st.pos, c->st.seq),
+    LM_TRY(LAUNCH(lm_cu_kvq_append(c->stream, kn, vn, lm_cuda_view(a->stage), c->st.kv,
+                                   c->st.n_caches, a->cache, c->st.pos, c->st.seq),
                   "kv_append"));
   } else {
-    LM_TRY(LAUNCH(lm_cu_kv_append(c->stream, kn, vn, c->st.kv, c->st.n_caches, a->cache, c->st.pos, c->st.seq),
+    LM_TRY(LAUNCH(lm_cu_kv_append(c->stream, kn, vn, c->st.kv, c->st.n_caches, a->cache, c->st.pos,
+                                  c->st.seq),
                   "kv_append"));
   }
   if (c->capturing) LM_TRY(lm_cuda_plan_note_append(c, a->cache));
@@ -323,18 +376,22 @@ lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   return LM_OK;
 }
 
-/* ---- MoE routing ------------------------------------------------------------------------------ */
+/* ---- MoE routing ------------------------------------------------------------------------------
+ */
 
 lm_status lm_cuda_moe_route(lm_backend *be, const lm_moe_route_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   const float *pes;
   LM_TRY(vector_of(a->per_expert_scale, a->logits.cols, "moe_route", &pes));
-  if (!pes || a->top_k <= 0 || a->top_k > a->logits.cols || a->ids.dtype != LM_DT_I32 || a->ids.cols < a->top_k ||
-      a->weights.dtype != LM_DT_F32 || a->weights.cols < a->top_k || a->logits.dtype != LM_DT_F32 ||
-      a->ids.rows < a->logits.rows || a->weights.rows < a->logits.rows || a->logits.cols > 1536)
-    return LM_ERRF(LM_ERR_INVALID, "CUDA moe_route: top %d of [%lld][%lld] f32 logits into int32 ids / f32 weights "
-                   "(up to 1536 experts)", a->top_k, (long long)a->logits.rows, (long long)a->logits.cols);
-  return LAUNCH(lm_cu_moe_route(c->stream, lm_cuda_view(a->ids), lm_cuda_view(a->weights), lm_cuda_view(a->logits),
-                                a->top_k, pes),
+  if (!pes || a->top_k <= 0 || a->top_k > a->logits.cols || a->ids.dtype != LM_DT_I32 ||
+      a->ids.cols < a->top_k || a->weights.dtype != LM_DT_F32 || a->weights.cols < a->top_k ||
+      a->logits.dtype != LM_DT_F32 || a->ids.rows < a->logits.rows ||
+      a->weights.rows < a->logits.rows || a->logits.cols > 1536)
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA moe_route: top %d of [%lld][%lld] f32 logits into int32 ids / f32 weights "
+                   "(up to 1536 experts)",
+                   a->top_k, (long long)a->logits.rows, (long long)a->logits.cols);
+  return LAUNCH(lm_cu_moe_route(c->stream, lm_cuda_view(a->ids), lm_cuda_view(a->weights),
+                                lm_cuda_view(a->logits), a->top_k, pes),
                 "moe_route");
 }

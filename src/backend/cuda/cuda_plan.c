@@ -75,8 +75,8 @@ static char *plan_key(const lm_cuda_ctx *c, const lm_step_fn *st) {
   size_t cap = 128 + (size_t)b->n_seqs * (size_t)c->st.n_caches * PLAN_SIG_MAX, n = 0;
   char *k = malloc(cap);
   if (!k) return NULL;
-  n += (size_t)snprintf(k, cap, "%p/%d/T%d/L%d/S%d/t%d/m%d:", st->owner, st->flags, b->n_tokens, b->n_logits,
-                        b->n_seqs, c->st.n_tiles, c->st.max_tile);
+  n += (size_t)snprintf(k, cap, "%p/%d/T%d/L%d/S%d/t%d/m%d:", st->owner, st->flags, b->n_tokens,
+                        b->n_logits, b->n_seqs, c->st.n_tiles, c->st.max_tile);
   for (int32_t s = 0; s < b->n_seqs; s++)
     for (int i = 0; i < c->st.n_caches; i++) {
       char sig[PLAN_SIG_MAX - 1];
@@ -116,13 +116,15 @@ static void replay_appends(const lm_cuda_plan *p, const lm_batch *b) {
 static int64_t *save_lengths(const lm_batch *b, int nc) {
   int64_t *n = malloc(((size_t)b->n_seqs * (size_t)nc + 1) * sizeof *n);
   for (int32_t s = 0; n && s < b->n_seqs; s++)
-    for (int i = 0; i < nc; i++) n[s * nc + i] = b->kv[s]->caches[i]->n;
+    for (int i = 0; i < nc; i++)
+      n[s * nc + i] = b->kv[s]->caches[i]->n;
   return n;
 }
 
 static void restore_lengths(const lm_batch *b, int nc, const int64_t *n) {
   for (int32_t s = 0; s < b->n_seqs; s++)
-    for (int i = 0; i < nc; i++) b->kv[s]->caches[i]->n = n[s * nc + i];
+    for (int i = 0; i < nc; i++)
+      b->kv[s]->caches[i]->n = n[s * nc + i];
 }
 
 /* Captures st into p and launches it. On a capture the driver refuses, the step runs eagerly
@@ -148,7 +150,8 @@ static lm_status capture(lm_cuda_ctx *c, lm_cuda_plan *p, const lm_step_fn *st) 
   }
   if (e != cudaSuccess) { /* not capturable: undo the host effects and run it eagerly */
     (void)cudaGetLastError();
-    snprintf(c->plan_error, sizeof c->plan_error, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    snprintf(c->plan_error, sizeof c->plan_error, "%s (%s)", cudaGetErrorString(e),
+             cudaGetErrorName(e));
     restore_lengths(st->batch, c->st.n_caches, lens);
     free(lens);
     p->failed = 1;
@@ -165,7 +168,8 @@ static lm_status capture(lm_cuda_ctx *c, lm_cuda_plan *p, const lm_step_fn *st) 
 
 lm_status lm_cuda_run_step(lm_backend *be, const lm_step_fn *st) {
   lm_cuda_ctx *c = lm_cuda_of(be);
-  if (!c->plans_on || !st->batch || st->batch->n_tokens > PLAN_MAX_TOKENS) return st->issue(st->arg);
+  if (!c->plans_on || !st->batch || st->batch->n_tokens > PLAN_MAX_TOKENS)
+    return st->issue(st->arg);
   char *key = plan_key(c, st);
   if (!key) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   lm_cuda_plan *p = plan_find(c, key);

@@ -13,7 +13,8 @@
 #include "base/status.h"
 
 lm_status lm_cuda_prof_begin(lm_cuda_ctx *c) {
-  for (int i = 0; i < 4; i++) LM_CU(cudaEventCreate(&c->prof_ev[i]));
+  for (int i = 0; i < 4; i++)
+    LM_CU(cudaEventCreate(&c->prof_ev[i]));
   c->prof = calloc(LM_CUDA_PROF_MAX, sizeof *c->prof);
   if (!c->prof) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   return LM_OK;
@@ -21,16 +22,20 @@ lm_status lm_cuda_prof_begin(lm_cuda_ctx *c) {
 
 static void prof_record(lm_cuda_ctx *c, const char *key, int e0, int e1) {
   float ms = 0;
-  if (cudaEventRecord(c->prof_ev[e1], c->stream) != cudaSuccess || cudaEventSynchronize(c->prof_ev[e1]) != cudaSuccess ||
+  if (cudaEventRecord(c->prof_ev[e1], c->stream) != cudaSuccess ||
+      cudaEventSynchronize(c->prof_ev[e1]) != cudaSuccess ||
       cudaEventElapsedTime(&ms, c->prof_ev[e0], c->prof_ev[e1]) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
   }
   int i = 0;
-  while (i < c->n_prof && strcmp(c->prof[i].key, key)) i++;
+  while (i < c->n_prof && strcmp(c->prof[i].key, key))
+    i++;
   if (i == c->n_prof) {
-    if (c->n_prof == LM_CUDA_PROF_MAX) i = LM_CUDA_PROF_MAX - 1, snprintf(c->prof[i].key, sizeof c->prof[i].key, "other");
-    else snprintf(c->prof[c->n_prof++].key, sizeof c->prof[i].key, "%s", key);
+    if (c->n_prof == LM_CUDA_PROF_MAX)
+      i = LM_CUDA_PROF_MAX - 1, snprintf(c->prof[i].key, sizeof c->prof[i].key, "other");
+    else
+      snprintf(c->prof[c->n_prof++].key, sizeof c->prof[i].key, "%s", key);
   }
   c->prof[i].ms += ms;
   c->prof[i].calls++;
@@ -46,29 +51,31 @@ static int by_ms(const void *a, const void *b) {
 void lm_cuda_prof_print(lm_cuda_ctx *c) {
   if (!c->prof) return;
   qsort(c->prof, (size_t)c->n_prof, sizeof *c->prof, by_ms);
-  fprintf(stderr, "cuda profile (device ms, eager steps):\n%-56s %10s %8s %10s\n", "op", "total ms", "calls", "us/call");
+  fprintf(stderr, "cuda profile (device ms, eager steps):\n%-56s %10s %8s %10s\n", "op", "total ms",
+          "calls", "us/call");
   for (int i = 0; i < c->n_prof; i++)
-    fprintf(stderr, "%-56s %10.3f %8lld %10.2f\n", c->prof[i].key, c->prof[i].ms, (long long)c->prof[i].calls,
-            1e3 * c->prof[i].ms / (double)c->prof[i].calls);
-  for (int i = 0; i < 4; i++) (void)cudaEventDestroy(c->prof_ev[i]);
+    fprintf(stderr, "%-56s %10.3f %8lld %10.2f\n", c->prof[i].key, c->prof[i].ms,
+            (long long)c->prof[i].calls, 1e3 * c->prof[i].ms / (double)c->prof[i].calls);
+  for (int i = 0; i < 4; i++)
+    (void)cudaEventDestroy(c->prof_ev[i]);
   free(c->prof);
   c->prof = NULL;
 }
 
 static int rows_class(int64_t m) { return m <= 8 ? (int)m : m <= 64 ? 64 : 4096; }
 
-#define PROF_START(be) \
-  lm_cuda_ctx *c = lm_cuda_of(be); \
+#define PROF_START(be)                                                                             \
+  lm_cuda_ctx *c = lm_cuda_of(be);                                                                 \
   (void)cudaEventRecord(c->prof_ev[0], c->stream)
 
-#define PROF_SIMPLE(op, T, rows)                                                                 \
-  static lm_status prof_##op(lm_backend *be, const T *a) {                                       \
-    PROF_START(be);                                                                              \
-    lm_status s = lm_cuda_##op(be, a);                                                           \
-    char key[96];                                                                                \
-    snprintf(key, sizeof key, "%s m<=%d", #op, rows_class(rows));                                \
-    lm_cuda_prof_end(c, key);                                                                    \
-    return s;                                                                                    \
+#define PROF_SIMPLE(op, T, rows)                                                                   \
+  static lm_status prof_##op(lm_backend *be, const T *a) {                                         \
+    PROF_START(be);                                                                                \
+    lm_status s = lm_cuda_##op(be, a);                                                             \
+    char key[96];                                                                                  \
+    snprintf(key, sizeof key, "%s m<=%d", #op, rows_class(rows));                                  \
+    lm_cuda_prof_end(c, key);                                                                      \
+    return s;                                                                                      \
   }
 
 PROF_SIMPLE(embed, lm_embed_args, a->out.rows)
@@ -88,8 +95,9 @@ static lm_status prof_matmul(lm_backend *be, const lm_matmul_args *a) {
   PROF_START(be);
   lm_status s = lm_cuda_matmul(be, a);
   char key[96];
-  snprintf(key, sizeof key, "matmul %s%d %lldx%lld m<=%d", a->w->bits ? "q" : "dense", a->w->bits ? a->w->bits : 16,
-           (long long)a->w->rows, (long long)a->w->cols, rows_class(a->x.rows));
+  snprintf(key, sizeof key, "matmul %s%d %lldx%lld m<=%d", a->w->bits ? "q" : "dense",
+           a->w->bits ? a->w->bits : 16, (long long)a->w->rows, (long long)a->w->cols,
+           rows_class(a->x.rows));
   lm_cuda_prof_end(c, key);
   return s;
 }
@@ -98,20 +106,23 @@ static lm_status prof_attention(lm_backend *be, const lm_attn_args *a) {
   PROF_START(be);
   lm_status s = lm_cuda_attention(be, a);
   char key[96];
-  snprintf(key, sizeof key, "attention %d/%d hd%d win%lld m<=%d", a->n_heads, a->n_kv_heads, a->head_dim,
-           (long long)a->window, rows_class(a->q.rows));
+  snprintf(key, sizeof key, "attention %d/%d hd%d win%lld m<=%d", a->n_heads, a->n_kv_heads,
+           a->head_dim, (long long)a->window, rows_class(a->q.rows));
   lm_cuda_prof_end(c, key);
   return s;
 }
 
-static lm_status prof_kv_convert(lm_backend *be, const lm_kv_convert_args *a) { return lm_cuda_kv_convert(be, a); }
+static lm_status prof_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
+  return lm_cuda_kv_convert(be, a);
+}
 
 static lm_status prof_run_step(lm_backend *be, const lm_step_fn *st) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   (void)cudaEventRecord(c->prof_ev[2], c->stream);
   lm_status s = lm_cuda_run_step(be, st);
   char key[96];
-  snprintf(key, sizeof key, "== whole step, tokens<=%d", rows_class(st->batch ? st->batch->n_tokens : 0));
+  snprintf(key, sizeof key, "== whole step, tokens<=%d",
+           rows_class(st->batch ? st->batch->n_tokens : 0));
   prof_record(c, key, 2, 3);
   return s;
 }

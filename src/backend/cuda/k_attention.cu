@@ -27,10 +27,10 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRw = 4;                /* query rows per warp */
-constexpr int kRows = kWarps * kRw;   /* query rows per block */
-constexpr int kKt = 32;               /* keys per tile (one per lane) */
-constexpr int64_t kMinChunk = 64;     /* fewest keys a split takes */
+constexpr int kRw = 4;              /* query rows per warp */
+constexpr int kRows = kWarps * kRw; /* query rows per block */
+constexpr int kKt = 32;             /* keys per tile (one per lane) */
+constexpr int64_t kMinChunk = 64;   /* fewest keys a split takes */
 
 /* Shared floats for head dim hd: q rows, K tile (rows padded by one float), V tile. */
 constexpr int64_t smem_floats(int64_t hd) { return kRows * hd + kKt * (hd + 1) + kKt * hd; }
@@ -42,13 +42,15 @@ struct Range {
 /* A lane's share of the cached key and value rows of KV head g at `slot`, dequantized into
  * the shared tiles kd/vd: 8 consecutive values per pass, which lie in one group (one scale and
  * bias) and in one aligned 8-byte (8-bit) or 4-byte (4-bit) word of codes. */
-__device__ __forceinline__ void load_quant_row(const lm_cu_kvdesc &d, int64_t kvw, int64_t slot, int g, int hd,
-                                               int lane, float *kd, float *vd) {
+__device__ __forceinline__ void load_quant_row(const lm_cu_kvdesc &d, int64_t kvw, int64_t slot,
+                                               int g, int hd, int lane, float *kd, float *vd) {
   const int64_t cb = kvw * d.bits / 8, ng = kvw / d.group, hoff = (int64_t)g * hd;
   const uint8_t *kc = (const uint8_t *)d.k + slot * cb + hoff * d.bits / 8;
   const uint8_t *vc = (const uint8_t *)d.v + slot * cb + hoff * d.bits / 8;
-  const uint16_t *ksc = (const uint16_t *)d.ks + slot * ng, *kbi = (const uint16_t *)d.kb + slot * ng;
-  const uint16_t *vsc = (const uint16_t *)d.vs + slot * ng, *vbi = (const uint16_t *)d.vb + slot * ng;
+  const uint16_t *ksc = (const uint16_t *)d.ks + slot * ng,
+                 *kbi = (const uint16_t *)d.kb + slot * ng;
+  const uint16_t *vsc = (const uint16_t *)d.vs + slot * ng,
+                 *vbi = (const uint16_t *)d.vb + slot * ng;
   for (int c0 = 8 * lane; c0 < hd; c0 += 8 * 32) {
     const int64_t gi = (hoff + c0) / d.group;
     const float sk = bf2f(ksc[gi]), bk = bf2f(kbi[gi]), sv = bf2f(vsc[gi]), bv = bf2f(vbi[gi]);
@@ -105,7 +107,8 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
     int r = rbeg + rl;
 #pragma unroll 4
     for (int dd = lane; dd < hd; dd += 32)
-      qs[rl * hd + dd] = r < rend ? ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale : 0.0f;
+      qs[rl * hd + dd] =
+          r < rend ? ldt(p.q, tb + r / G, (int64_t)(g * G + r % G) * hd + dd) * p.scale : 0.0f;
   }
   __shared__ int64_t ksrc[kKt]; /* per key of a tile: cache slot, or -(1 + chunk row) */
   int64_t prow[kRw];
@@ -119,7 +122,8 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
     m[j] = -INFINITY;
     l[j] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < NPL; c++) acc[j][c] = 0.0f;
+    for (int c = 0; c < NPL; c++)
+      acc[j][c] = 0.0f;
   }
   const int64_t kvw = (int64_t)p.n_kv_heads * hd, goff = (int64_t)g * hd;
   for (int64_t kb = rg.lo; kb < rg.hi; kb += kKt) {
@@ -127,10 +131,12 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
     __syncthreads(); /* the previous tile is consumed (and q is staged) */
     if (threadIdx.x < kKt && (int)threadIdx.x < nk) {
       int64_t kp = kb + threadIdx.x;
-      ksrc[threadIdx.x] = kp < n_past ? (d.window > 0 ? kp % d.window : kp) : -(1 + t0 + (kp - n_past));
+      ksrc[threadIdx.x] =
+          kp < n_past ? (d.window > 0 ? kp % d.window : kp) : -(1 + t0 + (kp - n_past));
     }
     __syncthreads();
-    for (int j = warp; j < kKt; j += kWarps) { /* a warp per key row, coalesced along the head dim */
+    for (int j = warp; j < kKt;
+         j += kWarps) { /* a warp per key row, coalesced along the head dim */
       float *kd = ks + j * (hd + 1), *vd = vs + j * hd;
       const int64_t src = j < nk ? ksrc[j] : 0, off = src * kvw + goff;
       if (Q && j < nk && src >= 0 && d.quant) {
@@ -159,7 +165,8 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
     for (int dd = 0; dd < hd; dd++) {
       float kv = kr[dd];
 #pragma unroll
-      for (int j = 0; j < kRw; j++) s[j] = fmaf(qw[j * hd + dd], kv, s[j]);
+      for (int j = 0; j < kRw; j++)
+        s[j] = fmaf(qw[j * hd + dd], kv, s[j]);
     }
     const int64_t kp = kb + lane;
 #pragma unroll
@@ -173,20 +180,23 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
       float mn = fmaxf(m[j], mx), r = expf(m[j] - mn), pj = ok ? expf(sj - mn) : 0.0f;
       l[j] = l[j] * r + warp_sum(pj);
 #pragma unroll
-      for (int c = 0; c < NPL; c++) acc[j][c] *= r;
+      for (int c = 0; c < NPL; c++)
+        acc[j][c] *= r;
       m[j] = mn;
       s[j] = pj;
     }
     for (int jj = 0; jj < nk; jj++) {
       float pv[kRw];
 #pragma unroll
-      for (int j = 0; j < kRw; j++) pv[j] = __shfl_sync(0xffffffffu, s[j], jj);
+      for (int j = 0; j < kRw; j++)
+        pv[j] = __shfl_sync(0xffffffffu, s[j], jj);
 #pragma unroll
       for (int c = 0; c < NPL; c++) {
         int dd = lane + 32 * c;
         float v = dd < hd ? vs[jj * hd + dd] : 0.0f;
 #pragma unroll
-        for (int j = 0; j < kRw; j++) acc[j][c] = fmaf(pv[j], v, acc[j][c]);
+        for (int j = 0; j < kRw; j++)
+          acc[j][c] = fmaf(pv[j], v, acc[j][c]);
       }
     }
   }
@@ -221,7 +231,8 @@ __global__ void __launch_bounds__(kThreads) k_attn_combine(const lm_cu_attn_p p,
   const int hd = p.head_dim;
   const float *pp = p.part + row * splits * (int64_t)(hd + 2);
   float M = -INFINITY, L = 0.0f;
-  for (int s = 0; s < splits; s++) M = fmaxf(M, pp[s * (hd + 2)]);
+  for (int s = 0; s < splits; s++)
+    M = fmaxf(M, pp[s * (hd + 2)]);
   for (int s = 0; s < splits; s++) {
     float ls = pp[s * (hd + 2) + 1];
     if (ls > 0.0f) L += ls * expf(pp[s * (hd + 2)] - M);
@@ -260,11 +271,13 @@ __device__ __forceinline__ void ld_vec(const void *base, int dt, int64_t off, fl
         uint4 u = __ldg((const uint4 *)b + i);
         uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int j = 0; j < 4; j++) o[8 * i + 2 * j] = bf2f(w[j] & 0xffffu), o[8 * i + 2 * j + 1] = bf2f(w[j] >> 16);
+        for (int j = 0; j < 4; j++)
+          o[8 * i + 2 * j] = bf2f(w[j] & 0xffffu), o[8 * i + 2 * j + 1] = bf2f(w[j] >> 16);
       }
     } else if constexpr (EPL == 4) {
       uint2 u = __ldg((const uint2 *)b);
-      o[0] = bf2f(u.x & 0xffffu), o[1] = bf2f(u.x >> 16), o[2] = bf2f(u.y & 0xffffu), o[3] = bf2f(u.y >> 16);
+      o[0] = bf2f(u.x & 0xffffu), o[1] = bf2f(u.x >> 16), o[2] = bf2f(u.y & 0xffffu),
+      o[3] = bf2f(u.y >> 16);
     } else if constexpr (EPL == 2) {
       uint32_t u = __ldg((const uint32_t *)b);
       o[0] = bf2f(u & 0xffffu), o[1] = bf2f(u >> 16);
@@ -289,22 +302,23 @@ __device__ __forceinline__ void ld_vec(const void *base, int dt, int64_t off, fl
 }
 
 /* Partial of (token row t, head h, split z): m, l, then the head dim's acc from float 4 on. */
-__device__ __forceinline__ float *dec_part(const lm_cu_attn_p &p, int64_t t, int h, int splits, int z, int hd) {
+__device__ __forceinline__ float *dec_part(const lm_cu_attn_p &p, int64_t t, int h, int splits,
+                                           int z, int hd) {
   return p.part + (((int64_t)t * p.n_heads + h) * splits + z) * (int64_t)(hd + 4);
 }
 
 template <int EPL>
-__device__ __forceinline__ void dec_store(const lm_cu_attn_p &p, int64_t t, int h, int lane, const float (&acc)[EPL],
-                                          float inv) {
+__device__ __forceinline__ void dec_store(const lm_cu_attn_p &p, int64_t t, int h, int lane,
+                                          const float (&acc)[EPL], float inv) {
 #pragma unroll
-  for (int e = 0; e < EPL; e++) stt(p.out, t, (int64_t)h * 32 * EPL + lane * EPL + e, acc[e] * inv);
+  for (int e = 0; e < EPL; e++)
+    stt(p.out, t, (int64_t)h * 32 * EPL + lane * EPL + e, acc[e] * inv);
 }
 
 /* The last split of a (token, head block) merges every split's partial of each head: lanes
  * read the splits' (m, l) in parallel, then the acc slices of kMergeU splits at a time are
  * loaded before they are summed (L2 reads: the partials come from other SMs). */
-template <int EPL>
-__device__ __forceinline__ void ld_part(const float *pp, float (&o)[EPL]) {
+template <int EPL> __device__ __forceinline__ void ld_part(const float *pp, float (&o)[EPL]) {
   if constexpr (EPL >= 4) {
 #pragma unroll
     for (int i = 0; i < EPL / 4; i++) {
@@ -313,7 +327,8 @@ __device__ __forceinline__ void ld_part(const float *pp, float (&o)[EPL]) {
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < EPL; e++) o[e] = __ldcg(pp + e);
+    for (int e = 0; e < EPL; e++)
+      o[e] = __ldcg(pp + e);
   }
 }
 
@@ -352,20 +367,22 @@ __device__ void dec_merge(const lm_cu_attn_p &p, int64_t t, int h, int lane, int
         ld_part<EPL>(dec_part(p, t, h, splits, z, HD) + 4 + lane * EPL, v[u]);
       else
 #pragma unroll
-        for (int e = 0; e < EPL; e++) v[u][e] = 0.0f;
+        for (int e = 0; e < EPL; e++)
+          v[u][e] = 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < MU; u++)
 #pragma unroll
-      for (int e = 0; e < EPL; e++) acc[e] = fmaf(w[u], v[u][e], acc[e]);
+      for (int e = 0; e < EPL; e++)
+        acc[e] = fmaf(w[u], v[u][e], acc[e]);
   }
   dec_store<EPL>(p, t, h, lane, acc, L > 0.0f ? 1.0f / L : 0.0f);
 }
 
 /* Keys [lo, hi) of split z of a decode query at pos: the layer's window and the cache's ring
  * bound the range, which is cut into `splits` chunks of at least kDecMinChunk keys. */
-__device__ __forceinline__ Range dec_range(const lm_cu_attn_p &p, const lm_cu_kvdesc &d, int64_t pos, int splits,
-                                           int z) {
+__device__ __forceinline__ Range dec_range(const lm_cu_attn_p &p, const lm_cu_kvdesc &d,
+                                           int64_t pos, int splits, int z) {
   int64_t klo = p.window > 0 ? max(pos - p.window + 1, (int64_t)0) : 0;
   klo = max(klo, d.window > 0 && d.n > d.window ? d.n - d.window : (int64_t)0);
   const int64_t chunk = max((pos - klo + 1 + splits - 1) / splits, (int64_t)kDecMinChunk);
@@ -377,26 +394,30 @@ __device__ __forceinline__ Range dec_range(const lm_cu_attn_p &p, const lm_cu_kv
  * step asks (rounded as the separate op would store q), times the scale. A split with no
  * keys (most of them, at a short context) skips the work: its q stays zero. */
 template <int EPL>
-__device__ __forceinline__ void dec_load_q(const lm_cu_attn_p &p, int64_t tb, int h, int lane, int64_t pos, bool keys,
-                                           float (&q)[EPL]) {
+__device__ __forceinline__ void dec_load_q(const lm_cu_attn_p &p, int64_t tb, int h, int lane,
+                                           int64_t pos, bool keys, float (&q)[EPL]) {
 #pragma unroll
-  for (int e = 0; e < EPL; e++) q[e] = 0.0f;
+  for (int e = 0; e < EPL; e++)
+    q[e] = 0.0f;
   if (!keys) return;
   ld_vec<EPL>(p.q.p, p.q.dt, tb * p.q.ld + (int64_t)h * 32 * EPL + lane * EPL, q);
   if (p.q_inv) {
     norm_rope_lane<EPL>(q, p.q_w, p.q_eps, (float)pos, p.q_inv, p.q.dt, lane);
 #pragma unroll
-    for (int e = 0; e < EPL; e++) q[e] = rnd(p.q.dt, q[e]);
+    for (int e = 0; e < EPL; e++)
+      q[e] = rnd(p.q.dt, q[e]);
   }
 #pragma unroll
-  for (int e = 0; e < EPL; e++) q[e] *= p.scale;
+  for (int e = 0; e < EPL; e++)
+    q[e] *= p.scale;
 }
 
 /* Online softmax over a batch of N scores (each lane's partial dot product; the first nk are
  * keys): the warp sums, one rescale of (m, l, acc) per batch, and s left holding the keys'
  * probabilities (0 past nk) for the caller's P·V. */
 template <int N, int EPL>
-__device__ __forceinline__ void dec_softmax(float (&s)[N], int nk, float &m, float &l, float (&acc)[EPL]) {
+__device__ __forceinline__ void dec_softmax(float (&s)[N], int nk, float &m, float &l,
+                                            float (&acc)[EPL]) {
   float mx = m;
 #pragma unroll
   for (int i = 0; i < N; i++) {
@@ -406,7 +427,8 @@ __device__ __forceinline__ void dec_softmax(float (&s)[N], int nk, float &m, flo
   const float r = expf(m - mx);
   l *= r;
 #pragma unroll
-  for (int e = 0; e < EPL; e++) acc[e] *= r;
+  for (int e = 0; e < EPL; e++)
+    acc[e] *= r;
 #pragma unroll
   for (int i = 0; i < N; i++) {
     s[i] = i < nk ? expf(s[i] - mx) : 0.0f;
@@ -419,8 +441,9 @@ __device__ __forceinline__ void dec_softmax(float (&s)[N], int nk, float &m, flo
  * split, else this head's partial; the last block of a (token, head block) to finish, counted
  * with an atomic that it resets, then merges every split of its warps' heads. */
 template <int EPL>
-__device__ __forceinline__ void dec_finish(const lm_cu_attn_p &p, int64_t tb, int h, int lane, int splits, float m,
-                                           float l, const float (&acc)[EPL], int *count) {
+__device__ __forceinline__ void dec_finish(const lm_cu_attn_p &p, int64_t tb, int h, int lane,
+                                           int splits, float m, float l, const float (&acc)[EPL],
+                                           int *count) {
   if (splits == 1) {
     dec_store<EPL>(p, tb, h, lane, acc, l > 0.0f ? 1.0f / l : 0.0f);
     return;
@@ -428,7 +451,8 @@ __device__ __forceinline__ void dec_finish(const lm_cu_attn_p &p, int64_t tb, in
   float *pp = dec_part(p, tb, h, splits, blockIdx.z, 32 * EPL);
   if (lane == 0) pp[0] = m, pp[1] = l;
 #pragma unroll
-  for (int e = 0; e < EPL; e++) pp[4 + lane * EPL + e] = acc[e];
+  for (int e = 0; e < EPL; e++)
+    pp[4 + lane * EPL + e] = acc[e];
   __threadfence(); /* the partial is visible before the count says so */
   __syncthreads();
   __shared__ int last;
@@ -457,10 +481,12 @@ __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int spli
   dec_load_q<EPL>(p, tb, h, lane, pos, rg.lo < rg.hi, q);
   for (int64_t kb = rg.lo; kb < rg.hi; kb += U) {
     float kk[U][EPL], vv[U][EPL], s[U];
-    const int64_t slot0 = d.window > 0 ? kb % d.window : kb; /* one division per batch, not per key */
+    const int64_t slot0 =
+        d.window > 0 ? kb % d.window : kb; /* one division per batch, not per key */
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int64_t kp = min(kb + u, rg.hi - 1); /* past the end: a repeat of the last key, masked below */
+      const int64_t kp =
+          min(kb + u, rg.hi - 1); /* past the end: a repeat of the last key, masked below */
       if (kp < n_past) {
         int64_t slot = slot0 + (kp - kb);
         if (d.window > 0 && slot >= d.window) slot -= d.window;
@@ -477,14 +503,16 @@ __global__ void __launch_bounds__(256) k_attn_dec(const lm_cu_attn_p p, int spli
     for (int u = 0; u < U; u++) {
       float a = 0.0f;
 #pragma unroll
-      for (int e = 0; e < EPL; e++) a = fmaf(q[e], kk[u][e], a);
+      for (int e = 0; e < EPL; e++)
+        a = fmaf(q[e], kk[u][e], a);
       s[u] = a;
     }
     dec_softmax<U, EPL>(s, (int)min((int64_t)U, rg.hi - kb), m, l, acc);
 #pragma unroll
     for (int u = 0; u < U; u++)
 #pragma unroll
-      for (int e = 0; e < EPL; e++) acc[e] = fmaf(s[u], vv[u][e], acc[e]);
+      for (int e = 0; e < EPL; e++)
+        acc[e] = fmaf(s[u], vv[u][e], acc[e]);
   }
   dec_finish<EPL>(p, tb, h, lane, splits, m, l, acc, count);
 }
@@ -501,7 +529,9 @@ typedef void (*dec_fn)(const lm_cu_attn_p, int, int *);
  * the tile for its head. A row is read from memory once per split, and a tile's G rows are in
  * flight together. Partials and the last-block merge are k_attn_dec's (dec_part, dec_merge). */
 __device__ __forceinline__ void cp16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src));
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+      "l"(src));
 }
 
 /* EPL consecutive bf16 or f32 values of a shared-memory row, as f32. */
@@ -514,7 +544,8 @@ __device__ __forceinline__ void lds_vec(const char *row, int dt, int lane, float
       const uint4 u = b[i];
       const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-      for (int j = 0; j < 4; j++) o[8 * i + 2 * j] = bf2f(w[j] & 0xffffu), o[8 * i + 2 * j + 1] = bf2f(w[j] >> 16);
+      for (int j = 0; j < 4; j++)
+        o[8 * i + 2 * j] = bf2f(w[j] & 0xffffu), o[8 * i + 2 * j + 1] = bf2f(w[j] >> 16);
     }
   } else {
     const float4 *f = reinterpret_cast<const float4 *>(row) + lane * (EPL / 4);
@@ -530,7 +561,8 @@ __device__ __forceinline__ void lds_vec(const char *row, int dt, int lane, float
 constexpr size_t gqa_smem(int w, int hd, int esz) { return (size_t)2 * 2 * w * hd * esz; }
 
 template <int EPL, int W>
-__global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, int splits, int *count) {
+__global__ void __launch_bounds__(32 * W)
+    k_attn_dec_gqa(const lm_cu_attn_p p, int splits, int *count) {
   pdl_wait();
   constexpr int HD = 32 * EPL;
   extern __shared__ float4 gsm4[];
@@ -560,7 +592,8 @@ __global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, i
         vs = (const char *)p.v_new.p + (r * p.v_new.ld + hoff) * esz;
       }
       char *kd = gsm + ((size_t)(2 * st) * W + warp) * rowb, *vd = kd + (size_t)W * rowb;
-      for (int b = 16 * lane; b < rowb; b += 16 * 32) cp16(kd + b, ks + b), cp16(vd + b, vs + b);
+      for (int b = 16 * lane; b < rowb; b += 16 * 32)
+        cp16(kd + b, ks + b), cp16(vd + b, vs + b);
     }
     asm volatile("cp.async.commit_group;");
   };
@@ -581,7 +614,8 @@ __global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, i
       float kk[EPL], a = 0.0f;
       lds_vec<EPL>(kt + (size_t)i * rowb, dt, lane, kk);
 #pragma unroll
-      for (int e = 0; e < EPL; e++) a = fmaf(q[e], kk[e], a);
+      for (int e = 0; e < EPL; e++)
+        a = fmaf(q[e], kk[e], a);
       sc[i] = a;
     }
     dec_softmax<W, EPL>(sc, nk, m, l, acc);
@@ -591,7 +625,8 @@ __global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, i
       float vv[EPL];
       lds_vec<EPL>(vt + (size_t)i * rowb, dt, lane, vv);
 #pragma unroll
-      for (int e = 0; e < EPL; e++) acc[e] = fmaf(sc[i], vv[e], acc[e]);
+      for (int e = 0; e < EPL; e++)
+        acc[e] = fmaf(sc[i], vv[e], acc[e]);
     }
     __syncthreads(); /* tile t is consumed before tile t + 2 is copied over it */
   }
@@ -600,12 +635,12 @@ __global__ void __launch_bounds__(32 * W) k_attn_dec_gqa(const lm_cu_attn_p p, i
 
 /* The instance for head dim hd and G query heads per KV head, or null where k_attn_dec serves. */
 dec_fn pick_gqa(int hd, int G) {
-  if (G == 8) return hd == 256 ? &k_attn_dec_gqa<8, 8> : hd == 512 ? &k_attn_dec_gqa<16, 8> : nullptr;
-  if (G == 16) return hd == 256 ? &k_attn_dec_gqa<8, 16> : hd == 512 ? &k_attn_dec_gqa<16, 16> : nullptr;
+  if (G == 8)
+    return hd == 256 ? &k_attn_dec_gqa<8, 8> : hd == 512 ? &k_attn_dec_gqa<16, 8> : nullptr;
+  if (G == 16)
+    return hd == 256 ? &k_attn_dec_gqa<8, 16> : hd == 512 ? &k_attn_dec_gqa<16, 16> : nullptr;
   return nullptr;
 }
-
-
 
 dec_fn pick_dec(int hd) {
   switch (hd) {
@@ -627,14 +662,16 @@ bool aligned16(const void *p, int64_t ld, int dt) {
 bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaError_t *err) {
   const int dt = p->k_new.dt;
   dec_fn fn = pick_dec(p->head_dim);
-  if (!fn || p->max_tile != 1 || (dt != LM_CU_BF16 && dt != LM_CU_F32) || p->q.dt != dt || p->v_new.dt != dt ||
-      !aligned16(p->q.p, p->q.ld, dt) || !aligned16(p->k_new.p, p->k_new.ld, dt) || !aligned16(p->v_new.p, p->v_new.ld, dt))
+  if (!fn || p->max_tile != 1 || (dt != LM_CU_BF16 && dt != LM_CU_F32) || p->q.dt != dt ||
+      p->v_new.dt != dt || !aligned16(p->q.p, p->q.ld, dt) ||
+      !aligned16(p->k_new.p, p->k_new.ld, dt) || !aligned16(p->v_new.p, p->v_new.ld, dt))
     return false;
   /* heads of one KV group per block (their K/V rows are shared in L1), at most 8; or, with 8
    * or 16 heads per KV head, a block per KV head whose warps share the rows in shared memory */
   const dec_fn gqa = pick_gqa(p->head_dim, p->n_heads / p->n_kv_heads);
   int hpb = p->n_heads / p->n_kv_heads;
-  while (hpb > 8 || p->n_heads % hpb) hpb = hpb > 8 ? hpb / 2 : hpb - 1;
+  while (hpb > 8 || p->n_heads % hpb)
+    hpb = hpb > 8 ? hpb / 2 : hpb - 1;
   if (gqa) hpb = p->n_heads / p->n_kv_heads;
   const int64_t blocks = (int64_t)p->n_tiles * (p->n_heads / hpb);
   if (p->n_heads / hpb > 65535) return false;
@@ -642,16 +679,19 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
    * partials); a sliding layer never sees more than its window, so splits beyond
    * window / kDecMinChunk would only be empty blocks for the merge to count */
   int splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
-  const int64_t most = p->window > 0 ? (p->window + kDecMinChunk - 1) / kDecMinChunk : kDecMaxSplits;
+  const int64_t most =
+      p->window > 0 ? (p->window + kDecMinChunk - 1) / kDecMinChunk : kDecMaxSplits;
   splits = splits > most ? (int)most : splits;
   splits = splits > kDecMaxSplits ? kDecMaxSplits : splits < 1 ? 1 : splits;
   if (blocks > kCountSlots) splits = 1;
-  while (splits > 1 && (int64_t)p->n_tiles * p->n_heads * splits * (p->head_dim + 4) > p->part_floats - kCountSlots)
+  while (splits > 1 && (int64_t)p->n_tiles * p->n_heads * splits * (p->head_dim + 4) >
+                           p->part_floats - kCountSlots)
     splits--;
   int *count = (int *)(p->part + (p->part_floats - kCountSlots));
   dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_heads / hpb), (unsigned)splits);
   if (gqa)
-    launch(gqa, grid, 32 * hpb, gqa_smem(hpb, p->head_dim, dt == LM_CU_BF16 ? 2 : 4), s, *p, splits, count);
+    launch(gqa, grid, 32 * hpb, gqa_smem(hpb, p->head_dim, dt == LM_CU_BF16 ? 2 : 4), s, *p, splits,
+           count);
   else
     launch(fn, grid, 32 * hpb, 0, s, *p, splits, count);
   *err = cudaGetLastError();
@@ -660,8 +700,7 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
 
 typedef void (*attn_fn)(const lm_cu_attn_p, int, int);
 
-template <bool Q>
-attn_fn pick(int hd) {
+template <bool Q> attn_fn pick(int hd) {
   if (hd <= 32) return &k_attn<1, Q>;
   if (hd <= 64) return &k_attn<2, Q>;
   if (hd <= 128) return &k_attn<4, Q>;
@@ -675,7 +714,8 @@ attn_fn pick(int hd) {
  * of the scratch, which must outlive every launch. */
 cudaError_t attention_tiled(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, bool quant) {
   attn_fn fn = quant ? pick<true>(p->head_dim) : pick<false>(p->head_dim);
-  if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0) return cudaErrorInvalidValue;
+  if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0)
+    return cudaErrorInvalidValue;
   const int G = p->n_heads / p->n_kv_heads;
   const int passes = (p->max_tile * G + kRows - 1) / kRows;
   const int64_t blocks = (int64_t)p->n_tiles * p->n_kv_heads * passes;
@@ -684,7 +724,8 @@ cudaError_t attention_tiled(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, bo
   if (blocks < n_sms) { /* decode: spread each row's keys over more blocks */
     splits = (int)((2 * (int64_t)n_sms + blocks - 1) / blocks);
     if (splits > 32) splits = 32;
-    while (splits > 1 && p->out.rows * p->n_heads * splits * (int64_t)(p->head_dim + 2) > p->part_floats - kCountSlots)
+    while (splits > 1 && p->out.rows * p->n_heads * splits * (int64_t)(p->head_dim + 2) >
+                             p->part_floats - kCountSlots)
       splits--;
   }
   size_t smem = (size_t)smem_floats(p->head_dim) * sizeof(float);
@@ -702,8 +743,8 @@ extern "C" {
 
 cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
   cudaError_t de;
-  if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 && p->part_floats > 2 * kCountSlots &&
-      attention_decode(s, p, n_sms, &de))
+  if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 &&
+      p->part_floats > 2 * kCountSlots && attention_decode(s, p, n_sms, &de))
     return de;
   if (p->q_inv) return cudaErrorNotSupported; /* the caller norms q first */
   return attention_tiled(s, p, n_sms, false);
@@ -719,7 +760,8 @@ cudaError_t lm_cu_attn_init(int max_smem_optin) {
     for (int G : {8, 16}) { /* f32 rows of 512 with 16 warps need 128 KB */
       const size_t need = gqa_smem(G, hd, 4);
       if ((int64_t)need > max_smem_optin) return cudaErrorInvalidConfiguration;
-      cudaError_t e = cudaFuncSetAttribute((const void *)pick_gqa(hd, G), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
+      cudaError_t e = cudaFuncSetAttribute((const void *)pick_gqa(hd, G),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
       if (e != cudaSuccess) return e;
     }
   static const int hds[] = {32, 64, 128, 256, 512};
@@ -727,7 +769,8 @@ cudaError_t lm_cu_attn_init(int max_smem_optin) {
     size_t need = (size_t)smem_floats(hds[i]) * sizeof(float);
     if ((int64_t)need > max_smem_optin) return cudaErrorInvalidConfiguration;
     for (attn_fn fn : {pick<false>(hds[i]), pick<true>(hds[i])}) {
-      cudaError_t e = cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
+      cudaError_t e = cudaFuncSetAttribute((const void *)fn,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
       if (e != cudaSuccess) return e;
     }
   }

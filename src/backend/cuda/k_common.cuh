@@ -11,7 +11,8 @@
 
 #include "backend/cuda/cuda_kernels.h"
 
-/* lm_dtype values the kernels see (tensor/dtype.h; kept in sync by a static_assert in k_rows.cu). */
+/* lm_dtype values the kernels see (tensor/dtype.h; kept in sync by a static_assert in k_rows.cu).
+ */
 #define LM_CU_F32 0
 #define LM_CU_F16 1
 #define LM_CU_BF16 2
@@ -35,7 +36,8 @@ __device__ __forceinline__ void pdl_wait() {
 extern bool g_pdl;
 
 template <typename... P, typename... A>
-inline cudaError_t launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
+inline cudaError_t launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                          A &&...args) {
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -55,7 +57,9 @@ __device__ __forceinline__ uint16_t f2bf(float f) {
 }
 
 /* Rounds to the precision a tensor of dtype dt stores (identity for f32). */
-__device__ __forceinline__ float rnd(int dt, float v) { return dt == LM_CU_BF16 ? bf2f(f2bf(v)) : v; }
+__device__ __forceinline__ float rnd(int dt, float v) {
+  return dt == LM_CU_BF16 ? bf2f(f2bf(v)) : v;
+}
 
 __device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
@@ -74,18 +78,24 @@ __device__ __forceinline__ void st(void *p, int dt, int64_t i, float v) {
     ((float *)p)[i] = v;
 }
 
-__device__ __forceinline__ float ldt(const lm_cu_t &t, int64_t r, int64_t c) { return ld(t.p, t.dt, r * t.ld + c); }
-__device__ __forceinline__ void stt(const lm_cu_t &t, int64_t r, int64_t c, float v) { st(t.p, t.dt, r * t.ld + c, v); }
+__device__ __forceinline__ float ldt(const lm_cu_t &t, int64_t r, int64_t c) {
+  return ld(t.p, t.dt, r * t.ld + c);
+}
+__device__ __forceinline__ void stt(const lm_cu_t &t, int64_t r, int64_t c, float v) {
+  st(t.p, t.dt, r * t.ld + c, v);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -104,7 +114,8 @@ __device__ __forceinline__ float w_at(const lm_cu_w &w, int64_t e, int64_t r, in
   if (!w.bits) return ld(base, w.wdt, c);
   uint64_t bp = (uint64_t)c * (uint64_t)w.bits;
   uint32_t v = base[bp >> 3];
-  if ((bp & 7) + (uint64_t)w.bits > 8) v |= (uint32_t)base[(bp >> 3) + 1] << 8; /* a code spans 2 bytes at most */
+  if ((bp & 7) + (uint64_t)w.bits > 8)
+    v |= (uint32_t)base[(bp >> 3) + 1] << 8; /* a code spans 2 bytes at most */
   uint32_t q = (v >> (bp & 7)) & ((1u << w.bits) - 1u);
   float2 sbv = sb_at(w.sb, w.sb_kind, row * (w.cols / w.group) + c / w.group);
   return sbv.x * (float)q + sbv.y;
@@ -117,7 +128,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 /* One RoPE pair (x0 at i, x1 at i + hd/2). bf16: cos/sin are cast to the activation dtype and
  * each product and sum rounds, as torch does; rnd is the identity for f32. */
-__device__ __forceinline__ void rope_pair(int dt, float x0, float x1, float c, float s, float &y0, float &y1) {
+__device__ __forceinline__ void rope_pair(int dt, float x0, float x1, float c, float s, float &y0,
+                                          float &y1) {
   c = rnd(dt, c);
   s = rnd(dt, s);
   y0 = rnd(dt, x0 * c) - rnd(dt, x1 * s);
@@ -131,12 +143,13 @@ __device__ __forceinline__ void rope_pair(int dt, float x0, float x1, float c, f
  * kernel (k_rows.cu) and the decode attention's fused q norm (k_attention.cu) both use this,
  * so they agree bit for bit. */
 template <int EPL>
-__device__ __forceinline__ void norm_rope_lane(float (&v)[EPL], const float *w, float eps, float pos,
-                                               const float *inv_freq, int dt, int lane) {
+__device__ __forceinline__ void norm_rope_lane(float (&v)[EPL], const float *w, float eps,
+                                               float pos, const float *inv_freq, int dt, int lane) {
   constexpr int HALF = 16 * EPL;
   float ss = 0.0f;
 #pragma unroll
-  for (int e = 0; e < EPL; e++) ss += v[e] * v[e];
+  for (int e = 0; e < EPL; e++)
+    ss += v[e] * v[e];
   ss = warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / (float)(32 * EPL) + eps);
   const bool lo = lane < 16;

@@ -12,7 +12,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kBM = 64, kBN = 64, kBK = 32;
 
-__global__ void __launch_bounds__(kThreads) k_dequant_rows(lm_cu_w w, int64_t e, int64_t r0, void *dst, int dt) {
+__global__ void __launch_bounds__(kThreads)
+    k_dequant_rows(lm_cu_w w, int64_t e, int64_t r0, void *dst, int dt) {
   pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (c >= w.cols) return;
@@ -48,11 +49,13 @@ __global__ void __launch_bounds__(kThreads) k_gemm_gathered(const lm_cu_gather_m
     for (int kk = 0; kk < kBK; kk++) {
       float a[4], b[4];
 #pragma unroll
-      for (int i = 0; i < 4; i++) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];
+      for (int i = 0; i < 4; i++)
+        a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];
 #pragma unroll
       for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        for (int j = 0; j < 4; j++)
+          acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
     __syncthreads();
   }
@@ -72,11 +75,12 @@ __global__ void __launch_bounds__(kThreads) k_gemm_gathered(const lm_cu_gather_m
 
 extern "C" {
 
-cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n, void *dst, int dt) {
+cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n,
+                               void *dst, int dt) {
   if (n <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
-  launch(k_dequant_rows, dim3((unsigned)((w->cols + kThreads - 1) / kThreads), (unsigned)n), kThreads, 0, s, *w, e, r0, dst,
-                                                                                                         dt);
+  launch(k_dequant_rows, dim3((unsigned)((w->cols + kThreads - 1) / kThreads), (unsigned)n),
+         kThreads, 0, s, *w, e, r0, dst, dt);
   return cudaGetLastError();
 }
 

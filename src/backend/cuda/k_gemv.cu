@@ -23,12 +23,14 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRpw = 2; /* rows per warp */
 
 template <int M>
-__device__ __forceinline__ void store_rows(const lm_cu_mm_p &p, const Route &rt, int64_t r0, float (&acc)[kRpw][M]) {
+__device__ __forceinline__ void store_rows(const lm_cu_mm_p &p, const Route &rt, int64_t r0,
+                                           float (&acc)[kRpw][M]) {
   int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < kRpw; r++)
 #pragma unroll
-    for (int mi = 0; mi < M; mi++) acc[r][mi] = warp_sum(acc[r][mi]);
+    for (int mi = 0; mi < M; mi++)
+      acc[r][mi] = warp_sum(acc[r][mi]);
   if (lane) return;
 #pragma unroll
   for (int r = 0; r < kRpw; r++) {
@@ -40,11 +42,12 @@ __device__ __forceinline__ void store_rows(const lm_cu_mm_p &p, const Route &rt,
   }
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4 &q, int w) { return w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w; }
+__device__ __forceinline__ uint32_t word_of(const uint4 &q, int w) {
+  return w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w;
+}
 
 /* 1 + q/2^BITS for code i of a word, built with a shift and a mask. */
-template <int BITS>
-__device__ __forceinline__ float code_f(uint32_t wd, int i) {
+template <int BITS> __device__ __forceinline__ float code_f(uint32_t wd, int i) {
   constexpr int SH = 23 - BITS;
   constexpr uint32_t MASK = ((1u << BITS) - 1u) << SH;
   int sh = BITS * i;
@@ -56,7 +59,8 @@ __device__ __forceinline__ float code_f(uint32_t wd, int i) {
  * activation row xr, as f32. Read straight from global memory: x is small and shared by
  * every warp, so these hit L1/L2; one word at a time keeps few registers live. */
 template <int N, int CPC>
-__device__ __forceinline__ void x_word(const lm_cu_t &x, int64_t xr, int64_t c, int w, float (&xv)[N]) {
+__device__ __forceinline__ void x_word(const lm_cu_t &x, int64_t xr, int64_t c, int w,
+                                       float (&xv)[N]) {
   const int64_t col = c * CPC + (int64_t)w * N;
   if (x.dt == LM_CU_BF16) {
     const uint16_t *src = (const uint16_t *)x.p + xr * x.ld + col;
@@ -66,11 +70,13 @@ __device__ __forceinline__ void x_word(const lm_cu_t &x, int64_t xr, int64_t c, 
         uint4 u = __ldg(reinterpret_cast<const uint4 *>(src) + i);
         uint32_t v[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int j = 0; j < 4; j++) xv[8 * i + 2 * j] = bf2f(v[j] & 0xffffu), xv[8 * i + 2 * j + 1] = bf2f(v[j] >> 16);
+        for (int j = 0; j < 4; j++)
+          xv[8 * i + 2 * j] = bf2f(v[j] & 0xffffu), xv[8 * i + 2 * j + 1] = bf2f(v[j] >> 16);
       }
     } else {
       uint2 u = __ldg(reinterpret_cast<const uint2 *>(src));
-      xv[0] = bf2f(u.x & 0xffffu), xv[1] = bf2f(u.x >> 16), xv[2] = bf2f(u.y & 0xffffu), xv[3] = bf2f(u.y >> 16);
+      xv[0] = bf2f(u.x & 0xffffu), xv[1] = bf2f(u.x >> 16), xv[2] = bf2f(u.y & 0xffffu),
+      xv[3] = bf2f(u.y >> 16);
     }
   } else {
     const float4 *src = reinterpret_cast<const float4 *>((const float *)x.p + xr * x.ld + col);
@@ -88,13 +94,15 @@ __device__ __forceinline__ void x_word(const lm_cu_t &x, int64_t xr, int64_t c, 
  * comes from global memory (no staging pass, no barrier before the weight loads), and the
  * KS partial sums of a row meet in shared memory. */
 template <int BITS, int GROUP, int M, int R>
-__global__ void __launch_bounds__(kThreads, M > 1 ? 1 : R == 1 ? 3 : 2) k_gemv_q(const lm_cu_mm_p p, int ks_n) {
+__global__ void __launch_bounds__(kThreads, M > 1    ? 1
+                                            : R == 1 ? 3
+                                                     : 2) k_gemv_q(const lm_cu_mm_p p, int ks_n) {
   pdl_wait();
-  constexpr int CPC = 128 / BITS;                   /* codes per 16-byte chunk */
-  constexpr int CPW = 32 / BITS;                    /* codes per word */
-  constexpr int NG = CPC > GROUP ? CPC / GROUP : 1; /* groups a chunk touches */
+  constexpr int CPC = 128 / BITS;                    /* codes per 16-byte chunk */
+  constexpr int CPW = 32 / BITS;                     /* codes per word */
+  constexpr int NG = CPC > GROUP ? CPC / GROUP : 1;  /* groups a chunk touches */
   constexpr int WPG = CPC > GROUP ? GROUP / CPW : 4; /* words per group inside a chunk */
-  constexpr int U = R >= 4 ? 2 : 4;                 /* chunks per lane in flight, per row */
+  constexpr int U = R >= 4 ? 2 : 4;                  /* chunks per lane in flight, per row */
   __shared__ float red[kWarps][R * M];
   const Route rt = route(p);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, ks = warp % ks_n;
@@ -115,12 +123,14 @@ __global__ void __launch_bounds__(kThreads, M > 1 ? 1 : R == 1 ? 3 : 2) k_gemv_q
     uint32_t sb[U][R][NG];
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int64_t c = min(c0 + 32 * u, cend - 1); /* past the end: reloads the last chunk, unused */
+      const int64_t c =
+          min(c0 + 32 * u, cend - 1); /* past the end: reloads the last chunk, unused */
 #pragma unroll
       for (int r = 0; r < R; r++) {
         q[u][r] = __ldg(wq[r] + c);
 #pragma unroll
-        for (int j = 0; j < NG; j++) sb[u][r][j] = __ldg(sbp[r] + (c * CPC) / GROUP + j);
+        for (int j = 0; j < NG; j++)
+          sb[u][r][j] = __ldg(sbp[r] + (c * CPC) / GROUP + j);
       }
     }
 #pragma unroll
@@ -136,12 +146,14 @@ __global__ void __launch_bounds__(kThreads, M > 1 ? 1 : R == 1 ? 3 : 2) k_gemv_q
           float xv[CPW];
           x_word<CPW, CPC>(p.x, rt.xr + mi, c, w, xv);
 #pragma unroll
-          for (int i = 0; i < CPW; i++) sx[j] += xv[i];
+          for (int i = 0; i < CPW; i++)
+            sx[j] += xv[i];
 #pragma unroll
           for (int r = 0; r < R; r++) {
             uint32_t wd = word_of(q[u][r], w);
 #pragma unroll
-            for (int i = 0; i < CPW; i++) d[r][j] = fmaf(code_f<BITS>(wd, i), xv[i], d[r][j]);
+            for (int i = 0; i < CPW; i++)
+              d[r][j] = fmaf(code_f<BITS>(wd, i), xv[i], d[r][j]);
           }
         }
 #pragma unroll
@@ -157,20 +169,23 @@ __global__ void __launch_bounds__(kThreads, M > 1 ? 1 : R == 1 ? 3 : 2) k_gemv_q
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
-    for (int mi = 0; mi < M; mi++) acc[r][mi] = warp_sum(acc[r][mi]);
+    for (int mi = 0; mi < M; mi++)
+      acc[r][mi] = warp_sum(acc[r][mi]);
   if (ks_n > 1) {
     if (lane == 0)
 #pragma unroll
       for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int mi = 0; mi < M; mi++) red[warp][r * M + mi] = acc[r][mi];
+        for (int mi = 0; mi < M; mi++)
+          red[warp][r * M + mi] = acc[r][mi];
     __syncthreads();
     if (ks || lane) return;
     for (int k = 1; k < ks_n; k++)
 #pragma unroll
       for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int mi = 0; mi < M; mi++) acc[r][mi] += red[warp + k][r * M + mi];
+        for (int mi = 0; mi < M; mi++)
+          acc[r][mi] += red[warp + k][r * M + mi];
   } else if (lane) {
     return;
   }
@@ -184,14 +199,10 @@ __global__ void __launch_bounds__(kThreads, M > 1 ? 1 : R == 1 ? 3 : 2) k_gemv_q
   }
 }
 
-template <typename WT>
-__device__ __forceinline__ float wconv(WT v);
-template <>
-__device__ __forceinline__ float wconv<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float wconv<uint16_t>(uint16_t v) { return bf2f(v); }
-template <>
-__device__ __forceinline__ float wconv<__half>(__half v) { return __half2float(v); }
+template <typename WT> __device__ __forceinline__ float wconv(WT v);
+template <> __device__ __forceinline__ float wconv<float>(float v) { return v; }
+template <> __device__ __forceinline__ float wconv<uint16_t>(uint16_t v) { return bf2f(v); }
+template <> __device__ __forceinline__ float wconv<__half>(__half v) { return __half2float(v); }
 
 template <typename WT, int M>
 __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
@@ -203,11 +214,13 @@ __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
   const int64_t cols = p.w.cols, nchunk = cols / EPC, rows = p.w.rows;
   for (int mi = 0; mi < M; mi++)
 #pragma unroll 4
-    for (int64_t c = threadIdx.x; c < cols; c += kThreads) xs[mi * cols + c] = ldt(p.x, rt.xr + mi, c);
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads)
+      xs[mi * cols + c] = ldt(p.x, rt.xr + mi, c);
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int64_t n_pairs = (rows + kRpw - 1) / kRpw;
-  for (int64_t wr = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32; wr < n_pairs; wr += (int64_t)gridDim.x * kWarps) {
+  for (int64_t wr = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32; wr < n_pairs;
+       wr += (int64_t)gridDim.x * kWarps) {
     const int64_t r0 = wr * kRpw;
     const uint4 *wq[kRpw];
 #pragma unroll
@@ -220,7 +233,8 @@ __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
     for (int64_t c = lane; c < nchunk; c += 32) {
       uint4 q[kRpw];
 #pragma unroll
-      for (int r = 0; r < kRpw; r++) q[r] = __ldg(wq[r] + c);
+      for (int r = 0; r < kRpw; r++)
+        q[r] = __ldg(wq[r] + c);
 #pragma unroll
       for (int mi = 0; mi < M; mi++) {
         const float4 *xc = reinterpret_cast<const float4 *>(xs + mi * cols + c * EPC);
@@ -234,7 +248,8 @@ __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
         for (int r = 0; r < kRpw; r++) {
           const WT *wv = reinterpret_cast<const WT *>(&q[r]);
 #pragma unroll
-          for (int i = 0; i < EPC; i++) acc[r][mi] = fmaf(wconv<WT>(wv[i]), xv[i], acc[r][mi]);
+          for (int i = 0; i < EPC; i++)
+            acc[r][mi] = fmaf(wconv<WT>(wv[i]), xv[i], acc[r][mi]);
         }
       }
     }
@@ -242,8 +257,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv_dense(const lm_cu_mm_p p) {
   }
 }
 
-template <int M>
-__global__ void __launch_bounds__(kThreads) k_gemv_generic(const lm_cu_mm_p p) {
+template <int M> __global__ void __launch_bounds__(kThreads) k_gemv_generic(const lm_cu_mm_p p) {
   pdl_wait();
   extern __shared__ float4 smem4[];
   float *xs = reinterpret_cast<float *>(smem4);
@@ -251,11 +265,13 @@ __global__ void __launch_bounds__(kThreads) k_gemv_generic(const lm_cu_mm_p p) {
   const int64_t cols = p.w.cols, rows = p.w.rows;
   for (int mi = 0; mi < M; mi++)
 #pragma unroll 4
-    for (int64_t c = threadIdx.x; c < cols; c += kThreads) xs[mi * cols + c] = ldt(p.x, rt.xr + mi, c);
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads)
+      xs[mi * cols + c] = ldt(p.x, rt.xr + mi, c);
   __syncthreads();
   const int lane = threadIdx.x % 32;
   const int64_t n_pairs = (rows + kRpw - 1) / kRpw;
-  for (int64_t wr = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32; wr < n_pairs; wr += (int64_t)gridDim.x * kWarps) {
+  for (int64_t wr = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32; wr < n_pairs;
+       wr += (int64_t)gridDim.x * kWarps) {
     const int64_t r0 = wr * kRpw;
     float acc[kRpw][M] = {};
     for (int64_t c = lane; c < cols; c += 32) {
@@ -263,7 +279,8 @@ __global__ void __launch_bounds__(kThreads) k_gemv_generic(const lm_cu_mm_p p) {
       for (int r = 0; r < kRpw; r++) {
         float wv = w_at(p.w, rt.e, r0 + r < rows ? r0 + r : rows - 1, c);
 #pragma unroll
-        for (int mi = 0; mi < M; mi++) acc[r][mi] = fmaf(wv, xs[mi * cols + c], acc[r][mi]);
+        for (int mi = 0; mi < M; mi++)
+          acc[r][mi] = fmaf(wv, xs[mi * cols + c], acc[r][mi]);
       }
     }
     store_rows<M>(p, rt, r0, acc);
@@ -273,13 +290,12 @@ __global__ void __launch_bounds__(kThreads) k_gemv_generic(const lm_cu_mm_p p) {
 typedef void (*gemv_fn)(const lm_cu_mm_p);
 typedef void (*gemv_q_fn)(const lm_cu_mm_p, int);
 
-#define LM_GEMV_Q_GROUPS(B, M, R) \
-  case B * 1000 + 32: return &k_gemv_q<B, 32, M, R>; \
-  case B * 1000 + 64: return &k_gemv_q<B, 64, M, R>; \
+#define LM_GEMV_Q_GROUPS(B, M, R)                                                                  \
+  case B * 1000 + 32: return &k_gemv_q<B, 32, M, R>;                                               \
+  case B * 1000 + 64: return &k_gemv_q<B, 64, M, R>;                                               \
   case B * 1000 + 128: return &k_gemv_q<B, 128, M, R>;
 
-template <int M, int R>
-gemv_q_fn pick_q_r(int bits, int group) {
+template <int M, int R> gemv_q_fn pick_q_r(int bits, int group) {
   switch (bits * 1000 + group) {
     LM_GEMV_Q_GROUPS(2, M, R)
     LM_GEMV_Q_GROUPS(4, M, R)
@@ -290,13 +306,15 @@ gemv_q_fn pick_q_r(int bits, int group) {
 
 /* Instances: R ∈ {1, 2, 4} for one activation row, R ∈ {1, 2} for 2 and 4. */
 gemv_q_fn pick_q(int bits, int group, int m, int r) {
-  if (m == 1) return r == 4 ? pick_q_r<1, 4>(bits, group) : r == 2 ? pick_q_r<1, 2>(bits, group) : pick_q_r<1, 1>(bits, group);
+  if (m == 1)
+    return r == 4   ? pick_q_r<1, 4>(bits, group)
+           : r == 2 ? pick_q_r<1, 2>(bits, group)
+                    : pick_q_r<1, 1>(bits, group);
   if (m == 2) return r == 2 ? pick_q_r<2, 2>(bits, group) : pick_q_r<2, 1>(bits, group);
   return r == 2 ? pick_q_r<4, 2>(bits, group) : pick_q_r<4, 1>(bits, group);
 }
 
-template <int M>
-gemv_fn pick_dense(int wdt) {
+template <int M> gemv_fn pick_dense(int wdt) {
   switch (wdt) {
   case LM_CU_F32: return &k_gemv_dense<float, M>;
   case LM_CU_BF16: return &k_gemv_dense<uint16_t, M>;
@@ -315,7 +333,8 @@ Family family_of(const lm_cu_w &w, const lm_cu_t &x) {
     /* the packed kernel reads x with 16-byte loads straight from global memory */
     bool xal = ((uintptr_t)x.p & 15u) == 0 && (x.ld * (x.dt == LM_CU_F32 ? 4 : 2)) % 16 == 0 &&
                (x.dt == LM_CU_F32 || x.dt == LM_CU_BF16);
-    return pow2 && grp && xal && w.sb_kind == LM_CU_SB_BF16 && w.row_bytes % 16 == 0 ? kPacked : kGeneric;
+    return pow2 && grp && xal && w.sb_kind == LM_CU_SB_BF16 && w.row_bytes % 16 == 0 ? kPacked
+                                                                                     : kGeneric;
   }
   bool dt = w.wdt == LM_CU_F32 || w.wdt == LM_CU_BF16 || w.wdt == LM_CU_F16;
   return dt && w.row_bytes % 16 == 0 ? kDense : kGeneric;
@@ -330,14 +349,16 @@ struct Geo {
 Geo geo_of(int64_t rows, int64_t nchunk, int m, int n_sms) {
   const int64_t target = 8 * (int64_t)n_sms;
   Geo g{m == 1 ? 4 : 2, 1};
-  while (g.ks < kWarps && nchunk > 128 * g.ks) g.ks *= 2;
-  while (g.r > 1 && (rows + g.r - 1) / g.r * g.ks < target) g.r /= 2;
-  while (g.ks < kWarps && (rows + g.r - 1) / g.r * g.ks < target && nchunk >= 64 * g.ks) g.ks *= 2;
+  while (g.ks < kWarps && nchunk > 128 * g.ks)
+    g.ks *= 2;
+  while (g.r > 1 && (rows + g.r - 1) / g.r * g.ks < target)
+    g.r /= 2;
+  while (g.ks < kWarps && (rows + g.r - 1) / g.r * g.ks < target && nchunk >= 64 * g.ks)
+    g.ks *= 2;
   return g;
 }
 
-template <int M>
-gemv_fn pick(const lm_cu_w &w, Family f) {
+template <int M> gemv_fn pick(const lm_cu_w &w, Family f) {
   return f == kDense ? pick_dense<M>(w.wdt) : &k_gemv_generic<M>;
 }
 
@@ -407,7 +428,9 @@ cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *pp) {
 }
 
 static cudaError_t set_smem(gemv_fn fn, int bytes) {
-  return fn ? cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) : cudaSuccess;
+  return fn ? cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   bytes)
+            : cudaSuccess;
 }
 
 cudaError_t lm_cu_gemv_init(int max_smem_optin, int tensor_cores, int glu_pair) {

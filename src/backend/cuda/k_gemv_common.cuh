@@ -34,7 +34,8 @@ __device__ __forceinline__ void store_y(const lm_cu_mm_p &p, int64_t r, int64_t 
   if (p.epi) {
     v = rnd(p.y.dt, v);
     const float o = ldt(p.other, r, c);
-    v = p.epi == 1 ? rnd(p.y.dt, gelu_tanh(o)) * v : rnd(p.y.dt, gelu_tanh(v)) * o; /* as k_geglu rounds */
+    v = p.epi == 1 ? rnd(p.y.dt, gelu_tanh(o)) * v
+                   : rnd(p.y.dt, gelu_tanh(v)) * o; /* as k_geglu rounds */
   }
   stt(p.y, r, c, v);
 }
@@ -45,7 +46,8 @@ inline lm_cu_mm_p rows_window(const lm_cu_mm_p &p, int64_t r0, int64_t m) {
   const size_t xsz = p.x.dt == LM_CU_F32 ? 4 : 2, ysz = p.y.dt == LM_CU_F32 ? 4 : 2;
   q.x.p = (char *)p.x.p + (size_t)(r0 * p.x.ld) * xsz;
   q.y.p = (char *)p.y.p + (size_t)(r0 * p.y.ld) * ysz;
-  if (p.epi) q.other.p = (char *)p.other.p + (size_t)(r0 * p.other.ld) * (p.other.dt == LM_CU_F32 ? 4 : 2);
+  if (p.epi)
+    q.other.p = (char *)p.other.p + (size_t)(r0 * p.other.ld) * (p.other.dt == LM_CU_F32 ? 4 : 2);
   q.x.rows = q.y.rows = m;
   return q;
 }

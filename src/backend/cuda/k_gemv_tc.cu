@@ -33,15 +33,18 @@ constexpr uint32_t kOnes = 0x3F803F80u; /* bf16x2 (1, 1) */
 
 /* d += a · b for one m16n8k16 tile: a = 4 bf16x2 registers (rows g/g+8, k 2t.., 2t+8..),
  * b = 2 bf16x2 registers (k 2t.., 2t+8.., column g). */
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* bf16x2 (128 + code j, 128 + code j+4) of a word of eight 4-bit codes. */
-__device__ __forceinline__ uint32_t code_pair(uint32_t w, int j) { return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u; }
+__device__ __forceinline__ uint32_t code_pair(uint32_t w, int j) {
+  return ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+}
 
 /* bf16x2 (x[j], x[j+4]) of eight consecutive bf16 values. */
 __device__ __forceinline__ uint32_t x_pair(const uint4 &u, int j) {
@@ -49,8 +52,7 @@ __device__ __forceinline__ uint32_t x_pair(const uint4 &u, int j) {
   return __byte_perm(lo, hi, (j & 1) ? 0x7632 : 0x5410);
 }
 
-template <int WPR>
-__device__ __forceinline__ void load_words(const char *p, uint32_t (&w)[WPR]) {
+template <int WPR> __device__ __forceinline__ void load_words(const char *p, uint32_t (&w)[WPR]) {
   if constexpr (WPR == 4) {
     const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
     w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
@@ -65,8 +67,9 @@ __device__ __forceinline__ void load_words(const char *p, uint32_t (&w)[WPR]) {
 /* Adds one group to tot: s·Σ(128+q)·x + (b − 128·s)·Σx for rows g (c0, sb0) and g + 8
  * (c1, sb1); xg: the lane's x values of the group (read only when xon). */
 template <int G>
-__device__ __forceinline__ void group_mma(const uint32_t *c0, const uint32_t *c1, uint32_t sb0, uint32_t sb1,
-                                          const uint16_t *xg, bool xon, float (&tot)[4]) {
+__device__ __forceinline__ void group_mma(const uint32_t *c0, const uint32_t *c1, uint32_t sb0,
+                                          uint32_t sb1, const uint16_t *xg, bool xon,
+                                          float (&tot)[4]) {
   constexpr int WPR = G / 32, NMMA = G / 16;
   uint32_t xb[NMMA][2];
   float sx[4] = {}, d[4] = {};
@@ -74,14 +77,15 @@ __device__ __forceinline__ void group_mma(const uint32_t *c0, const uint32_t *c1
   for (int w = 0; w < WPR; w++) {
     const uint4 xv = xon ? *reinterpret_cast<const uint4 *>(xg + 8 * w) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int j = 0; j < 4; j++) xb[2 * w + j / 2][j % 2] = x_pair(xv, j);
+    for (int j = 0; j < 4; j++)
+      xb[2 * w + j / 2][j % 2] = x_pair(xv, j);
   }
 #pragma unroll
   for (int mi = 0; mi < NMMA; mi++) {
     const int w = mi / 2, j = 2 * (mi % 2);
     mma16816(sx, kOnes, kOnes, kOnes, kOnes, xb[mi][0], xb[mi][1]);
-    mma16816(d, code_pair(c0[w], j), code_pair(c1[w], j), code_pair(c0[w], j + 1), code_pair(c1[w], j + 1), xb[mi][0],
-             xb[mi][1]);
+    mma16816(d, code_pair(c0[w], j), code_pair(c1[w], j), code_pair(c0[w], j + 1),
+             code_pair(c1[w], j + 1), xb[mi][0], xb[mi][1]);
   }
 #pragma unroll
   for (int c = 0; c < 4; c++) {
@@ -96,11 +100,13 @@ __device__ __forceinline__ void group_mma(const uint32_t *c0, const uint32_t *c1
  * P = 2 (a gate/up pair) the second product's sums meet too and the GeGLU is applied: both
  * products rounded to y's dtype, the gelu rounded, then the product (as epilogue 1 rounds). */
 template <int W, int P>
-__device__ __forceinline__ void reduce_store(const lm_cu_mm_p &p, const Route &rt, int64_t row0, int m,
-                                             const float (&tot)[P][4], float4 (&red)[P][W][32]) {
+__device__ __forceinline__ void reduce_store(const lm_cu_mm_p &p, const Route &rt, int64_t row0,
+                                             int m, const float (&tot)[P][4],
+                                             float4 (&red)[P][W][32]) {
 #pragma unroll
   for (int j = 0; j < P; j++)
-    red[j][threadIdx.x / 32][threadIdx.x % 32] = make_float4(tot[j][0], tot[j][1], tot[j][2], tot[j][3]);
+    red[j][threadIdx.x / 32][threadIdx.x % 32] =
+        make_float4(tot[j][0], tot[j][1], tot[j][2], tot[j][3]);
   __syncthreads();
   if (threadIdx.x >= 128) return;
   const int e = threadIdx.x, l = e / 4, c = e % 4, n = 2 * (l % 4) + (c & 1);
@@ -110,7 +116,8 @@ __device__ __forceinline__ void reduce_store(const lm_cu_mm_p &p, const Route &r
 #pragma unroll
   for (int j = 0; j < P; j++)
 #pragma unroll
-    for (int w = 0; w < W; w++) v[j] += reinterpret_cast<const float *>(&red[j][w][l])[c];
+    for (int w = 0; w < W; w++)
+      v[j] += reinterpret_cast<const float *>(&red[j][w][l])[c];
   if constexpr (P == 2) {
     const float g = rnd(p.y.dt, v[0]), u = rnd(p.y.dt, v[1]);
     stt(p.y, rt.yr + n, row, rt.ok ? rnd(p.y.dt, gelu_tanh(g)) * u : 0.0f);
@@ -122,8 +129,9 @@ __device__ __forceinline__ void reduce_store(const lm_cu_mm_p &p, const Route &r
 /* A lane's loads of U groups from group k0 on (clamped to the warp's last group ke - 1): rows
  * g (at w, s) and g + 8 (dw bytes and ds words further). */
 template <int G, int U>
-__device__ __forceinline__ void load_groups(const char *w, const uint32_t *s, int dw, int ds, int k0, int ke,
-                                            uint32_t (&cw)[U][2][G / 32], uint32_t (&sb)[U][2]) {
+__device__ __forceinline__ void load_groups(const char *w, const uint32_t *s, int dw, int ds,
+                                            int k0, int ke, uint32_t (&cw)[U][2][G / 32],
+                                            uint32_t (&sb)[U][2]) {
 #pragma unroll
   for (int u = 0; u < U; u++) {
     const int k = min(k0 + u, ke - 1);
@@ -152,8 +160,10 @@ __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t rows = p.w.rows, row0 = (int64_t)blockIdx.x * 16;
   const int cols = (int)p.w.cols, ng = cols / G, xld = kc + 8;
-  const int64_t r0 = row0 + g < rows ? row0 + g : rows - 1, r1 = row0 + g + 8 < rows ? row0 + g + 8 : rows - 1;
-  const int64_t woff = (rt.e * rows + r0) * p.w.row_bytes + t * (G / 8), soff = (rt.e * rows + r0) * ng;
+  const int64_t r0 = row0 + g < rows ? row0 + g : rows - 1,
+                r1 = row0 + g + 8 < rows ? row0 + g + 8 : rows - 1;
+  const int64_t woff = (rt.e * rows + r0) * p.w.row_bytes + t * (G / 8),
+                soff = (rt.e * rows + r0) * ng;
   const char *wp[P];
   const uint32_t *sp[P];
 #pragma unroll
@@ -171,12 +181,13 @@ __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, 
 #pragma unroll
     for (int j = 0; j < P; j++)
       if (gb < ge) load_groups<G, U>(wp[j], sp[j], dw, ds, gb, ge, cw[j], sb[j]);
-    pdl_wait(); /* the weight loads above overlap the previous kernel; x is its output */
+    pdl_wait();      /* the weight loads above overlap the previous kernel; x is its output */
     __syncthreads(); /* the previous chunk's readers are done */
     const int v8 = (n * G) / 8; /* 16-byte pieces of an activation row in this chunk */
     for (int i = threadIdx.x; i < m * v8; i += 32 * W) {
       const int r = i / v8, c = i % v8;
-      xs4[(r * xld) / 8 + c] = __ldg(reinterpret_cast<const uint4 *>((const uint16_t *)p.x.p + (rt.xr + r) * p.x.ld + c0) + c);
+      xs4[(r * xld) / 8 + c] = __ldg(
+          reinterpret_cast<const uint4 *>((const uint16_t *)p.x.p + (rt.xr + r) * p.x.ld + c0) + c);
     }
     __syncthreads();
     for (int k0 = gb; k0 < ge;) {
@@ -185,7 +196,8 @@ __global__ void __launch_bounds__(32 * W, 32 / W) k_gemv_tc(const lm_cu_mm_p p, 
         if (k0 + u >= ge) break;
         const uint16_t *xg = xs + (xon ? g : 0) * xld + (k0 + u - gc) * G + t * (G / 4);
 #pragma unroll
-        for (int j = 0; j < P; j++) group_mma<G>(cw[j][u][0], cw[j][u][1], sb[j][u][0], sb[j][u][1], xg, xon, tot[j]);
+        for (int j = 0; j < P; j++)
+          group_mma<G>(cw[j][u][0], cw[j][u][1], sb[j][u][0], sb[j][u][1], xg, xon, tot[j]);
       }
       k0 += U;
 #pragma unroll
@@ -200,27 +212,31 @@ typedef void (*tc_fn)(const lm_cu_mm_p, int, int);
 
 /* U: 48 bytes in flight per lane (U · 2 rows · G/8 bytes; 64 for G = 128) within 64 registers;
  * a pair holds two matrices' loads, so it takes about half the groups of each. */
-template <int W, int P>
-tc_fn pick_g(int group) {
+template <int W, int P> tc_fn pick_g(int group) {
   if constexpr (P == 2)
-    return group == 32 ? &k_gemv_tc<32, 3, W, 2> : group == 64 ? &k_gemv_tc<64, 2, W, 2> : &k_gemv_tc<128, 1, W, 2>;
+    return group == 32   ? &k_gemv_tc<32, 3, W, 2>
+           : group == 64 ? &k_gemv_tc<64, 2, W, 2>
+                         : &k_gemv_tc<128, 1, W, 2>;
   else
-    return group == 32 ? &k_gemv_tc<32, 6, W, 1> : group == 64 ? &k_gemv_tc<64, 3, W, 1> : &k_gemv_tc<128, 2, W, 1>;
+    return group == 32   ? &k_gemv_tc<32, 6, W, 1>
+           : group == 64 ? &k_gemv_tc<64, 3, W, 1>
+                         : &k_gemv_tc<128, 2, W, 1>;
 }
 
-template <int P>
-tc_fn pick_wg(int W, int group) {
+template <int P> tc_fn pick_wg(int W, int group) {
   return W == 16 ? pick_g<16, P>(group) : W == 8 ? pick_g<8, P>(group) : pick_g<4, P>(group);
 }
 
 bool tc_takes(const lm_cu_mm_p &p) {
   const int G = p.w.group;
-  if (p.w.bits != 4 || (G != 32 && G != 64 && G != 128) || p.w.sb_kind != LM_CU_SB_BF16 || p.x.dt != LM_CU_BF16)
+  if (p.w.bits != 4 || (G != 32 && G != 64 && G != 128) || p.w.sb_kind != LM_CU_SB_BF16 ||
+      p.x.dt != LM_CU_BF16)
     return false;
   /* a pair: one launch instead of two (and a GeGLU), which E4B, 12B and 26B-A4B decode gain
    * 4-5% from; on 31B's 21504x5376 products the halved loads in flight per matrix cost more
    * than the launch saves (docs/perf/NOTES.md, v5), so products that large run as two */
-  if (p.epi == 3 && (!g_glu_pair || p.accumulate || ((uintptr_t)p.w2.data & 15u) != 0 || p.w.rows * p.w.cols > (1ll << 26)))
+  if (p.epi == 3 && (!g_glu_pair || p.accumulate || ((uintptr_t)p.w2.data & 15u) != 0 ||
+                     p.w.rows * p.w.cols > (1ll << 26)))
     return false;
   /* a lane loads G/8 bytes of a row per group; x is staged in 16-byte pieces */
   return p.w.cols % G == 0 && p.w.row_bytes % 16 == 0 && ((uintptr_t)p.w.data & 15u) == 0 &&
@@ -258,15 +274,19 @@ extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin, int glu_pair) {
     const tc_fn fn = pick_wg<2>(16, G);
     cudaFuncAttributes fa;
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, fn);
-    const int want = 40 * 1024 < max_smem_optin - (int)fa.sharedSizeBytes ? 40 * 1024 : max_smem_optin - (int)fa.sharedSizeBytes;
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, want);
+    const int want = 40 * 1024 < max_smem_optin - (int)fa.sharedSizeBytes
+                         ? 40 * 1024
+                         : max_smem_optin - (int)fa.sharedSizeBytes;
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, want);
   }
   return e;
 }
 
 extern "C" cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *pp) {
   if (!tc_takes(*pp) || pp->w.rows <= 0) return cudaErrorNotSupported;
-  if (pp->ids) return pp->y.rows > 65535 ? cudaErrorNotSupported : launch_tc(s, *pp, 1, (unsigned)pp->y.rows);
+  if (pp->ids)
+    return pp->y.rows > 65535 ? cudaErrorNotSupported : launch_tc(s, *pp, 1, (unsigned)pp->y.rows);
   for (int64_t done = 0; done < pp->x.rows; done += 8) {
     const int m = (int)(pp->x.rows - done < 8 ? pp->x.rows - done : 8);
     cudaError_t e = launch_tc(s, rows_window(*pp, done, m), m, 1);
@@ -274,4 +294,3 @@ extern "C" cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *pp) {
   }
   return cudaSuccess;
 }
-

@@ -28,7 +28,7 @@ using namespace lmcu;
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMinGroup = 32;       /* smallest group: bounds the groups of a row */
+constexpr int kMinGroup = 32; /* smallest group: bounds the groups of a row */
 
 int64_t blocks_for(int64_t n, int64_t per) { return (n + per - 1) / per; }
 
@@ -52,8 +52,8 @@ __device__ __forceinline__ void put_u16(uint8_t *p, uint16_t v) {
  * of `group` values at src[off..] (dtype dt): codes as LSB-first bytes (bits 4 or 8), the bf16
  * scale and bias as little-endian bytes at sp/bp, and, when deq is set, the stored values
  * written to deq[off..] (same dtype; may be src: each value is read before it is replaced). */
-__device__ void quant_group(const void *src, int dt, int64_t off, int group, int bits, uint8_t *codes, uint8_t *sp,
-                            uint8_t *bp, void *deq) {
+__device__ void quant_group(const void *src, int dt, int64_t off, int group, int bits,
+                            uint8_t *codes, uint8_t *sp, uint8_t *bp, void *deq) {
   float mx = ld(src, dt, off), mn = mx;
   for (int i = 1; i < group; i++) {
     const float w = ld(src, dt, off + i);
@@ -91,8 +91,9 @@ __device__ void quant_group(const void *src, int dt, int64_t off, int group, int
 }
 
 /* One thread per (token, K or V, group). */
-__global__ void __launch_bounds__(kThreads) k_kvq_stage(lm_cu_t kn, lm_cu_t vn, lm_cu_t stage, const lm_cu_kvdesc *kv,
-                                                       int n_caches, int cache, const int32_t *seq) {
+__global__ void __launch_bounds__(kThreads)
+    k_kvq_stage(lm_cu_t kn, lm_cu_t vn, lm_cu_t stage, const lm_cu_kvdesc *kv, int n_caches,
+                int cache, const int32_t *seq) {
   pdl_wait();
   const int64_t t = blockIdx.y, i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   const lm_cu_kvdesc d = kv[(int64_t)seq[t] * n_caches + cache];
@@ -110,9 +111,9 @@ __global__ void __launch_bounds__(kThreads) k_kvq_stage(lm_cu_t kn, lm_cu_t vn, 
 }
 
 /* One thread per byte of a quantized token's stage row, or per element of a plain one. */
-__global__ void __launch_bounds__(kThreads) k_kvq_append(lm_cu_t kn, lm_cu_t vn, lm_cu_t stage,
-                                                        const lm_cu_kvdesc *kv, int n_caches, int cache,
-                                                        const int32_t *pos, const int32_t *seq) {
+__global__ void __launch_bounds__(kThreads)
+    k_kvq_append(lm_cu_t kn, lm_cu_t vn, lm_cu_t stage, const lm_cu_kvdesc *kv, int n_caches,
+                 int cache, const int32_t *pos, const int32_t *seq) {
   pdl_wait();
   const int64_t t = blockIdx.y, j = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   const lm_cu_kvdesc d = kv[(int64_t)seq[t] * n_caches + cache];
@@ -136,25 +137,28 @@ __global__ void __launch_bounds__(kThreads) k_kvq_append(lm_cu_t kn, lm_cu_t vn,
     dst[slot * L.cb + j % L.cb] = byte;
     return;
   }
-  const int64_t r = j - 2 * L.cb, a = r / L.sb; /* 0: K scales, 1: K biases, 2: V scales, 3: V biases */
+  const int64_t r = j - 2 * L.cb,
+                a = r / L.sb; /* 0: K scales, 1: K biases, 2: V scales, 3: V biases */
   uint8_t *dst = (uint8_t *)(a == 0 ? d.ks : a == 1 ? d.kb : a == 2 ? d.vs : d.vb);
   dst[slot * L.sb + r % L.sb] = byte;
 }
 
 /* One thread per (slot, K or V, group) of the held slots; a grid-stride loop, since a long
  * cache has more groups than one launch has blocks. */
-__global__ void __launch_bounds__(kThreads) k_kvq_convert(lm_cu_kvdesc from, int dt, lm_cu_kvdesc to, int64_t w,
-                                                         int64_t held) {
+__global__ void __launch_bounds__(kThreads)
+    k_kvq_convert(lm_cu_kvdesc from, int dt, lm_cu_kvdesc to, int64_t w, int64_t held) {
   pdl_wait();
   const int64_t ng = w / to.group, n = held * 2 * ng;
   const Layout L(w, to.bits, to.group);
-  for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += (int64_t)gridDim.x * kThreads) {
+  for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * kThreads) {
     const int64_t slot = i / (2 * ng), g = i % ng;
     const int which = (int)(i / ng % 2);
     uint8_t *codes = (uint8_t *)(which ? to.v : to.k) + slot * L.cb + g * to.group * to.bits / 8;
     uint8_t *sp = (uint8_t *)(which ? to.vs : to.ks) + slot * L.sb + 2 * g;
     uint8_t *bp = (uint8_t *)(which ? to.vb : to.kb) + slot * L.sb + 2 * g;
-    quant_group(which ? from.v : from.k, dt, slot * w + g * to.group, to.group, to.bits, codes, sp, bp, nullptr);
+    quant_group(which ? from.v : from.k, dt, slot * w + g * to.group, to.group, to.bits, codes, sp,
+                bp, nullptr);
   }
 }
 
@@ -162,16 +166,17 @@ __global__ void __launch_bounds__(kThreads) k_kvq_convert(lm_cu_kvdesc from, int
 
 extern "C" {
 
-cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage, const lm_cu_kvdesc *kv,
-                            int n_caches, int cache, const int32_t *seq) {
+cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
+                            const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
   dim3 grid((unsigned)blocks_for(2 * (k_new.cols / kMinGroup), kThreads), (unsigned)k_new.rows);
   launch(k_kvq_stage, grid, kThreads, 0, s, k_new, v_new, stage, kv, n_caches, cache, seq);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage, const lm_cu_kvdesc *kv,
-                             int n_caches, int cache, const int32_t *pos, const int32_t *seq) {
+cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
+                             const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *pos,
+                             const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
   /* the largest stage row (8 bits, groups of 32), which also covers a plain row's elements */
   const int64_t w = k_new.cols, most = 2 * w + 4 * (w / kMinGroup) * 2;
@@ -180,8 +185,8 @@ cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt, const lm_cu_kvdesc *to, int64_t w,
-                              int64_t held) {
+cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt,
+                              const lm_cu_kvdesc *to, int64_t w, int64_t held) {
   if (held <= 0) return cudaSuccess;
   int64_t blocks = blocks_for(held * 2 * (w / to->group), kThreads);
   if (blocks > 65535) blocks = 65535;

@@ -15,7 +15,8 @@ constexpr int kSortChunk = 4096;
 
 /* One warp per token; probabilities in shared memory ([8][E] floats). Top-k by repeated
  * argmax with ties to the lowest expert id, as the CPU's selection does. */
-__global__ void __launch_bounds__(kThreads) k_route(lm_cu_t ids, lm_cu_t wts, lm_cu_t lg, int k, const float *pes) {
+__global__ void __launch_bounds__(kThreads)
+    k_route(lm_cu_t ids, lm_cu_t wts, lm_cu_t lg, int k, const float *pes) {
   pdl_wait();
   extern __shared__ float prob_all[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -36,7 +37,8 @@ __global__ void __launch_bounds__(kThreads) k_route(lm_cu_t ids, lm_cu_t wts, lm
     sum += v;
   }
   sum = warp_sum(sum);
-  for (int64_t e = lane; e < E; e += 32) pr[e] /= sum;
+  for (int64_t e = lane; e < E; e += 32)
+    pr[e] /= sum;
   __syncwarp();
   int32_t *id_row = (int32_t *)ids.p + t * ids.ld;
   float wsum = 0.0f;
@@ -59,17 +61,20 @@ __global__ void __launch_bounds__(kThreads) k_route(lm_cu_t ids, lm_cu_t wts, lm
     __syncwarp();
   }
   if (lane == 0)
-    for (int j = 0; j < k; j++) stt(wts, t, j, ldt(wts, t, j) / wsum * pes[id_row[j]]);
+    for (int j = 0; j < k; j++)
+      stt(wts, t, j, ldt(wts, t, j) / wsum * pes[id_row[j]]);
 }
 
 /* One block. Thread e counts, then places, the pairs routed to expert e in pair order, so
  * the order is stable (and deterministic). The ids are staged through shared memory. */
-__global__ void __launch_bounds__(kThreads) k_sort(lm_cu_t ids, int64_t E, int32_t *start, int32_t *order) {
+__global__ void __launch_bounds__(kThreads)
+    k_sort(lm_cu_t ids, int64_t E, int32_t *start, int32_t *order) {
   pdl_wait();
   extern __shared__ int32_t sm[];
   int32_t *cnt = sm, *buf = sm + E;
   const int64_t K = ids.cols, P = ids.rows * K;
-  for (int64_t e = threadIdx.x; e < E; e += kThreads) cnt[e] = 0;
+  for (int64_t e = threadIdx.x; e < E; e += kThreads)
+    cnt[e] = 0;
   for (int pass = 0; pass < 2; pass++) {
     for (int64_t base = 0; base < P; base += kSortChunk) {
       int64_t n = P - base < kSortChunk ? P - base : kSortChunk;
@@ -82,7 +87,8 @@ __global__ void __launch_bounds__(kThreads) k_sort(lm_cu_t ids, int64_t E, int32
       for (int64_t e = threadIdx.x; e < E; e += kThreads) {
         int32_t c = cnt[e];
         if (pass == 0) {
-          for (int64_t i = 0; i < n; i++) c += buf[i] == e;
+          for (int64_t i = 0; i < n; i++)
+            c += buf[i] == e;
         } else {
           for (int64_t i = 0; i < n; i++)
             if (buf[i] == e) order[c++] = (int32_t)(base + i);
@@ -110,7 +116,8 @@ __global__ void __launch_bounds__(kThreads) k_combine(lm_cu_t out, lm_cu_t w, lm
   int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (c >= out.cols) return;
   float acc = 0.0f;
-  for (int j = 0; j < k; j++) acc += ldt(w, t, j) * ldt(y, t * k + j, c);
+  for (int j = 0; j < k; j++)
+    acc += ldt(w, t, j) * ldt(y, t * k + j, c);
   stt(out, t, c, acc);
 }
 
@@ -123,12 +130,13 @@ cudaError_t lm_cu_moe_route(cudaStream_t s, lm_cu_t ids, lm_cu_t weights, lm_cu_
   if (logits.rows <= 0) return cudaSuccess;
   size_t smem = (size_t)kWarps * (size_t)logits.cols * sizeof(float);
   if (smem > 48 * 1024 || top_k > logits.cols) return cudaErrorInvalidValue;
-  launch(k_route, (unsigned)((logits.rows + kWarps - 1) / kWarps), kThreads, smem, s, ids, weights, logits, top_k,
-                                                                                   per_expert_scale);
+  launch(k_route, (unsigned)((logits.rows + kWarps - 1) / kWarps), kThreads, smem, s, ids, weights,
+         logits, top_k, per_expert_scale);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32_t *start, int32_t *order) {
+cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32_t *start,
+                           int32_t *order) {
   size_t smem = (size_t)(n_experts + kSortChunk) * sizeof(int32_t);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;
   launch(k_sort, 1, kThreads, smem, s, ids, n_experts, start, order);
@@ -137,8 +145,8 @@ cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32
 
 cudaError_t lm_cu_moe_combine(cudaStream_t s, lm_cu_t out, lm_cu_t weights, lm_cu_t y, int top_k) {
   if (out.rows <= 0) return cudaSuccess;
-  launch(k_combine, dim3((unsigned)((out.cols + kThreads - 1) / kThreads), (unsigned)out.rows), kThreads, 0, s, out, weights,
-                                                                                                          y, top_k);
+  launch(k_combine, dim3((unsigned)((out.cols + kThreads - 1) / kThreads), (unsigned)out.rows),
+         kThreads, 0, s, out, weights, y, top_k);
   return cudaGetLastError();
 }
 

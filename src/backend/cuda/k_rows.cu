@@ -8,18 +8,20 @@
 #include "backend/cuda/k_common.cuh"
 #include "tensor/dtype.h"
 
-static_assert(LM_CU_F32 == LM_DT_F32 && LM_CU_F16 == LM_DT_F16 && LM_CU_BF16 == LM_DT_BF16, "dtype codes");
+static_assert(LM_CU_F32 == LM_DT_F32 && LM_CU_F16 == LM_DT_F16 && LM_CU_BF16 == LM_DT_BF16,
+              "dtype codes");
 
 using namespace lmcu;
 
 namespace {
 
-constexpr int kRowThreads = 256;            /* every kernel here: 8 warps */
+constexpr int kRowThreads = 256; /* every kernel here: 8 warps */
 constexpr int kRowWarps = kRowThreads / 32;
 
 int64_t blocks_for(int64_t n, int64_t per) { return (n + per - 1) / per; }
 
-__global__ void __launch_bounds__(kRowThreads) k_embed(lm_cu_t out, lm_cu_w w, const int32_t *ids, float scale) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_embed(lm_cu_t out, lm_cu_w w, const int32_t *ids, float scale) {
   pdl_wait();
   int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= out.cols) return;
@@ -30,8 +32,8 @@ __global__ void __launch_bounds__(kRowThreads) k_embed(lm_cu_t out, lm_cu_w w, c
 
 constexpr int kNormVals = 24; /* values a thread keeps in registers: one pass up to 6144 columns */
 
-__device__ __forceinline__ void norm_store(const lm_cu_t &out, const lm_cu_t &res, int has_res, int64_t r, int64_t c,
-                                           float v) {
+__device__ __forceinline__ void norm_store(const lm_cu_t &out, const lm_cu_t &res, int has_res,
+                                           int64_t r, int64_t c, float v) {
   if (has_res)
     stt(res, r, c, ldt(res, r, c) + rnd(res.dt, v));
   else
@@ -43,8 +45,8 @@ __device__ __forceinline__ void norm_store(const lm_cu_t &out, const lm_cu_t &re
  * tensor to the bf16 residual, rounding each). Each thread loads its (up to 24) values with
  * independent loads into registers before it sums, so a row costs one memory round trip, not
  * one per element. In place is safe: a thread writes only the elements it read. */
-__global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x, const float *w, float eps,
-                                                        lm_cu_t res, int has_res) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_rmsnorm(lm_cu_t out, lm_cu_t x, const float *w, float eps, lm_cu_t res, int has_res) {
   pdl_wait();
   __shared__ float part[kRowWarps];
   const int64_t r = blockIdx.x, cols = x.cols;
@@ -55,7 +57,8 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x,
     v[k] = c < cols ? ldt(x, r, c) : 0.0f;
   }
 #pragma unroll
-  for (int k = 0; k < kNormVals; k++) ss += v[k] * v[k];
+  for (int k = 0; k < kNormVals; k++)
+    ss += v[k] * v[k];
   for (int64_t c = threadIdx.x + (int64_t)kNormVals * kRowThreads; c < cols; c += kRowThreads) {
     float t = ldt(x, r, c);
     ss += t * t;
@@ -65,7 +68,8 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x,
   __syncthreads();
   ss = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kRowWarps; i++) ss += part[i];
+  for (int i = 0; i < kRowWarps; i++)
+    ss += part[i];
   const float inv = 1.0f / sqrtf(ss / (float)cols + eps);
 #pragma unroll
   for (int k = 0; k < kNormVals; k++) {
@@ -79,12 +83,14 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm(lm_cu_t out, lm_cu_t x,
 }
 
 /* 8 consecutive values of a bf16 or f32 row, as f32 (16- or 32-byte loads). */
-__device__ __forceinline__ void ld8(const void *p, int64_t ld, int dt, int64_t r, int64_t j, float (&v)[8]) {
+__device__ __forceinline__ void ld8(const void *p, int64_t ld, int dt, int64_t r, int64_t j,
+                                    float (&v)[8]) {
   if (dt == LM_CU_BF16) {
     uint4 u = *reinterpret_cast<const uint4 *>((const uint16_t *)p + r * ld + 8 * j);
     uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++) v[2 * i] = bf2f(w[i] & 0xffffu), v[2 * i + 1] = bf2f(w[i] >> 16);
+    for (int i = 0; i < 4; i++)
+      v[2 * i] = bf2f(w[i] & 0xffffu), v[2 * i + 1] = bf2f(w[i] >> 16);
   } else {
     const float4 *f = reinterpret_cast<const float4 *>((const float *)p + r * ld + 8 * j);
     float4 a = f[0], b = f[1];
@@ -92,11 +98,13 @@ __device__ __forceinline__ void ld8(const void *p, int64_t ld, int dt, int64_t r
   }
 }
 
-__device__ __forceinline__ void st8(void *p, int64_t ld, int dt, int64_t r, int64_t j, const float (&v)[8]) {
+__device__ __forceinline__ void st8(void *p, int64_t ld, int dt, int64_t r, int64_t j,
+                                    const float (&v)[8]) {
   if (dt == LM_CU_BF16) {
     uint32_t w[4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) w[i] = (uint32_t)f2bf(v[2 * i]) | (uint32_t)f2bf(v[2 * i + 1]) << 16;
+    for (int i = 0; i < 4; i++)
+      w[i] = (uint32_t)f2bf(v[2 * i]) | (uint32_t)f2bf(v[2 * i + 1]) << 16;
     *reinterpret_cast<uint4 *>((uint16_t *)p + r * ld + 8 * j) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
     float4 *f = reinterpret_cast<float4 *>((float *)p + r * ld + 8 * j);
@@ -119,12 +127,14 @@ __device__ __forceinline__ float row_sum(float v, float *part, int tpr) {
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
   __syncthreads();
   v = 0.0f;
-  for (int i = 0; i < wpr; i++) v += part[(threadIdx.x / tpr) * wpr + i];
+  for (int i = 0; i < wpr; i++)
+    v += part[(threadIdx.x / tpr) * wpr + i];
   return v;
 }
 
 __device__ __forceinline__ void ld_w8(const float *w, int64_t j, float (&o)[8]) {
-  float4 a = reinterpret_cast<const float4 *>(w)[2 * j], b = reinterpret_cast<const float4 *>(w)[2 * j + 1];
+  float4 a = reinterpret_cast<const float4 *>(w)[2 * j],
+         b = reinterpret_cast<const float4 *>(w)[2 * j + 1];
   o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
 }
 
@@ -136,8 +146,9 @@ struct NormTail {
 };
 
 template <int NV>
-__global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_t x, const float *w, float eps,
-                                                            lm_cu_t res, int has_res, int tpr, NormTail tail) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_rmsnorm_vec(lm_cu_t out, lm_cu_t x, const float *w, float eps, lm_cu_t res, int has_res,
+                  int tpr, NormTail tail) {
   pdl_wait();
   __shared__ float part[kRowWarps];
   const int t = threadIdx.x % tpr;
@@ -146,10 +157,12 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_
   float v[NV][8], wv[NV][8], rv[NV][8], nw[NV][8], ss = 0.0f;
   const bool next = has_res && tail.next.p;
 #pragma unroll
-  for (int k = 0; k < NV; k++) { /* every load of the row is issued here, the next norm's weight too */
+  for (int k = 0; k < NV;
+       k++) { /* every load of the row is issued here, the next norm's weight too */
     const int64_t j = t + (int64_t)k * tpr;
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[k][i] = 0.0f, wv[k][i] = 1.0f, rv[k][i] = 0.0f, nw[k][i] = 1.0f;
+    for (int i = 0; i < 8; i++)
+      v[k][i] = 0.0f, wv[k][i] = 1.0f, rv[k][i] = 0.0f, nw[k][i] = 1.0f;
     if (!row_ok || j >= nv) continue;
     ld8(x.p, x.ld, x.dt, r, j, v[k]);
     if (w) ld_w8(w, j, wv[k]);
@@ -159,7 +172,8 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_
 #pragma unroll
   for (int k = 0; k < NV; k++)
 #pragma unroll
-    for (int i = 0; i < 8; i++) ss += v[k][i] * v[k][i];
+    for (int i = 0; i < 8; i++)
+      ss += v[k][i] * v[k][i];
   ss = row_sum(ss, part, tpr);
   const float inv = 1.0f / sqrtf(ss / (float)x.cols + eps);
   float ss2 = 0.0f;
@@ -194,7 +208,8 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_
     if (!row_ok || j >= nv) continue;
     float y[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) y[i] = v[k][i] * inv2 * nw[k][i];
+    for (int i = 0; i < 8; i++)
+      y[i] = v[k][i] * inv2 * nw[k][i];
     st8(tail.next.p, tail.next.ld, tail.next.dt, r, j, y);
   }
 }
@@ -202,8 +217,9 @@ __global__ void __launch_bounds__(kRowThreads) k_rmsnorm_vec(lm_cu_t out, lm_cu_
 /* Norm + RoPE of head rows (heads per token), a warp per head: lane l holds EPL consecutive
  * values, so the RoPE partner (i ± head_dim/2) sits in lane l ^ 16 (norm_rope_lane). */
 template <int EPL>
-__global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
-                                                          const float *inv_freq, const int32_t *pos, bool vec) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_norm_rope(lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads, const float *inv_freq,
+                const int32_t *pos, bool vec) {
   pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * kRowWarps + threadIdx.x / 32;
@@ -215,15 +231,18 @@ __global__ void __launch_bounds__(kRowThreads) k_norm_rope(lm_cu_t out, lm_cu_t 
       float u[8];
       ld8(x.p, x.ld, x.dt, r, lane * (EPL / 8) + i, u);
 #pragma unroll
-      for (int e = 0; e < 8; e++) v[8 * i + e] = u[e];
+      for (int e = 0; e < 8; e++)
+        v[8 * i + e] = u[e];
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < EPL; e++) v[e] = ldt(x, r, lane * EPL + e);
+    for (int e = 0; e < EPL; e++)
+      v[e] = ldt(x, r, lane * EPL + e);
   }
   norm_rope_lane<EPL>(v, w, eps, (float)pos[r / heads], inv_freq, out.dt, lane);
 #pragma unroll
-  for (int e = 0; e < EPL; e++) stt(out, r, lane * EPL + e, v[e]);
+  for (int e = 0; e < EPL; e++)
+    stt(out, r, lane * EPL + e, v[e]);
 }
 
 bool vec_ok(const lm_cu_t &t) {
@@ -234,8 +253,9 @@ bool vec_ok(const lm_cu_t &t) {
 /* apply_rotary_pos_emb (rotate_half pairing i, i+d/2) over T tokens of `heads` heads: token
  * t's head h starts at element t*token_stride + h*head_stride of x, so one kernel serves token
  * rows [T][heads*hd] (the rope op) and head rows [T*heads][hd] (behind k_norm_rope). */
-__global__ void __launch_bounds__(kRowThreads) k_rope(lm_cu_t x, int64_t token_stride, int64_t head_stride, int64_t T,
-                                                     int heads, int hd, const float *inv, const int32_t *pos) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_rope(lm_cu_t x, int64_t token_stride, int64_t head_stride, int64_t T, int heads, int hd,
+           const float *inv, const int32_t *pos) {
   pdl_wait();
   const int half = hd / 2;
   const int64_t i = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
@@ -258,7 +278,8 @@ __global__ void __launch_bounds__(kRowThreads) k_geglu(lm_cu_t out, lm_cu_t g, l
   stt(out, r, c, a * ldt(u, r, c));
 }
 
-__global__ void __launch_bounds__(kRowThreads) k_add(lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_add(lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
   pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= out.cols) return;
@@ -274,7 +295,8 @@ __global__ void __launch_bounds__(kRowThreads) k_softcap(lm_cu_t x, float cap) {
   stt(x, r, c, tanhf(ldt(x, r, c) / cap) * cap);
 }
 
-__global__ void __launch_bounds__(kRowThreads) k_gather(lm_cu_t out, lm_cu_t x, const int32_t *rows) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_gather(lm_cu_t out, lm_cu_t x, const int32_t *rows) {
   pdl_wait();
   int64_t r = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= out.cols) return;
@@ -317,14 +339,15 @@ __global__ void __launch_bounds__(kArgThreads) k_argmax(lm_cu_t ids, lm_cu_t x) 
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int i = 1; i < kArgThreads / 32; i++)
-      if (si[i] >= 0 && (best < 0 || sv[i] > bv || (sv[i] == bv && si[i] < best))) bv = sv[i], best = si[i];
+      if (si[i] >= 0 && (best < 0 || sv[i] > bv || (sv[i] == bv && si[i] < best)))
+        bv = sv[i], best = si[i];
     ((int32_t *)ids.p)[r * ids.ld] = (int32_t)(best < 0 ? 0 : best);
   }
 }
 
-__global__ void __launch_bounds__(kRowThreads) k_kv_append(lm_cu_t kn, lm_cu_t vn, const lm_cu_kvdesc *kv,
-                                                          int n_caches, int cache, const int32_t *pos,
-                                                          const int32_t *seq) {
+__global__ void __launch_bounds__(kRowThreads)
+    k_kv_append(lm_cu_t kn, lm_cu_t vn, const lm_cu_kvdesc *kv, int n_caches, int cache,
+                const int32_t *pos, const int32_t *seq) {
   pdl_wait();
   int64_t t = blockIdx.y, c = (int64_t)blockIdx.x * kRowThreads + threadIdx.x;
   if (c >= kn.cols) return;
@@ -341,7 +364,8 @@ __global__ void __launch_bounds__(kRowThreads) k_kv_append(lm_cu_t kn, lm_cu_t v
 __global__ void __launch_bounds__(kRowThreads) k_read(const uint4 *buf, size_t n, unsigned *sink) {
   pdl_wait();
   unsigned acc = 0;
-  for (size_t i = (size_t)blockIdx.x * kRowThreads + threadIdx.x; i < n; i += (size_t)gridDim.x * kRowThreads) {
+  for (size_t i = (size_t)blockIdx.x * kRowThreads + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * kRowThreads) {
     uint4 v = __ldcs(buf + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
@@ -349,14 +373,16 @@ __global__ void __launch_bounds__(kRowThreads) k_read(const uint4 *buf, size_t n
   if (threadIdx.x == 0) sink[blockIdx.x] = acc;
 }
 
-dim3 grid2(int64_t cols, int64_t rows) { return dim3((unsigned)blocks_for(cols, kRowThreads), (unsigned)rows); }
+dim3 grid2(int64_t cols, int64_t rows) {
+  return dim3((unsigned)blocks_for(cols, kRowThreads), (unsigned)rows);
+}
 
 bool norm_vec_ok(const lm_cu_t &x, const float *w) {
   return x.cols % 8 == 0 && x.cols / 8 <= 4 * kRowThreads && vec_ok(x) && ((uintptr_t)w & 15u) == 0;
 }
 
-cudaError_t launch_norm_vec(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, lm_cu_t res,
-                            int has_res, NormTail tail) {
+cudaError_t launch_norm_vec(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+                            lm_cu_t res, int has_res, NormTail tail) {
   const int64_t nv = x.cols / 8;
   const int per = (int)((nv + kRowThreads - 1) / kRowThreads); /* vectors per thread, 1..4 */
   int tpr = (int)((nv + per - 1) / per);
@@ -364,7 +390,10 @@ cudaError_t launch_norm_vec(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float 
   const int rpb = kRowThreads / tpr;
   const unsigned blocks = (unsigned)((x.rows + rpb - 1) / rpb);
   void (*fn)(lm_cu_t, lm_cu_t, const float *, float, lm_cu_t, int, int, NormTail) =
-      per == 1 ? &k_rmsnorm_vec<1> : per == 2 ? &k_rmsnorm_vec<2> : per == 3 ? &k_rmsnorm_vec<3> : &k_rmsnorm_vec<4>;
+      per == 1   ? &k_rmsnorm_vec<1>
+      : per == 2 ? &k_rmsnorm_vec<2>
+      : per == 3 ? &k_rmsnorm_vec<3>
+                 : &k_rmsnorm_vec<4>;
   launch(fn, blocks, rpb * tpr, 0, s, out, x, w, eps, res, has_res, tpr, tail);
   return cudaGetLastError();
 }
@@ -377,60 +406,71 @@ bool g_pdl = true;
 
 extern "C" {
 
-cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids, float scale) {
+cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids,
+                        float scale) {
   if (out.rows <= 0) return cudaSuccess;
   launch(k_embed, grid2(out.cols, out.rows), kRowThreads, 0, s, out, *w, ids, scale);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, const lm_cu_t *residual) {
+cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+                          const lm_cu_t *residual) {
   if (x.rows <= 0) return cudaSuccess;
   lm_cu_t res = residual ? *residual : lm_cu_t{};
   if (x.rows > 0x7fffffff) return cudaErrorInvalidValue;
   if (norm_vec_ok(x, w) && (residual ? vec_ok(res) : vec_ok(out))) {
-    return launch_norm_vec(s, out, x, w, eps, res, residual != NULL, NormTail{0, 1.0f, lm_cu_t{}, NULL});
+    return launch_norm_vec(s, out, x, w, eps, res, residual != NULL,
+                           NormTail{0, 1.0f, lm_cu_t{}, NULL});
   }
   launch(k_rmsnorm, (unsigned)x.rows, kRowThreads, 0, s, out, x, w, eps, res, residual != NULL);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float eps, lm_cu_t residual, int scaled,
-                              float scale, lm_cu_t next, const float *next_w) {
+cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float eps,
+                              lm_cu_t residual, int scaled, float scale, lm_cu_t next,
+                              const float *next_w) {
   if (x.rows <= 0) return cudaSuccess;
   if (x.rows > 0x7fffffff) return cudaErrorInvalidValue;
-  if (norm_vec_ok(x, w) && vec_ok(residual) && (!next.p || vec_ok(next)) && ((uintptr_t)next_w & 15u) == 0)
-    return launch_norm_vec(s, lm_cu_t{}, x, w, eps, residual, 1, NormTail{scaled, scale, next, next_w});
+  if (norm_vec_ok(x, w) && vec_ok(residual) && (!next.p || vec_ok(next)) &&
+      ((uintptr_t)next_w & 15u) == 0)
+    return launch_norm_vec(s, lm_cu_t{}, x, w, eps, residual, 1,
+                           NormTail{scaled, scale, next, next_w});
   cudaError_t e = lm_cu_rmsnorm(s, residual, x, w, eps, &residual);
   if (e == cudaSuccess && scaled) e = lm_cu_add(s, residual, residual, lm_cu_t{}, scale);
   if (e == cudaSuccess && next.p) e = lm_cu_rmsnorm(s, next, residual, next_w, eps, NULL);
   return e;
 }
 
-cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps, int heads,
-                               const float *inv_freq, const int32_t *pos) {
+cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+                               int heads, const float *inv_freq, const int32_t *pos) {
   if (x.rows <= 0) return cudaSuccess;
   const int64_t hd = x.cols;
   void (*fn)(lm_cu_t, lm_cu_t, const float *, float, int, const float *, const int32_t *, bool) =
-      hd == 32 ? &k_norm_rope<1> : hd == 64 ? &k_norm_rope<2> : hd == 128 ? &k_norm_rope<4>
-      : hd == 256 ? &k_norm_rope<8> : hd == 512 ? &k_norm_rope<16> : nullptr;
+      hd == 32    ? &k_norm_rope<1>
+      : hd == 64  ? &k_norm_rope<2>
+      : hd == 128 ? &k_norm_rope<4>
+      : hd == 256 ? &k_norm_rope<8>
+      : hd == 512 ? &k_norm_rope<16>
+                  : nullptr;
   if (fn && x.rows <= 0x7fffffffLL * kRowWarps) {
-    launch(fn, (unsigned)((x.rows + kRowWarps - 1) / kRowWarps), kRowThreads, 0, s, out, x, w, eps, heads, inv_freq, pos,
-                                                                               vec_ok(x));
+    launch(fn, (unsigned)((x.rows + kRowWarps - 1) / kRowWarps), kRowThreads, 0, s, out, x, w, eps,
+           heads, inv_freq, pos, vec_ok(x));
     return cudaGetLastError();
   }
   cudaError_t e = lm_cu_rmsnorm(s, out, x, w, eps, NULL);
   if (e != cudaSuccess) return e;
   const int64_t n = out.rows * (hd / 2);
-  launch(k_rope, (unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s, out, out.ld * heads, out.ld, out.rows / heads,
-                                                                      heads, (int)hd, inv_freq, pos);
+  launch(k_rope, (unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s, out, out.ld * heads,
+         out.ld, out.rows / heads, heads, (int)hd, inv_freq, pos);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq, const int32_t *pos) {
+cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq,
+                       const int32_t *pos) {
   int64_t n = x.rows * n_heads * (head_dim / 2);
   if (n <= 0) return cudaSuccess;
-  launch(k_rope, (unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s, x, x.ld, head_dim, x.rows, n_heads, head_dim,
-                                                                      inv_freq, pos);
+  launch(k_rope, (unsigned)blocks_for(n, kRowThreads), kRowThreads, 0, s, x, x.ld, head_dim, x.rows,
+         n_heads, head_dim, inv_freq, pos);
   return cudaGetLastError();
 }
 
@@ -464,14 +504,16 @@ cudaError_t lm_cu_argmax(cudaStream_t s, lm_cu_t ids, lm_cu_t x) {
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv, int n_caches,
-                            int cache, const int32_t *pos, const int32_t *seq) {
+cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv,
+                            int n_caches, int cache, const int32_t *pos, const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
-  launch(k_kv_append, grid2(k_new.cols, k_new.rows), kRowThreads, 0, s, k_new, v_new, kv, n_caches, cache, pos, seq);
+  launch(k_kv_append, grid2(k_new.cols, k_new.rows), kRowThreads, 0, s, k_new, v_new, kv, n_caches,
+         cache, pos, seq);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink, int blocks) {
+cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink,
+                              int blocks) {
   launch(k_read, (unsigned)blocks, kRowThreads, 0, s, (const uint4 *)buf, bytes / 16, sink);
   return cudaGetLastError();
 }
