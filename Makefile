@@ -5,7 +5,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-fast test-asan demo fuzz clean
+.PHONY: all deps configure build test test-fast test-asan format-check demo fuzz clean
 
 all: build
 
@@ -28,7 +28,10 @@ test-asan: deps $(BUILD_ASAN)/CMakeCache.txt
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L unit
 
-test: test-fast test-asan
+format-check: deps
+	bash scripts/check_format.sh
+
+test: format-check test-fast test-asan
 
 demo: build
 	bash scripts/demo.sh $(BUILD)/lumen

@@ -6,6 +6,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config
+  clang-format          # `make test` checks the tree against .clang-format
   libjansson-dev        # JSON: configs, safetensors headers, tokenizer.json, HTTP bodies
   libmicrohttpd-dev     # HTTP server
   libcmocka-dev         # unit tests

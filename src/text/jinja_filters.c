@@ -13,20 +13,20 @@
 #include "base/status.h"
 #include "text/jinja_eval.h"
 
-#define LM_JFILTERS(X)                                                                             \
-  X(abs)                                                                                           \
-  X(attr) X(capitalize) X(center) X(count) X(d) X(default) X(dictsort) X(e) X(escape) X(first)     \
-      X(float) X(format) X(indent) X(int) X(items) X(join) X(last) X(length) X(list) X(lower)      \
-          X(map) X(max) X(min) X(reject) X(rejectattr) X(replace) X(reverse) X(round) X(safe)      \
-              X(select) X(selectattr) X(sort) X(string) X(sum) X(title) X(tojson) X(trim)          \
-                  X(truncate) X(unique) X(upper) X(wordcount)
+/* clang-format off */
+#define LM_JFILTERS(X) \
+  X(abs) X(attr) X(capitalize) X(center) X(count) X(d) X(default) X(dictsort) X(e) X(escape) \
+  X(first) X(float) X(format) X(indent) X(int) X(items) X(join) X(last) X(length) X(list) \
+  X(lower) X(map) X(max) X(min) X(reject) X(rejectattr) X(replace) X(reverse) X(round) X(safe) \
+  X(select) X(selectattr) X(sort) X(string) X(sum) X(title) X(tojson) X(trim) X(truncate) \
+  X(unique) X(upper) X(wordcount)
 
-#define LM_JTESTS(X)                                                                               \
-  X(boolean)                                                                                       \
-  X(callable) X(defined) X(divisibleby) X(eq) X(equalto) X(escaped) X(even) X(false) X(float)      \
-      X(ge) X(greaterthan) X(gt) X(in) X(integer) X(iterable) X(le) X(lessthan) X(lower) X(lt)     \
-          X(mapping) X(ne) X(none) X(number) X(odd) X(sameas) X(sequence) X(string) X(true)        \
-              X(undefined) X(upper)
+#define LM_JTESTS(X) \
+  X(boolean) X(callable) X(defined) X(divisibleby) X(eq) X(equalto) X(escaped) X(even) X(false) \
+  X(float) X(ge) X(greaterthan) X(gt) X(in) X(integer) X(iterable) X(le) X(lessthan) X(lower) \
+  X(lt) X(mapping) X(ne) X(none) X(number) X(odd) X(sameas) X(sequence) X(string) X(true) \
+  X(undefined) X(upper)
+/* clang-format on */
 
 #define LM_JENUM_F(n) LM_JF_##n,
 #define LM_JENUM_T(n) LM_JT_##n,

@@ -9,8 +9,8 @@
 
 #include "text/tokenizer_impl.h"
 
-#define LM_TOK_PREFETCH 12 /* items ahead: enough misses in flight, within the CPU's fill buffers  \
-                            */
+/* items ahead: enough misses in flight, within the CPU's fill buffers */
+#define LM_TOK_PREFETCH 12
 typedef struct vocab_entry {
   uint32_t off, len;
   int32_t id;
