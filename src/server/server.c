@@ -132,18 +132,18 @@ static lm_status make_sched(lm_server *s) {
                         s->ptok.tool_response_open, lm_tokenizer_find(s->tok, "<|\"|>", 5)};
   for (int i = 0; i < 6; i++)
     if (ct[i] >= 0) keep[nk++] = ct[i];
-  lm_srv_sched_opts so = {.parallel = s->o.parallel,
-                          .chunk = s->o.chunk,
-                          .queue_cap = s->o.queue_size,
-                          .kv_budget = s->kv_budget,
-                          .max_ctx = s->max_ctx,
-                          .prompt_cache = s->o.prompt_cache,
-                          .specs = s->specs,
-                          .stop_ids = s->stop_ids,
-                          .n_stop_ids = s->n_stop_ids,
-                          .keep_special = keep,
-                          .n_keep_special = nk};
-  return lm_srv_sched_create(s->m, s->be, s->tok, &so, &s->sched);
+  lm_sched_opts so = {.parallel = s->o.parallel,
+                      .chunk = s->o.chunk,
+                      .queue_cap = s->o.queue_size,
+                      .kv_budget = s->kv_budget,
+                      .max_ctx = s->max_ctx,
+                      .prompt_cache = s->o.prompt_cache,
+                      .specs = s->specs,
+                      .stop_ids = s->stop_ids,
+                      .n_stop_ids = s->n_stop_ids,
+                      .keep_special = keep,
+                      .n_keep_special = nk};
+  return lm_sched_create(s->m, s->be, s->tok, &so, &s->sched);
 }
 
 static lm_status copy_strings(lm_server *s, const lm_server_opts *o) {
@@ -193,7 +193,7 @@ lm_status lm_server_create(lm_model *m, lm_backend *be, const lm_server_opts *o,
 }
 
 lm_status lm_server_start(lm_server *s) {
-  LM_TRY(lm_srv_sched_start(s->sched));
+  LM_TRY(lm_sched_start(s->sched));
   return lm_srv_http_start(s);
 }
 
@@ -222,7 +222,7 @@ static void plan_summary(const lm_server *s, char *buf, size_t n) {
 void lm_server_describe(const lm_server *s, char *buf, size_t n) {
   char caches[512];
   plan_summary(s, caches, sizeof caches);
-  const lm_srv_admit *a = lm_srv_sched_admit(s->sched);
+  const lm_admit *a = lm_sched_admit(s->sched);
   snprintf(buf, n,
            "model %s (%s, %.1fM parameters, %.1f MB of weights) on %s; tokenizer %d ids, chat "
            "template %s, "
@@ -236,16 +236,15 @@ void lm_server_describe(const lm_server *s, char *buf, size_t n) {
            s->tmpl ? "yes" : "none (completions only)", s->gemma4 ? "Gemma 4" : "ChatML/Hermes",
            s->o.parallel, (long long)s->max_ctx, (long long)s->o.chunk, s->o.queue_size,
            s->o.prompt_cache, s->o.timeout_s, s->api_key ? ", API key required" : "",
-           (double)s->kv_budget / 1048576.0, (long long)lm_srv_admit_bytes_per_token(a),
-           (long long)lm_srv_admit_max_context(a), caches);
+           (double)s->kv_budget / 1048576.0, (long long)lm_admit_bytes_per_token(a),
+           (long long)lm_admit_max_context(a), caches);
 }
 
 void lm_server_free(lm_server *s) {
   if (!s) return;
-  lm_srv_sched_stop(
-      s->sched); /* running requests end now; new ones get 503 until the daemon stops */
+  lm_sched_stop(s->sched); /* running requests end now; new ones get 503 until the daemon stops */
   lm_srv_http_stop(s);
-  lm_srv_sched_free(s->sched);
+  lm_sched_free(s->sched);
   lm_srv_metrics_destroy(&s->metrics);
   lm_sampling_clear(&s->defaults);
   free(s->specs);

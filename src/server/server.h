@@ -3,7 +3,7 @@
  * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages (Anthropic), GET
  * /v1/models, GET /health, GET /stats, GET /metrics. HTTP on libmicrohttpd (a thread per
  * connection, blocking only on that request's token channel), JSON on jansson; one engine thread
- * runs every sequence in one continuously re-formed batch (srv_sched.h).
+ * runs every sequence in one continuously re-formed batch (sched.h).
  *
  * Lifetime: create (loads the tokenizer, chat template and generation defaults from the model
  * directory, plans the caches, sizes the KV budget), start (binds and serves), free (stops: open

@@ -232,20 +232,19 @@ typedef struct ant {
 
 static const char *stop_reason(const ant *a) {
   if (a->g->n_calls) return "tool_use";
-  if (a->g->fin.kind == LM_SRV_FIN_LENGTH) return "max_tokens";
-  if (a->g->fin.kind == LM_SRV_FIN_STOP_STR) return "stop_sequence";
+  if (a->g->fin.kind == LM_FIN_LENGTH) return "max_tokens";
+  if (a->g->fin.kind == LM_FIN_STOP_STR) return "stop_sequence";
   return "end_turn";
 }
 
 static json_t *stop_sequence(const ant *a) {
   int i = a->g->fin.stop_index;
-  return a->g->fin.kind == LM_SRV_FIN_STOP_STR && i >= 0 && i < a->n_stops
-             ? json_string(a->stops[i])
-             : json_null();
+  return a->g->fin.kind == LM_FIN_STOP_STR && i >= 0 && i < a->n_stops ? json_string(a->stops[i])
+                                                                       : json_null();
 }
 
 static json_t *usage_json(const ant *a, int final) {
-  const lm_srv_finish *f = &a->g->fin;
+  const lm_finish *f = &a->g->fin;
   int64_t cached = final ? f->cached_tokens : 0, prompt = final ? f->prompt_tokens : a->g->n_prompt;
   return json_pack("{s:I,s:I,s:I,s:i}", "input_tokens", (json_int_t)(prompt - cached),
                    "output_tokens", (json_int_t)(final ? f->completion_tokens : 0),
@@ -350,7 +349,7 @@ static lm_status stream_end(ant *a) {
               json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
                         lm_srv_err_anthropic_type(e.http), "message", e.message));
   LM_TRY(close_block(a));
-  const lm_srv_finish *f = &a->g->fin;
+  const lm_finish *f = &a->g->fin;
   LM_TRY(ev(a, "message_delta",
             json_pack("{s:s,s:{s:s,s:o},s:{s:I}}", "type", "message_delta", "delta", "stop_reason",
                       stop_reason(a), "stop_sequence", stop_sequence(a), "usage", "output_tokens",

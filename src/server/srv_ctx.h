@@ -7,7 +7,7 @@
 #include "sample/gen_config.h"
 #include "server/server.h"
 #include "server/srv_metrics.h"
-#include "server/srv_sched.h"
+#include "engine/sched.h"
 #include "text/chat.h"
 #include "text/parse.h"
 #include "text/tokenizer.h"
@@ -30,7 +30,7 @@ struct lm_server {
   char *bos, *eos; /* token strings for the template */
   lm_kv_spec *specs;
   int64_t weight_bytes, workspace_bytes, kv_budget, max_ctx;
-  lm_srv_sched *sched;
+  lm_sched *sched;
   lm_srv_metrics metrics;
   struct MHD_Daemon *d;
   int port;

@@ -106,11 +106,11 @@ static int pick_max_tokens(lm_server *s, const lm_srv_params *p, int64_t n, int6
 
 static int admission(lm_server *s, int64_t n, int64_t max_tokens, lm_srv_err *e) {
   char msg[512];
-  lm_srv_admission a = lm_srv_sched_check(s->sched, n, max_tokens, msg, sizeof msg);
-  if (a == LM_SRV_ADMIT_CONTEXT)
+  lm_admission a = lm_sched_check(s->sched, n, max_tokens, msg, sizeof msg);
+  if (a == LM_ADMIT_CONTEXT)
     return lm_srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
                           "%s", msg);
-  if (a == LM_SRV_ADMIT_MEMORY)
+  if (a == LM_ADMIT_MEMORY)
     return lm_srv_err_set(e, 400, "memory_admission", "context_over_budget", NULL, "%s", msg);
   return 0;
 }
@@ -135,7 +135,7 @@ static int make_parser(lm_srv_gen *g, int start_reasoning, const char *forced, l
   return st ? lm_srv_err_set(e, 500, "server_error", NULL, NULL, "%s", lm_errmsg()) : 0;
 }
 
-static int fill_job(lm_server *s, lm_srv_params *p, lm_srv_job *j, int chat, lm_srv_err *e) {
+static int fill_job(lm_server *s, lm_srv_params *p, lm_job *j, int chat, lm_srv_err *e) {
   lm_sampling_clear(&j->sampling);
   if (lm_sampling_copy(&j->sampling, &p->sampling))
     return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -153,8 +153,8 @@ static int fill_job(lm_server *s, lm_srv_params *p, lm_srv_job *j, int chat, lm_
   return 0;
 }
 
-static int submit(lm_server *s, lm_srv_job *j, lm_srv_err *e) {
-  lm_status st = lm_srv_sched_submit(s->sched, j);
+static int submit(lm_server *s, lm_job *j, lm_srv_err *e) {
+  lm_status st = lm_sched_submit(s->sched, j);
   if (st == LM_OK) return 0;
   if (st == LM_ERR_STATE)
     return lm_srv_err_set(e, 429, "rate_limit_error", "queue_full", NULL, "%s; retry later",
@@ -179,8 +179,8 @@ int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, in
   if (!r) r = admission(s, n, max_tokens, e);
   lm_srv_gen *g = r ? NULL : calloc(1, sizeof *g);
   if (!r && !g) r = lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
-  lm_srv_job *j = NULL;
-  if (!r && lm_srv_job_create(&j, &g->ch))
+  lm_job *j = NULL;
+  if (!r && lm_job_create(&j, &g->ch))
     r = lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   if (r) {
     free(ids);
@@ -201,7 +201,7 @@ int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, in
   if (!r && chat) r = make_parser(g, start_reasoning, forced, e);
   if (!r) r = submit(s, j, e);
   if (r) {
-    lm_srv_job_free(j);
+    lm_job_free(j);
     lm_srv_gen_free(g);
     return r;
   }
@@ -260,31 +260,31 @@ static lm_status raw_text(lm_srv_gen *g, const char *t, size_t n) {
   return g->sink.content ? g->sink.content(g->sink.u, t, n) : LM_OK;
 }
 
-static lm_status feed(lm_srv_gen *g, const lm_srv_tok *t) {
+static lm_status feed(lm_srv_gen *g, const lm_tok_event *t) {
   if (!t->is_stop && g->sink.token) LM_TRY(g->sink.token(g->sink.u, t));
   if (!g->parser) return raw_text(g, t->text, t->len);
   return lm_parser_feed(g->parser, t->id, t->text ? t->text : "", t->len);
 }
 
 static void finish_metrics(lm_srv_gen *g) {
-  const lm_srv_finish *f = &g->fin;
+  const lm_finish *f = &g->fin;
   lm_srv_metrics_generation(&g->srv->metrics, f->prompt_tokens, f->cached_tokens,
                             f->completion_tokens, f->ttft_s, now_s() - g->t0);
 }
 
 int lm_srv_gen_pump(lm_srv_gen *g, int timeout_ms) {
   if (g->done) return 1;
-  lm_srv_tok *ev;
+  lm_tok_event *ev;
   size_t n;
-  lm_srv_finish fin;
-  int done = lm_srv_chan_take(g->ch, timeout_ms, &ev, &n, &fin);
+  lm_finish fin;
+  int done = lm_chan_take(g->ch, timeout_ms, &ev, &n, &fin);
   lm_status st = LM_OK;
   for (size_t i = 0; i < n && !st; i++)
     st = feed(g, &ev[i]);
-  lm_srv_toks_free(ev, n);
+  lm_tok_events_free(ev, n);
   if (!st && done && g->parser) st = lm_parser_finish(g->parser);
   if (st) {
-    lm_srv_chan_cancel(g->ch);
+    lm_chan_cancel(g->ch);
     return -1;
   }
   if (done) {
@@ -298,8 +298,8 @@ int lm_srv_gen_pump(lm_srv_gen *g, int timeout_ms) {
 void lm_srv_gen_free(lm_srv_gen *g) {
   if (!g) return;
   if (g->ch) {
-    if (!g->done) lm_srv_chan_cancel(g->ch);
-    lm_srv_chan_unref(g->ch);
+    if (!g->done) lm_chan_cancel(g->ch);
+    lm_chan_unref(g->ch);
   }
   lm_parser_free(g->parser);
   for (int i = 0; i < g->n_calls; i++) {
@@ -327,16 +327,16 @@ const char *lm_srv_gen_reasoning(const lm_srv_gen *g, size_t *len) {
 
 const char *lm_srv_gen_finish_reason(const lm_srv_gen *g) {
   if (g->n_calls > 0) return "tool_calls";
-  return g->fin.kind == LM_SRV_FIN_LENGTH ? "length" : "stop";
+  return g->fin.kind == LM_FIN_LENGTH ? "length" : "stop";
 }
 
 int lm_srv_gen_error(const lm_srv_gen *g, lm_srv_err *e) {
   switch (g->fin.kind) {
-  case LM_SRV_FIN_TIMEOUT:
+  case LM_FIN_TIMEOUT:
     return lm_srv_err_set(e, 504, "timeout", "timeout", NULL, "%s", g->fin.message);
-  case LM_SRV_FIN_ERROR:
+  case LM_FIN_ERROR:
     return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "%s", g->fin.message);
-  case LM_SRV_FIN_CANCELLED:
+  case LM_FIN_CANCELLED:
     return lm_srv_err_set(e, 503, "server_error", NULL, NULL, "%s", g->fin.message);
   default: return 0;
   }

@@ -15,7 +15,7 @@ typedef struct lm_srv_sink {
   lm_status (*reasoning)(void *u, const char *t, size_t n);
   lm_status (*tool_call)(void *u, int index, const char *id, const char *name, const char *args);
   lm_status (*token)(void *u,
-                     const lm_srv_tok *t); /* every sampled token but a stop id (logprobs) */
+                     const lm_tok_event *t); /* every sampled token but a stop id (logprobs) */
   void *u;
 } lm_srv_sink;
 
@@ -26,7 +26,7 @@ typedef struct lm_srv_call {
 
 typedef struct lm_srv_gen {
   lm_server *srv;
-  lm_srv_chan *ch;
+  lm_chan *ch;
   lm_parser *parser; /* chat: the output parser; NULL for raw completions */
   lm_srv_sink sink;
   char *text; /* raw mode: the whole text */
@@ -35,7 +35,7 @@ typedef struct lm_srv_gen {
   int n_calls;
   int64_t n_prompt;
   int done;
-  lm_srv_finish fin;
+  lm_finish fin;
   double t0;
   char id[48];         /* chatcmpl-… / cmpl-… / msg_… */
   char call_prefix[8]; /* "call_" (OpenAI) or "toolu_" (Anthropic) */

@@ -129,7 +129,7 @@ static void put_gauge(tbuf *b, const char *name, const char *type, const char *h
   put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-static void put_sched(tbuf *b, const lm_srv_sched_stats *st) {
+static void put_sched(tbuf *b, const lm_sched_stats *st) {
   put_gauge(b, "lumen_sequences_active", "gauge", "Sequences in the running batch.", st->active);
   put_gauge(b, "lumen_sequences_prefilling", "gauge",
             "Active sequences still prefilling their prompt.", st->prefilling);
@@ -169,7 +169,7 @@ static void put_sched(tbuf *b, const lm_srv_sched_stats *st) {
       (long long)st->jobs_failed);
 }
 
-char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_srv_sched_stats *st) {
+char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_sched_stats *st) {
   tbuf b = {0};
   pthread_mutex_lock(&m->mu);
   put(&b, "# HELP lumen_requests_total HTTP requests, by endpoint and status class.\n"

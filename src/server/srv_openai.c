@@ -47,7 +47,7 @@ static json_t *chat_lp_entry(lm_server *s, int32_t id, float lp) {
   return json_pack("{s:o,s:f,s:o}", "token", tok, "logprob", (double)lp, "bytes", bytes);
 }
 
-static lm_status chat_token(oai *o, const lm_srv_tok *t) {
+static lm_status chat_token(oai *o, const lm_tok_event *t) {
   json_t *e = chat_lp_entry(o->srv, t->id, t->logprob), *tops = json_array();
   for (int k = 0; k < t->n_top; k++)
     json_array_append_new(tops, chat_lp_entry(o->srv, t->top_id[k], t->top_lp[k]));
@@ -55,7 +55,7 @@ static lm_status chat_token(oai *o, const lm_srv_tok *t) {
   return json_array_append_new(o->lp, e) ? LM_ERRF(LM_ERR_NOMEM, "out of memory") : LM_OK;
 }
 
-static lm_status completion_token(oai *o, const lm_srv_tok *t) {
+static lm_status completion_token(oai *o, const lm_tok_event *t) {
   json_t *tops = json_object();
   for (int k = 0; k < t->n_top; k++) {
     size_t n;
@@ -70,7 +70,7 @@ static lm_status completion_token(oai *o, const lm_srv_tok *t) {
   return LM_OK;
 }
 
-static lm_status on_token(void *u, const lm_srv_tok *t) {
+static lm_status on_token(void *u, const lm_tok_event *t) {
   oai *o = u;
   lm_status s = o->chat ? chat_token(o, t) : completion_token(o, t);
   o->offset += t->len; /* text_offset: where the next token's text starts */
@@ -99,7 +99,7 @@ static json_t *take_logprobs(oai *o) {
 /* ---- bodies ---------------------------------------------------------------------------------- */
 
 static json_t *usage_json(const lm_srv_gen *g) {
-  const lm_srv_finish *f = &g->fin;
+  const lm_finish *f = &g->fin;
   return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)f->prompt_tokens,
                    "completion_tokens", (json_int_t)f->completion_tokens, "total_tokens",
                    (json_int_t)(f->prompt_tokens + f->completion_tokens), "prompt_tokens_details",

@@ -28,9 +28,9 @@ static double now_s(void) {
 }
 
 json_t *lm_srv_stats_json(lm_server *s) {
-  lm_srv_sched_stats st;
-  lm_srv_sched_stats_get(s->sched, &st);
-  const lm_srv_admit *ad = lm_srv_sched_admit(s->sched);
+  lm_sched_stats st;
+  lm_sched_stats_get(s->sched, &st);
+  const lm_admit *ad = lm_sched_admit(s->sched);
   lm_srv_metrics *m = &s->metrics;
   json_t *seq = json_pack("{s:i,s:i,s:i,s:i}", "active", st.active, "prefilling", st.prefilling,
                           "decoding", st.decoding, "parallel", st.parallel);
@@ -43,11 +43,11 @@ json_t *lm_srv_stats_json(lm_server *s) {
       json_pack("{s:s,s:I,s:I,s:I,s:I,s:o}", "kv_quant", s->o.kv.mode ? s->o.kv.mode : "off",
                 "budget_bytes", (json_int_t)st.kv_budget, "reserved_bytes",
                 (json_int_t)st.kv_reserved, "held_bytes", (json_int_t)st.kv_held, "bytes_per_token",
-                (json_int_t)lm_srv_admit_bytes_per_token(ad), "caches", caches_json(s));
+                (json_int_t)lm_admit_bytes_per_token(ad), "caches", caches_json(s));
   json_t *adm =
       json_pack("{s:I,s:I,s:I,s:I}", "max_context", (json_int_t)s->max_ctx, "max_safe_context",
-                (json_int_t)lm_srv_admit_max_context(ad), "weight_bytes",
-                (json_int_t)s->weight_bytes, "workspace_bytes", (json_int_t)s->workspace_bytes);
+                (json_int_t)lm_admit_max_context(ad), "weight_bytes", (json_int_t)s->weight_bytes,
+                "workspace_bytes", (json_int_t)s->workspace_bytes);
   json_t *batch =
       json_pack("{s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "steps", (json_int_t)st.steps, "step_tokens",
                 (json_int_t)st.step_tokens, "step_rows", (json_int_t)st.step_rows, "prefill_tokens",

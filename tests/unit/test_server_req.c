@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/srv_admit.h"
+#include "engine/admit.h"
 #include "server/srv_error.h"
 #include "server/srv_metrics.h"
 #include "server/srv_req.h"
 #include "server/srv_sse.h"
-#include "server/srv_stop.h"
+#include "engine/stop_hold.h"
 
 #define VOCAB 4096
 
@@ -270,19 +270,19 @@ static void t_defaults_and_overrides(void **state) {
 
 /* Feeds pieces; returns everything released, and the matched index. */
 static char *run_stop(char **stops, int n, const char *const *pieces, int np, int *matched) {
-  lm_srv_stop s;
-  lm_srv_stop_init(&s, stops, n);
+  lm_stop_hold s;
+  lm_stop_hold_init(&s, stops, n);
   char *all = calloc(1, 256);
   for (int i = 0; i < np; i++) {
     char *out;
     size_t k;
-    assert_int_equal(lm_srv_stop_push(&s, pieces[i], strlen(pieces[i]), i == np - 1, &out, &k),
+    assert_int_equal(lm_stop_hold_push(&s, pieces[i], strlen(pieces[i]), i == np - 1, &out, &k),
                      LM_OK);
     if (k) strncat(all, out, k);
     free(out);
   }
   *matched = s.matched;
-  lm_srv_stop_clear(&s);
+  lm_stop_hold_clear(&s);
   return all;
 }
 
@@ -307,14 +307,14 @@ static void t_stop_strings(void **state) {
   assert_int_equal(m, -1);
   free(r);
   /* hold-back: nothing that could start a stop string is released before it is decided */
-  lm_srv_stop s;
-  lm_srv_stop_init(&s, stops, 2);
+  lm_stop_hold s;
+  lm_stop_hold_init(&s, stops, 2);
   char *out;
   size_t k;
-  assert_int_equal(lm_srv_stop_push(&s, "abcEN", 5, 0, &out, &k), LM_OK);
+  assert_int_equal(lm_stop_hold_push(&s, "abcEN", 5, 0, &out, &k), LM_OK);
   assert_int_equal(k, 3);
   free(out);
-  lm_srv_stop_clear(&s);
+  lm_stop_hold_clear(&s);
 }
 
 /* ---- admission ------------------------------------------------------------------------------- */
@@ -324,18 +324,18 @@ static void t_admission(void **state) {
   lm_kv_spec specs[2] = {
       {.kind = LM_KV_ROTATING_PLAIN, .n_kv_heads = 1, .head_dim = 64, .window = 128},
       {.kind = LM_KV_PLAIN, .n_kv_heads = 1, .head_dim = 128}};
-  lm_srv_admit a;
-  assert_int_equal(lm_srv_admit_init(&a, specs, 2, LM_DT_F32, 1 << 20, 4096), LM_OK);
-  assert_int_equal(lm_srv_admit_bytes_per_token(&a), 512 + 1024);
-  assert_int_equal(lm_srv_admit_bytes(&a, 100), 100 * 1536);
+  lm_admit a;
+  assert_int_equal(lm_admit_init(&a, specs, 2, LM_DT_F32, 1 << 20, 4096), LM_OK);
+  assert_int_equal(lm_admit_bytes_per_token(&a), 512 + 1024);
+  assert_int_equal(lm_admit_bytes(&a, 100), 100 * 1536);
   /* past the window only the plain cache grows */
-  assert_int_equal(lm_srv_admit_bytes(&a, 1000), 128 * 512 + 1000 * 1024);
-  int64_t mc = lm_srv_admit_max_context(&a);
-  assert_true(lm_srv_admit_bytes(&a, mc) <= a.budget);
-  assert_true(lm_srv_admit_bytes(&a, mc + 1) > a.budget);
+  assert_int_equal(lm_admit_bytes(&a, 1000), 128 * 512 + 1000 * 1024);
+  int64_t mc = lm_admit_max_context(&a);
+  assert_true(lm_admit_bytes(&a, mc) <= a.budget);
+  assert_true(lm_admit_bytes(&a, mc + 1) > a.budget);
   assert_int_equal(mc, (1048576 - 128 * 512) / 1024);
   a.budget = INT64_MAX;
-  assert_int_equal(lm_srv_admit_max_context(&a), 4096);
+  assert_int_equal(lm_admit_max_context(&a), 4096);
 }
 
 /* ---- SSE, errors, metrics -------------------------------------------------------------------- */
@@ -377,7 +377,7 @@ static void t_metrics(void **state) {
   lm_srv_metrics_generation(&m, 10, 0, 20, 0.2, 1.5);
   assert_float_equal(lm_srv_metrics_percentile(&m, &m.ttft, 0), 0.03, 1e-9);
   assert_float_equal(lm_srv_metrics_percentile(&m, &m.ttft, 100), 0.2, 1e-9);
-  lm_srv_sched_stats st = {.active = 3, .queue_cap = 8};
+  lm_sched_stats st = {.active = 3, .queue_cap = 8};
   char *t = lm_srv_metrics_render(&m, &st);
   assert_non_null(
       strstr(t, "lumen_requests_total{endpoint=\"/v1/chat/completions\",status=\"2xx\"} 1\n"));

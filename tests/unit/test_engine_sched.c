@@ -20,7 +20,7 @@
 
 #include "model/forward.h"
 #include "sample/gen_config.h"
-#include "server/srv_sched.h"
+#include "engine/sched.h"
 
 #define TINY LM_SOURCE_DIR "/models/lumen-tiny-kjv"
 
@@ -54,19 +54,19 @@ static int teardown(void **state) {
   return 0;
 }
 
-static lm_srv_sched *make(int parallel, int64_t chunk, int queue, int64_t budget, int pcache) {
-  lm_srv_sched_opts o = {.parallel = parallel,
-                         .chunk = chunk,
-                         .queue_cap = queue,
-                         .kv_budget = budget,
-                         .max_ctx = 2048,
-                         .prompt_cache = pcache,
-                         .specs = SPECS,
-                         .stop_ids = STOP,
-                         .n_stop_ids = N_STOP};
-  lm_srv_sched *s = NULL;
-  assert_int_equal(lm_srv_sched_create(M, BE, TOK, &o, &s), LM_OK);
-  assert_int_equal(lm_srv_sched_start(s), LM_OK);
+static lm_sched *make(int parallel, int64_t chunk, int queue, int64_t budget, int pcache) {
+  lm_sched_opts o = {.parallel = parallel,
+                     .chunk = chunk,
+                     .queue_cap = queue,
+                     .kv_budget = budget,
+                     .max_ctx = 2048,
+                     .prompt_cache = pcache,
+                     .specs = SPECS,
+                     .stop_ids = STOP,
+                     .n_stop_ids = N_STOP};
+  lm_sched *s = NULL;
+  assert_int_equal(lm_sched_create(M, BE, TOK, &o, &s), LM_OK);
+  assert_int_equal(lm_sched_start(s), LM_OK);
   return s;
 }
 
@@ -75,7 +75,7 @@ typedef struct result {
   float lp[600];
   int n;
   char text[8192];
-  lm_srv_finish fin;
+  lm_finish fin;
 } result;
 
 static double now_s(void) {
@@ -85,11 +85,11 @@ static double now_s(void) {
 }
 
 /* A greedy job; long ones (>= 300 tokens) ignore EOS so they surely run that long. */
-static lm_srv_chan *submit(lm_srv_sched *s, const char *prompt, int64_t max_tokens, int logprobs,
-                           lm_status want) {
-  lm_srv_job *j;
-  lm_srv_chan *ch;
-  assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
+static lm_chan *submit(lm_sched *s, const char *prompt, int64_t max_tokens, int logprobs,
+                       lm_status want) {
+  lm_job *j;
+  lm_chan *ch;
+  assert_int_equal(lm_job_create(&j, &ch), LM_OK);
   size_t n;
   assert_int_equal(lm_tokenizer_encode(TOK, prompt, strlen(prompt), 1, &j->ids, &n), LM_OK);
   j->n_ids = (int64_t)n;
@@ -98,23 +98,23 @@ static lm_srv_chan *submit(lm_srv_sched *s, const char *prompt, int64_t max_toke
   j->top_logprobs = logprobs ? 2 : -1;
   j->ignore_eos = max_tokens >= 300;
   j->t_submit = now_s();
-  lm_status st = lm_srv_sched_submit(s, j);
+  lm_status st = lm_sched_submit(s, j);
   assert_int_equal(st, want);
   if (st) {
-    lm_srv_job_free(j);
-    lm_srv_chan_unref(ch);
+    lm_job_free(j);
+    lm_chan_unref(ch);
     return NULL;
   }
   return ch;
 }
 
 /* Collects a channel's events until the end (or fails after 60 s). */
-static void collect(lm_srv_chan *ch, result *r) {
+static void collect(lm_chan *ch, result *r) {
   memset(r, 0, sizeof *r);
   for (int waited = 0; waited < 600; waited++) {
-    lm_srv_tok *ev;
+    lm_tok_event *ev;
     size_t n;
-    int done = lm_srv_chan_take(ch, 100, &ev, &n, &r->fin);
+    int done = lm_chan_take(ch, 100, &ev, &n, &r->fin);
     for (size_t i = 0; i < n; i++) {
       if (r->n < 600) {
         r->lp[r->n] = ev[i].logprob;
@@ -122,9 +122,9 @@ static void collect(lm_srv_chan *ch, result *r) {
       }
       if (ev[i].len) strncat(r->text, ev[i].text, sizeof r->text - strlen(r->text) - 1);
     }
-    lm_srv_toks_free(ev, n);
+    lm_tok_events_free(ev, n);
     if (done) {
-      lm_srv_chan_unref(ch);
+      lm_chan_unref(ch);
       return;
     }
   }
@@ -139,23 +139,23 @@ static const char *const prompts[] = {
 static void t_batched_equals_alone(void **state) {
   (void)state;
   result alone[3], together[3];
-  lm_srv_sched *s = make(1, 512, 8, 1 << 30, 0);
+  lm_sched *s = make(1, 512, 8, 1 << 30, 0);
   for (int i = 0; i < 3; i++)
     collect(submit(s, prompts[i], 24, 1, LM_OK), &alone[i]);
-  lm_srv_sched_free(s);
+  lm_sched_free(s);
   /* chunk 5: the long prompt is prefilled over several steps while the others decode */
   s = make(4, 5, 8, 1 << 30, 0);
-  lm_srv_chan *ch[3];
+  lm_chan *ch[3];
   for (int i = 0; i < 3; i++)
     ch[i] = submit(s, prompts[i], 24, 1, LM_OK);
   for (int i = 0; i < 3; i++)
     collect(ch[i], &together[i]);
-  lm_srv_sched_stats st;
-  lm_srv_sched_stats_get(s, &st);
+  lm_sched_stats st;
+  lm_sched_stats_get(s, &st);
   assert_true(st.step_rows > st.steps); /* some steps really carried several sequences */
-  lm_srv_sched_free(s);
+  lm_sched_free(s);
   for (int i = 0; i < 3; i++) {
-    assert_int_equal(alone[i].fin.kind, LM_SRV_FIN_LENGTH);
+    assert_int_equal(alone[i].fin.kind, LM_FIN_LENGTH);
     assert_int_equal(together[i].n, alone[i].n);
     for (int k = 0; k < alone[i].n; k++) {
       assert_int_equal(together[i].ids[k], alone[i].ids[k]);
@@ -170,17 +170,17 @@ static void t_batched_equals_alone(void **state) {
 
 static void t_prompt_cache(void **state) {
   (void)state;
-  lm_srv_sched *s = make(2, 512, 8, 1 << 30, 2);
+  lm_sched *s = make(2, 512, 8, 1 << 30, 2);
   result a, b;
   collect(submit(s, prompts[2], 8, 0, LM_OK), &a);
   collect(submit(s, prompts[2], 8, 0, LM_OK), &b);
   assert_int_equal(a.fin.cached_tokens, 0);
   assert_int_equal(b.fin.cached_tokens, b.fin.prompt_tokens - 1);
   assert_string_equal(a.text, b.text);
-  lm_srv_sched_stats st;
+  lm_sched_stats st;
   for (int i = 0; i < 200;
        i++) { /* the counters are published between steps, after the channel ends */
-    lm_srv_sched_stats_get(s, &st);
+    lm_sched_stats_get(s, &st);
     if (st.pc_entries == 1 && !st.active) break;
     usleep(10000);
   }
@@ -188,13 +188,13 @@ static void t_prompt_cache(void **state) {
   assert_int_equal(st.pc_entries, 1);
   assert_true(st.kv_reserved > 0 &&
               st.kv_reserved == st.pc_bytes); /* only the cache entry is left */
-  lm_srv_sched_free(s);
+  lm_sched_free(s);
 }
 
-static void wait_idle(lm_srv_sched *s) {
-  lm_srv_sched_stats st;
+static void wait_idle(lm_sched *s) {
+  lm_sched_stats st;
   for (int i = 0; i < 500; i++) {
-    lm_srv_sched_stats_get(s, &st);
+    lm_sched_stats_get(s, &st);
     if (!st.active && !st.queued) return;
     usleep(10000);
   }
@@ -203,31 +203,31 @@ static void wait_idle(lm_srv_sched *s) {
 
 static void t_cancel_and_timeout(void **state) {
   (void)state;
-  lm_srv_sched *s = make(2, 512, 8, 1 << 30, 2);
-  lm_srv_chan *ch = submit(s, prompts[0], 500, 0, LM_OK);
-  lm_srv_tok *ev;
+  lm_sched *s = make(2, 512, 8, 1 << 30, 2);
+  lm_chan *ch = submit(s, prompts[0], 500, 0, LM_OK);
+  lm_tok_event *ev;
   size_t n;
-  lm_srv_finish fin;
+  lm_finish fin;
   int got = 0;
   for (int i = 0; i < 100 && !got; i++) {
-    lm_srv_chan_take(ch, 100, &ev, &n, &fin);
+    lm_chan_take(ch, 100, &ev, &n, &fin);
     got = n > 0;
-    lm_srv_toks_free(ev, n);
+    lm_tok_events_free(ev, n);
   }
   assert_true(got);
-  lm_srv_chan_cancel(ch);
+  lm_chan_cancel(ch);
   result r;
   collect(ch, &r);
-  assert_int_equal(r.fin.kind, LM_SRV_FIN_CANCELLED);
+  assert_int_equal(r.fin.kind, LM_FIN_CANCELLED);
   assert_true(r.fin.completion_tokens < 500);
   wait_idle(s);
-  lm_srv_sched_stats st;
-  lm_srv_sched_stats_get(s, &st);
+  lm_sched_stats st;
+  lm_sched_stats_get(s, &st);
   assert_int_equal(st.kv_reserved, 0); /* a cancelled sequence is not kept */
   assert_int_equal(st.jobs_cancelled, 1);
   /* a deadline that has passed ends the job */
-  lm_srv_job *j;
-  assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
+  lm_job *j;
+  assert_int_equal(lm_job_create(&j, &ch), LM_OK);
   size_t k;
   lm_tokenizer_encode(TOK, "x", 1, 1, &j->ids, &k);
   j->n_ids = (int64_t)k;
@@ -235,57 +235,56 @@ static void t_cancel_and_timeout(void **state) {
   j->ignore_eos = 1;
   j->t_submit = now_s();
   j->deadline = j->t_submit + 0.2;
-  assert_int_equal(lm_srv_sched_submit(s, j), LM_OK);
+  assert_int_equal(lm_sched_submit(s, j), LM_OK);
   collect(ch, &r);
-  assert_int_equal(r.fin.kind, LM_SRV_FIN_TIMEOUT);
-  lm_srv_sched_free(s);
+  assert_int_equal(r.fin.kind, LM_FIN_TIMEOUT);
+  lm_sched_free(s);
 }
 
 static void t_queue_and_memory(void **state) {
   (void)state;
-  lm_srv_sched *s = make(1, 512, 1, 1 << 30, 0);
-  lm_srv_chan *a =
-      submit(s, prompts[0], 1500, 0, LM_OK); /* still running after 0.2 s on any machine */
+  lm_sched *s = make(1, 512, 1, 1 << 30, 0);
+  lm_chan *a = submit(s, prompts[0], 1500, 0, LM_OK); /* still running after 0.2 s on any machine */
   usleep(200000); /* a is running; b fills the one queue place; c is refused */
-  lm_srv_chan *b = submit(s, prompts[1], 4, 0, LM_OK);
+  lm_chan *b = submit(s, prompts[1], 4, 0, LM_OK);
   assert_null(submit(s, prompts[1], 4, 0, LM_ERR_STATE));
-  lm_srv_chan_cancel(a);
+  lm_chan_cancel(a);
   result ra, rb;
   collect(a, &ra);
   collect(b, &rb);
-  assert_int_equal(rb.fin.kind, LM_SRV_FIN_LENGTH);
-  lm_srv_sched_free(s);
+  assert_int_equal(rb.fin.kind, LM_FIN_LENGTH);
+  lm_sched_free(s);
   /* a budget for one sequence of 40 tokens: two such requests run one after the other */
   lm_kv_spec *sp = SPECS;
-  lm_srv_admit ad;
-  lm_srv_admit_init(&ad, sp, M->cfg.n_caches, BE->act_dtype, 1, 2048);
-  int64_t one = lm_srv_admit_bytes(&ad, 40);
+  lm_admit ad;
+  lm_admit_init(&ad, sp, M->cfg.n_caches, BE->act_dtype, 1, 2048);
+  int64_t one = lm_admit_bytes(&ad, 40);
   s = make(2, 512, 4, one, 0);
   char msg[256];
-  assert_int_equal(lm_srv_sched_check(s, 30, 10, msg, sizeof msg), LM_SRV_ADMIT_OK);
-  assert_int_equal(lm_srv_sched_check(s, 30, 11, msg, sizeof msg), LM_SRV_ADMIT_MEMORY);
+  assert_int_equal(lm_sched_check(s, 30, 10, msg, sizeof msg), LM_ADMIT_OK);
+  assert_int_equal(lm_sched_check(s, 30, 11, msg, sizeof msg), LM_ADMIT_MEMORY);
   assert_non_null(strstr(msg, "KV cache"));
-  assert_int_equal(lm_srv_sched_check(s, 2000, 100, msg, sizeof msg), LM_SRV_ADMIT_CONTEXT);
-  lm_srv_chan *c1 = submit(s, prompts[0], 20, 0, LM_OK), *c2 = submit(s, prompts[0], 20, 0, LM_OK);
+  assert_int_equal(lm_sched_check(s, 2000, 100, msg, sizeof msg), LM_ADMIT_CONTEXT);
+  lm_chan *c1 = submit(s, prompts[0], 20, 0, LM_OK), *c2 = submit(s, prompts[0], 20, 0, LM_OK);
   assert_null(submit(s, prompts[0], 60, 0, LM_ERR_INVALID)); /* over the whole budget */
   result r1, r2;
   collect(c1, &r1);
   collect(c2, &r2);
-  assert_int_equal(r1.fin.kind, LM_SRV_FIN_LENGTH);
-  assert_int_equal(r2.fin.kind, LM_SRV_FIN_LENGTH);
+  assert_int_equal(r1.fin.kind, LM_FIN_LENGTH);
+  assert_int_equal(r2.fin.kind, LM_FIN_LENGTH);
   /* the second waited for the first one's memory: admitted only after most of its run */
   assert_true(r2.fin.queue_s > r1.fin.queue_s + 0.5 * (r1.fin.prefill_s + r1.fin.decode_s));
   assert_string_equal(r1.text, r2.text);
-  lm_srv_sched_free(s);
+  lm_sched_free(s);
 }
 
 static void t_stops(void **state) {
   (void)state;
-  lm_srv_sched *s = make(2, 512, 4, 1 << 30, 0);
-  lm_srv_job *j;
-  lm_srv_chan *ch;
+  lm_sched *s = make(2, 512, 4, 1 << 30, 0);
+  lm_job *j;
+  lm_chan *ch;
   /* a stop string split over tokens: the text before it, nothing after */
-  assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
+  assert_int_equal(lm_job_create(&j, &ch), LM_OK);
   size_t n;
   lm_tokenizer_encode(TOK, prompts[0], strlen(prompts[0]), 1, &j->ids, &n);
   j->n_ids = (int64_t)n;
@@ -294,45 +293,45 @@ static void t_stops(void **state) {
   j->stops = calloc(1, sizeof *j->stops);
   j->stops[0] = strdup("Darius");
   j->n_stops = 1;
-  assert_int_equal(lm_srv_sched_submit(s, j), LM_OK);
+  assert_int_equal(lm_sched_submit(s, j), LM_OK);
   result r;
   collect(ch, &r);
-  assert_int_equal(r.fin.kind, LM_SRV_FIN_STOP_STR);
+  assert_int_equal(r.fin.kind, LM_FIN_STOP_STR);
   assert_int_equal(r.fin.stop_index, 0);
   assert_string_equal(r.text, " of the reign of ");
   /* a chat turn ends on <turn|> (a stop id), which is not text */
   const char *chat = "<bos><|turn>user\nWho are you?<turn|>\n<|turn>model\n";
-  assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
+  assert_int_equal(lm_job_create(&j, &ch), LM_OK);
   lm_tokenizer_encode(TOK, chat, strlen(chat), 0, &j->ids, &n);
   j->n_ids = (int64_t)n;
   j->max_tokens = 100;
   j->sampling.temperature = 0;
-  assert_int_equal(lm_srv_sched_submit(s, j), LM_OK);
+  assert_int_equal(lm_sched_submit(s, j), LM_OK);
   collect(ch, &r);
-  assert_int_equal(r.fin.kind, LM_SRV_FIN_STOP);
+  assert_int_equal(r.fin.kind, LM_FIN_STOP);
   assert_int_equal(r.fin.stop_id, lm_tokenizer_find(TOK, "<turn|>", 7));
   assert_string_equal(
       r.text, "I am lumen-tiny-kjv, a small language model trained on the King James Bible.");
   /* ignore_eos: the same turn runs to max_tokens */
-  assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
+  assert_int_equal(lm_job_create(&j, &ch), LM_OK);
   lm_tokenizer_encode(TOK, chat, strlen(chat), 0, &j->ids, &n);
   j->n_ids = (int64_t)n;
   j->max_tokens = 60;
   j->ignore_eos = 1;
   j->sampling.temperature = 0;
-  assert_int_equal(lm_srv_sched_submit(s, j), LM_OK);
+  assert_int_equal(lm_sched_submit(s, j), LM_OK);
   collect(ch, &r);
-  assert_int_equal(r.fin.kind, LM_SRV_FIN_LENGTH);
+  assert_int_equal(r.fin.kind, LM_FIN_LENGTH);
   assert_int_equal(r.fin.completion_tokens, 60);
   /* bad jobs are refused */
-  assert_int_equal(lm_srv_job_create(&j, &ch), LM_OK);
+  assert_int_equal(lm_job_create(&j, &ch), LM_OK);
   j->ids = malloc(sizeof *j->ids);
   j->ids[0] = 99999;
   j->n_ids = 1;
-  assert_int_equal(lm_srv_sched_submit(s, j), LM_ERR_INVALID);
-  lm_srv_job_free(j);
-  lm_srv_chan_unref(ch);
-  lm_srv_sched_free(s);
+  assert_int_equal(lm_sched_submit(s, j), LM_ERR_INVALID);
+  lm_job_free(j);
+  lm_chan_unref(ch);
+  lm_sched_free(s);
 }
 
 int main(void) {

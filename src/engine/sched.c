@@ -1,10 +1,10 @@
-/* srv_sched.c — the engine thread of srv_sched.h: the job queue, admission into slots, the prompt
+/* sched.c — the engine thread of sched.h: the job queue, admission into slots, the prompt
  * cache of finished sequences, and the batched step.
  *
  * Locking: `mu` guards the queue, the reservation counters, the published stats and the stop
  * flag. Slots, caches and the prompt cache belong to the engine thread alone; it takes `mu` only
  * to move jobs in and to publish counters, never during a forward step. */
-#include "server/srv_sched.h"
+#include "engine/sched.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -15,7 +15,7 @@
 
 #include "base/status.h"
 #include "model/forward.h"
-#include "server/srv_seq.h"
+#include "engine/seq.h"
 
 typedef struct pc_entry { /* a finished sequence kept for prefix reuse */
   lm_kv_set *kv;
@@ -25,36 +25,36 @@ typedef struct pc_entry { /* a finished sequence kept for prefix reuse */
   uint64_t used; /* LRU clock */
 } pc_entry;
 
-struct lm_srv_sched {
+struct lm_sched {
   lm_model *m;
   lm_backend *be;
-  lm_srv_sched_opts o;
+  lm_sched_opts o;
   lm_kv_spec *specs;
   int32_t *stop_ids, *keep;
-  lm_srv_seq_env env;
-  lm_srv_admit admit;
+  lm_seq_env env;
+  lm_admit admit;
   lm_forward *fw;
   int64_t max_step; /* tokens per step: chunk + parallel */
   /* engine-owned */
-  lm_srv_seq *slots; /* [parallel] */
-  int *used;         /* [parallel] */
-  pc_entry *pc;      /* [prompt_cache] */
+  lm_seq *slots; /* [parallel] */
+  int *used;     /* [parallel] */
+  pc_entry *pc;  /* [prompt_cache] */
   int n_pc;
   uint64_t clock;
   int32_t *b_ids, *b_pos, *b_seq, *b_rows, *row_slot, *g_ids;
   lm_kv_set **b_kv;
-  int *b_slot;      /* batch sequence index -> slot */
-  float *logits;    /* [parallel][vocab] */
-  lm_srv_tok *toks; /* [parallel] */
+  int *b_slot;        /* batch sequence index -> slot */
+  float *logits;      /* [parallel][vocab] */
+  lm_tok_event *toks; /* [parallel] */
   /* shared, under mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t th;
   int started, stop;
-  lm_srv_job **q; /* ring of queue_cap */
+  lm_job **q; /* ring of queue_cap */
   int q_head, q_n;
   int64_t reserved; /* bytes: active reservations + prompt-cache entries */
-  lm_srv_sched_stats st;
+  lm_sched_stats st;
 };
 
 static double now_s(void) {
@@ -70,11 +70,11 @@ static int cmp_i32(const void *a, const void *b) {
 
 /* ---- jobs ------------------------------------------------------------------------------------ */
 
-lm_status lm_srv_job_create(lm_srv_job **out, lm_srv_chan **http_ref) {
+lm_status lm_job_create(lm_job **out, lm_chan **http_ref) {
   *out = NULL;
   *http_ref = NULL;
-  lm_srv_job *j = calloc(1, sizeof *j);
-  if (!j || !(j->ch = lm_srv_chan_create())) {
+  lm_job *j = calloc(1, sizeof *j);
+  if (!j || !(j->ch = lm_chan_create())) {
     free(j);
     return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (job)");
   }
@@ -86,27 +86,27 @@ lm_status lm_srv_job_create(lm_srv_job **out, lm_srv_chan **http_ref) {
   return LM_OK;
 }
 
-void lm_srv_job_free(lm_srv_job *j) {
+void lm_job_free(lm_job *j) {
   if (!j) return;
   free(j->ids);
   lm_sampling_clear(&j->sampling);
   for (int i = 0; i < j->n_stops; i++)
     free(j->stops[i]);
   free(j->stops);
-  lm_srv_chan_unref(j->ch);
+  lm_chan_unref(j->ch);
   free(j);
 }
 
 /* Ends a job that never ran (queue timeout, cancellation, shutdown). */
-static void job_fail(lm_srv_job *j, lm_srv_finish_kind kind, const char *msg) {
-  lm_srv_finish f = {.kind = kind,
-                     .stop_id = -1,
-                     .stop_index = -1,
-                     .prompt_tokens = j->n_ids,
-                     .queue_s = now_s() - j->t_submit};
+static void job_fail(lm_job *j, lm_finish_kind kind, const char *msg) {
+  lm_finish f = {.kind = kind,
+                 .stop_id = -1,
+                 .stop_index = -1,
+                 .prompt_tokens = j->n_ids,
+                 .queue_s = now_s() - j->t_submit};
   snprintf(f.message, sizeof f.message, "%s", msg);
-  lm_srv_chan_finish(j->ch, &f);
-  lm_srv_job_free(j);
+  lm_chan_finish(j->ch, &f);
+  lm_job_free(j);
 }
 
 /* ---- create / free --------------------------------------------------------------------------- */
@@ -119,7 +119,7 @@ static lm_status sorted_dup(const int32_t *v, int32_t n, int32_t **out) {
   return LM_OK;
 }
 
-static lm_status check_opts(const lm_srv_sched_opts *o) {
+static lm_status check_opts(const lm_sched_opts *o) {
   if (o->parallel < 1 || o->parallel > 4096)
     return LM_ERRF(LM_ERR_INVALID, "server: --parallel must be 1..4096");
   if (o->chunk < 1 || o->chunk > (1 << 20))
@@ -131,7 +131,7 @@ static lm_status check_opts(const lm_srv_sched_opts *o) {
   return LM_OK;
 }
 
-static lm_status alloc_buffers(lm_srv_sched *s) {
+static lm_status alloc_buffers(lm_sched *s) {
   int P = s->o.parallel;
   int64_t T = s->max_step, V = s->m->cfg.vocab_size;
   s->slots = calloc((size_t)P, sizeof *s->slots);
@@ -154,11 +154,11 @@ static lm_status alloc_buffers(lm_srv_sched *s) {
   return LM_OK;
 }
 
-lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
-                              const lm_srv_sched_opts *o, lm_srv_sched **out) {
+lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
+                          const lm_sched_opts *o, lm_sched **out) {
   *out = NULL;
   LM_TRY(check_opts(o));
-  lm_srv_sched *s = calloc(1, sizeof *s);
+  lm_sched *s = calloc(1, sizeof *s);
   if (!s) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
   s->m = m;
   s->be = be;
@@ -175,20 +175,20 @@ lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *t
     st = sorted_dup(o->stop_ids, o->n_stop_ids, &s->stop_ids);
   }
   if (!st) st = sorted_dup(o->keep_special, o->n_keep_special, &s->keep);
-  if (!st) st = lm_srv_admit_init(&s->admit, s->specs, nc, be->act_dtype, o->kv_budget, o->max_ctx);
+  if (!st) st = lm_admit_init(&s->admit, s->specs, nc, be->act_dtype, o->kv_budget, o->max_ctx);
   if (!st) st = alloc_buffers(s);
   if (!st) st = lm_forward_create(m, be, s->max_step, o->parallel, &s->fw);
   if (st) {
-    lm_srv_sched_free(s);
+    lm_sched_free(s);
     return st;
   }
-  s->env = (lm_srv_seq_env){.tok = tok,
-                            .vocab = m->cfg.vocab_size,
-                            .max_ctx = o->max_ctx,
-                            .stop_ids = s->stop_ids,
-                            .n_stop_ids = o->n_stop_ids,
-                            .keep_special = s->keep,
-                            .n_keep_special = o->n_keep_special};
+  s->env = (lm_seq_env){.tok = tok,
+                        .vocab = m->cfg.vocab_size,
+                        .max_ctx = o->max_ctx,
+                        .stop_ids = s->stop_ids,
+                        .n_stop_ids = o->n_stop_ids,
+                        .keep_special = s->keep,
+                        .n_keep_special = o->n_keep_special};
   s->st.queue_cap = o->queue_cap;
   s->st.parallel = o->parallel;
   s->st.kv_budget = o->kv_budget;
@@ -196,11 +196,11 @@ lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *t
   return LM_OK;
 }
 
-static void release_slot(lm_srv_sched *s, int i, int keep_cache);
-static void pc_drop(lm_srv_sched *s, int i);
-static void publish(lm_srv_sched *s);
+static void release_slot(lm_sched *s, int i, int keep_cache);
+static void pc_drop(lm_sched *s, int i);
+static void publish(lm_sched *s);
 
-void lm_srv_sched_stop(lm_srv_sched *s) {
+void lm_sched_stop(lm_sched *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   int was = s->stop;
@@ -212,23 +212,23 @@ void lm_srv_sched_stop(lm_srv_sched *s) {
   s->started = 0;
   for (int i = 0; s->slots && i < s->o.parallel; i++)
     if (s->used[i]) {
-      lm_srv_seq_end(&s->slots[i], LM_SRV_FIN_CANCELLED, "the server is shutting down", now_s());
+      lm_seq_end(&s->slots[i], LM_FIN_CANCELLED, "the server is shutting down", now_s());
       release_slot(s, i, 0);
     }
   while (s->n_pc > 0)
     pc_drop(s, s->n_pc - 1);
   pthread_mutex_lock(&s->mu);
   for (int k = 0; s->q && k < s->q_n; k++)
-    job_fail(s->q[(s->q_head + k) % s->o.queue_cap], LM_SRV_FIN_CANCELLED,
+    job_fail(s->q[(s->q_head + k) % s->o.queue_cap], LM_FIN_CANCELLED,
              "the server is shutting down");
   s->q_n = 0;
   publish(s);
   pthread_mutex_unlock(&s->mu);
 }
 
-void lm_srv_sched_free(lm_srv_sched *s) {
+void lm_sched_free(lm_sched *s) {
   if (!s) return;
-  lm_srv_sched_stop(s);
+  lm_sched_stop(s);
   lm_forward_free(s->fw);
   free(s->specs);
   free(s->stop_ids);
@@ -252,12 +252,12 @@ void lm_srv_sched_free(lm_srv_sched *s) {
   free(s);
 }
 
-const lm_srv_admit *lm_srv_sched_admit(const lm_srv_sched *s) { return &s->admit; }
+const lm_admit *lm_sched_admit(const lm_sched *s) { return &s->admit; }
 
 /* ---- admission ------------------------------------------------------------------------------- */
 
-lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens,
-                                    char *msg, size_t n) {
+lm_admission lm_sched_check(const lm_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg,
+                            size_t n) {
   int64_t need = n_prompt + max_tokens;
   if (need > s->admit.max_ctx) {
     snprintf(msg, n,
@@ -265,22 +265,22 @@ lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int
              "the limit is %lld",
              (long long)need, (long long)n_prompt, (long long)max_tokens,
              (long long)s->admit.max_ctx);
-    return LM_SRV_ADMIT_CONTEXT;
+    return LM_ADMIT_CONTEXT;
   }
-  int64_t bytes = lm_srv_admit_bytes(&s->admit, need);
+  int64_t bytes = lm_admit_bytes(&s->admit, need);
   if (bytes > s->admit.budget) {
     snprintf(msg, n,
              "this request needs %.1f MiB of KV cache for %lld tokens (prompt %lld + max_tokens "
              "%lld); the "
              "budget is %.1f MiB (at most %lld tokens per sequence)",
              (double)bytes / 1048576.0, (long long)need, (long long)n_prompt, (long long)max_tokens,
-             (double)s->admit.budget / 1048576.0, (long long)lm_srv_admit_max_context(&s->admit));
-    return LM_SRV_ADMIT_MEMORY;
+             (double)s->admit.budget / 1048576.0, (long long)lm_admit_max_context(&s->admit));
+    return LM_ADMIT_MEMORY;
   }
-  return LM_SRV_ADMIT_OK;
+  return LM_ADMIT_OK;
 }
 
-lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j) {
+lm_status lm_sched_submit(lm_sched *s, lm_job *j) {
   char msg[256];
   if (j->n_ids < 1 || !j->ids || j->max_tokens < 1)
     return LM_ERRF(LM_ERR_INVALID, "server: empty prompt or max_tokens < 1");
@@ -288,10 +288,10 @@ lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j) {
     if (j->ids[i] < 0 || j->ids[i] >= s->m->cfg.vocab_size)
       return LM_ERRF(LM_ERR_INVALID, "prompt token %lld: id %d is outside the vocabulary (%lld)",
                      (long long)i, j->ids[i], (long long)s->m->cfg.vocab_size);
-  if (lm_srv_sched_check(s, j->n_ids, j->max_tokens, msg, sizeof msg))
+  if (lm_sched_check(s, j->n_ids, j->max_tokens, msg, sizeof msg))
     return LM_ERRF(LM_ERR_INVALID, "%s", msg);
-  if (j->top_logprobs > LM_SRV_TOP_MAX)
-    return LM_ERRF(LM_ERR_INVALID, "top_logprobs must be <= %d", LM_SRV_TOP_MAX);
+  if (j->top_logprobs > LM_TOP_LOGPROBS_MAX)
+    return LM_ERRF(LM_ERR_INVALID, "top_logprobs must be <= %d", LM_TOP_LOGPROBS_MAX);
   pthread_mutex_lock(&s->mu);
   lm_status st = LM_OK;
   if (s->stop)
@@ -310,7 +310,7 @@ lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j) {
 /* ---- the prompt cache (engine thread) ---------------------------------------------------------
  */
 
-static void pc_drop(lm_srv_sched *s, int i) {
+static void pc_drop(lm_sched *s, int i) {
   lm_kv_set_free(s->pc[i].kv);
   free(s->pc[i].ids);
   pthread_mutex_lock(&s->mu);
@@ -320,7 +320,7 @@ static void pc_drop(lm_srv_sched *s, int i) {
 }
 
 /* Removes and returns the entry sharing the longest prefix with ids (at least one token), or -1. */
-static int pc_match(const lm_srv_sched *s, const int32_t *ids, int64_t n, int64_t *common) {
+static int pc_match(const lm_sched *s, const int32_t *ids, int64_t n, int64_t *common) {
   int best = -1;
   *common = 0;
   for (int i = 0; i < s->n_pc; i++) {
@@ -338,7 +338,7 @@ static int pc_match(const lm_srv_sched *s, const int32_t *ids, int64_t n, int64_
 /* Takes entry i's caches for a prompt sharing `common` tokens with it: they are rolled back to
  * keep at most n - 1 prompt tokens (one token is always fed, its logits start the response). A
  * ring that has wrapped past the cut cannot roll back: then NULL. The entry is consumed. */
-static lm_kv_set *pc_take(lm_srv_sched *s, int i, int64_t common, int64_t n, int64_t *cached) {
+static lm_kv_set *pc_take(lm_sched *s, int i, int64_t common, int64_t n, int64_t *cached) {
   int64_t keep = common < n ? common : n - 1;
   lm_kv_set *kv = s->pc[i].kv;
   int64_t held = lm_kv_set_len(kv);
@@ -354,8 +354,8 @@ static lm_kv_set *pc_take(lm_srv_sched *s, int i, int64_t common, int64_t n, int
 
 /* Keeps a finished sequence's caches (they hold hist[0..kv_len)), evicting the least recently
  * used entry when the cache is full. */
-static void pc_put(lm_srv_sched *s, lm_srv_seq *q) {
-  int64_t n = lm_srv_seq_kv_len(q);
+static void pc_put(lm_sched *s, lm_seq *q) {
+  int64_t n = lm_seq_kv_len(q);
   int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
   if (!ids) {
     lm_kv_set_free(q->kv);
@@ -369,7 +369,7 @@ static void pc_put(lm_srv_sched *s, lm_srv_seq *q) {
       if (s->pc[i].used < s->pc[lru].used) lru = i;
     pc_drop(s, lru);
   }
-  int64_t bytes = lm_srv_admit_bytes(&s->admit, n);
+  int64_t bytes = lm_admit_bytes(&s->admit, n);
   s->pc[s->n_pc++] =
       (pc_entry){.kv = q->kv, .ids = ids, .n = n, .bytes = bytes, .used = ++s->clock};
   q->kv = NULL;
@@ -380,38 +380,38 @@ static void pc_put(lm_srv_sched *s, lm_srv_seq *q) {
 
 /* ---- slots ----------------------------------------------------------------------------------- */
 
-static void count_end(lm_srv_sched *s, lm_srv_finish_kind k) {
-  if (k == LM_SRV_FIN_CANCELLED)
+static void count_end(lm_sched *s, lm_finish_kind k) {
+  if (k == LM_FIN_CANCELLED)
     s->st.jobs_cancelled++;
-  else if (k == LM_SRV_FIN_TIMEOUT)
+  else if (k == LM_FIN_TIMEOUT)
     s->st.jobs_timeout++;
-  else if (k == LM_SRV_FIN_ERROR)
+  else if (k == LM_FIN_ERROR)
     s->st.jobs_failed++;
   else
     s->st.jobs_done++;
 }
 
 /* Ends slot i: finishes the job's channel, keeps or frees the caches, gives the memory back. */
-static void release_slot(lm_srv_sched *s, int i, int keep_cache) {
-  lm_srv_seq *q = &s->slots[i];
-  lm_srv_chan_finish(q->job->ch, &q->fin);
-  int ok = q->fin.kind == LM_SRV_FIN_STOP || q->fin.kind == LM_SRV_FIN_STOP_STR ||
-           q->fin.kind == LM_SRV_FIN_LENGTH;
-  if (keep_cache && ok && s->o.prompt_cache > 0 && q->kv && lm_srv_seq_kv_len(q) > 0) pc_put(s, q);
+static void release_slot(lm_sched *s, int i, int keep_cache) {
+  lm_seq *q = &s->slots[i];
+  lm_chan_finish(q->job->ch, &q->fin);
+  int ok =
+      q->fin.kind == LM_FIN_STOP || q->fin.kind == LM_FIN_STOP_STR || q->fin.kind == LM_FIN_LENGTH;
+  if (keep_cache && ok && s->o.prompt_cache > 0 && q->kv && lm_seq_kv_len(q) > 0) pc_put(s, q);
   lm_kv_set_free(q->kv);
   q->kv = NULL;
   pthread_mutex_lock(&s->mu);
   s->reserved -= q->reserved;
   count_end(s, q->fin.kind);
   pthread_mutex_unlock(&s->mu);
-  lm_srv_job_free(q->job);
-  lm_srv_seq_clear(q);
+  lm_job_free(q->job);
+  lm_seq_clear(q);
   s->used[i] = 0;
 }
 
 /* Caches for job: a prompt-cache entry sharing its prefix, else a new set. */
-static lm_status job_caches(lm_srv_sched *s, lm_srv_job *j, int pc_i, int64_t common,
-                            lm_kv_set **kv, int64_t *cached) {
+static lm_status job_caches(lm_sched *s, lm_job *j, int pc_i, int64_t common, lm_kv_set **kv,
+                            int64_t *cached) {
   *kv = NULL;
   *cached = 0;
   if (pc_i >= 0) *kv = pc_take(s, pc_i, common, j->n_ids, cached);
@@ -427,9 +427,9 @@ static lm_status job_caches(lm_srv_sched *s, lm_srv_job *j, int pc_i, int64_t co
 /* Moves the queue head into slot i if its memory fits (evicting prompt-cache entries, least
  * recently used first). Returns 1 when it was admitted (or ended), 0 when it must wait. Called
  * with mu held; drops it around cache work. */
-static int admit_head(lm_srv_sched *s, int i) {
-  lm_srv_job *j = s->q[s->q_head];
-  int64_t need = lm_srv_admit_bytes(&s->admit, j->n_ids + j->max_tokens), common = 0;
+static int admit_head(lm_sched *s, int i) {
+  lm_job *j = s->q[s->q_head];
+  int64_t need = lm_admit_bytes(&s->admit, j->n_ids + j->max_tokens), common = 0;
   pthread_mutex_unlock(&s->mu);
   int pc_i = pc_match(s, j->ids, j->n_ids, &common);
   int64_t reuse_bytes = pc_i >= 0 ? s->pc[pc_i].bytes : 0;
@@ -456,13 +456,13 @@ static int admit_head(lm_srv_sched *s, int i) {
   lm_kv_set *kv;
   int64_t cached;
   lm_status st = job_caches(s, j, pc_i, common, &kv, &cached);
-  if (!st) st = lm_srv_seq_init(&s->slots[i], &s->env, j, kv, cached);
+  if (!st) st = lm_seq_init(&s->slots[i], &s->env, j, kv, cached);
   pthread_mutex_lock(&s->mu);
   if (st) {
     s->reserved -= need;
     s->st.jobs_failed++;
     pthread_mutex_unlock(&s->mu);
-    job_fail(j, LM_SRV_FIN_ERROR, lm_errmsg());
+    job_fail(j, LM_FIN_ERROR, lm_errmsg());
     pthread_mutex_lock(&s->mu);
     return 1;
   }
@@ -473,14 +473,14 @@ static int admit_head(lm_srv_sched *s, int i) {
 }
 
 /* Drops queued jobs whose client went away or whose deadline passed. mu held. */
-static void expire_queue(lm_srv_sched *s, double now) {
+static void expire_queue(lm_sched *s, double now) {
   int kept = 0, cap = s->o.queue_cap;
   for (int k = 0; k < s->q_n; k++) {
-    lm_srv_job *j = s->q[(s->q_head + k) % cap];
-    int gone = lm_srv_chan_cancelled(j->ch), late = j->deadline > 0 && now > j->deadline;
+    lm_job *j = s->q[(s->q_head + k) % cap];
+    int gone = lm_chan_cancelled(j->ch), late = j->deadline > 0 && now > j->deadline;
     if (gone || late) {
-      count_end(s, gone ? LM_SRV_FIN_CANCELLED : LM_SRV_FIN_TIMEOUT);
-      job_fail(j, gone ? LM_SRV_FIN_CANCELLED : LM_SRV_FIN_TIMEOUT,
+      count_end(s, gone ? LM_FIN_CANCELLED : LM_FIN_TIMEOUT);
+      job_fail(j, gone ? LM_FIN_CANCELLED : LM_FIN_TIMEOUT,
                gone ? "the client went away" : "the request timed out in the queue");
     } else {
       s->q[(s->q_head + kept++) % cap] = j;
@@ -489,7 +489,7 @@ static void expire_queue(lm_srv_sched *s, double now) {
   s->q_n = kept;
 }
 
-static void admit_all(lm_srv_sched *s) {
+static void admit_all(lm_sched *s) {
   expire_queue(s, now_s());
   for (int i = 0; i < s->o.parallel && s->q_n > 0; i++)
     if (!s->used[i] && !admit_head(s, i)) break;
@@ -499,22 +499,22 @@ static void admit_all(lm_srv_sched *s) {
 /* ---- one step -------------------------------------------------------------------------------- */
 
 /* Cancelled or late sequences end before the step. */
-static void reap(lm_srv_sched *s, double now) {
+static void reap(lm_sched *s, double now) {
   for (int i = 0; i < s->o.parallel; i++) {
     if (!s->used[i]) continue;
-    lm_srv_seq *q = &s->slots[i];
-    if (lm_srv_chan_cancelled(q->job->ch))
-      lm_srv_seq_end(q, LM_SRV_FIN_CANCELLED, "the client went away", now);
+    lm_seq *q = &s->slots[i];
+    if (lm_chan_cancelled(q->job->ch))
+      lm_seq_end(q, LM_FIN_CANCELLED, "the client went away", now);
     else if (q->job->deadline > 0 && now > q->job->deadline)
-      lm_srv_seq_end(q, LM_SRV_FIN_TIMEOUT, "the request timed out", now);
+      lm_seq_end(q, LM_FIN_TIMEOUT, "the request timed out", now);
     if (q->fin.kind) release_slot(s, i, 0);
   }
 }
 
 /* Adds hist[kv_len .. kv_len + n) of slot i to the batch; a logits row when `row`. */
-static void batch_add(lm_srv_sched *s, lm_batch *b, int i, int64_t n, int row) {
-  lm_srv_seq *q = &s->slots[i];
-  int64_t at = lm_srv_seq_kv_len(q);
+static void batch_add(lm_sched *s, lm_batch *b, int i, int64_t n, int row) {
+  lm_seq *q = &s->slots[i];
+  int64_t at = lm_seq_kv_len(q);
   int32_t si = b->n_seqs++;
   s->b_kv[si] = q->kv;
   s->b_slot[si] = i;
@@ -531,72 +531,72 @@ static void batch_add(lm_srv_sched *s, lm_batch *b, int i, int64_t n, int row) {
 }
 
 /* Decode tokens first (one per decoding sequence), then prompt chunks, oldest admission first. */
-static void build_batch(lm_srv_sched *s, lm_batch *b) {
+static void build_batch(lm_sched *s, lm_batch *b) {
   *b = (lm_batch){
       .ids = s->b_ids, .pos = s->b_pos, .seq = s->b_seq, .kv = s->b_kv, .logit_rows = s->b_rows};
   for (int i = 0; i < s->o.parallel; i++)
-    if (s->used[i] && !lm_srv_seq_prefilling(&s->slots[i])) batch_add(s, b, i, 1, 1);
+    if (s->used[i] && !lm_seq_prefilling(&s->slots[i])) batch_add(s, b, i, 1, 1);
   int64_t budget = s->o.chunk;
   for (;;) {
     int pick = -1;
     for (int i = 0; i < s->o.parallel; i++) {
-      const lm_srv_seq *q = &s->slots[i];
+      const lm_seq *q = &s->slots[i];
       int in_batch = 0;
       for (int32_t k = 0; k < b->n_seqs; k++)
         in_batch |= s->b_slot[k] == i;
-      if (s->used[i] && lm_srv_seq_prefilling(q) && !in_batch &&
+      if (s->used[i] && lm_seq_prefilling(q) && !in_batch &&
           (pick < 0 || q->t_admit < s->slots[pick].t_admit))
         pick = i;
     }
     if (pick < 0 || budget <= 0) break;
-    lm_srv_seq *q = &s->slots[pick];
-    int64_t left = q->n_hist - lm_srv_seq_kv_len(q), n = left < budget ? left : budget;
+    lm_seq *q = &s->slots[pick];
+    int64_t left = q->n_hist - lm_seq_kv_len(q), n = left < budget ? left : budget;
     batch_add(s, b, pick, n, n == left);
     budget -= n;
   }
 }
 
 /* Samples every logits row (rows in parallel: samplers are independent). */
-static void sample_rows(lm_srv_sched *s, const lm_batch *b, int greedy, int32_t *ids) {
+static void sample_rows(lm_sched *s, const lm_batch *b, int greedy, int32_t *ids) {
   int64_t V = s->m->cfg.vocab_size;
   int n = b->n_logits;
 #pragma omp parallel for schedule(dynamic) if (n > 1 && !greedy)
   for (int r = 0; r < n; r++) {
-    lm_srv_tok *t = &s->toks[r];
+    lm_tok_event *t = &s->toks[r];
     memset(t, 0, sizeof *t);
-    ids[r] = greedy ? s->g_ids[r]
-                    : lm_srv_seq_sample(&s->slots[s->row_slot[r]], &s->env,
-                                        s->logits + (int64_t)r * V, t);
+    ids[r] = greedy
+                 ? s->g_ids[r]
+                 : lm_seq_sample(&s->slots[s->row_slot[r]], &s->env, s->logits + (int64_t)r * V, t);
   }
 }
 
-static void fail_batch(lm_srv_sched *s, const lm_batch *b, const char *msg) {
+static void fail_batch(lm_sched *s, const lm_batch *b, const char *msg) {
   for (int32_t k = 0; k < b->n_seqs; k++) {
     int i = s->b_slot[k];
-    lm_srv_seq_end(&s->slots[i], LM_SRV_FIN_ERROR, msg, now_s());
+    lm_seq_end(&s->slots[i], LM_FIN_ERROR, msg, now_s());
     release_slot(s, i, 0);
   }
 }
 
-static void accept_rows(lm_srv_sched *s, const lm_batch *b, const int32_t *ids, double now) {
+static void accept_rows(lm_sched *s, const lm_batch *b, const int32_t *ids, double now) {
   for (int32_t r = 0; r < b->n_logits; r++) {
     int i = s->row_slot[r];
-    lm_srv_seq *q = &s->slots[i];
-    if (lm_srv_seq_prefilling(q)) q->t_prefilled = now;
+    lm_seq *q = &s->slots[i];
+    if (lm_seq_prefilling(q)) q->t_prefilled = now;
     lm_status st =
-        ids[r] < 0 ? LM_ERR_INVALID : lm_srv_seq_accept(q, &s->env, ids[r], &s->toks[r], now);
-    if (st) lm_srv_seq_end(q, LM_SRV_FIN_ERROR, lm_errmsg(), now);
+        ids[r] < 0 ? LM_ERR_INVALID : lm_seq_accept(q, &s->env, ids[r], &s->toks[r], now);
+    if (st) lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
     if (q->fin.kind) release_slot(s, i, 1);
   }
 }
 
-static int all_plain_greedy(lm_srv_sched *s, const lm_batch *b) {
+static int all_plain_greedy(lm_sched *s, const lm_batch *b) {
   for (int32_t r = 0; r < b->n_logits; r++)
-    if (!lm_srv_seq_plain_greedy(&s->slots[s->row_slot[r]])) return 0;
+    if (!lm_seq_plain_greedy(&s->slots[s->row_slot[r]])) return 0;
   return 1;
 }
 
-static void step(lm_srv_sched *s) {
+static void step(lm_sched *s) {
   double t0 = now_s();
   reap(s, t0);
   lm_batch b;
@@ -613,7 +613,7 @@ static void step(lm_srv_sched *s) {
   sample_rows(s, &b, greedy, ids);
   int64_t decode = 0;
   for (int32_t r = 0; r < b.n_logits; r++)
-    decode += !lm_srv_seq_prefilling(&s->slots[s->row_slot[r]]);
+    decode += !lm_seq_prefilling(&s->slots[s->row_slot[r]]);
   accept_rows(s, &b, ids, now_s());
   pthread_mutex_lock(&s->mu);
   s->st.steps++;
@@ -626,13 +626,13 @@ static void step(lm_srv_sched *s) {
 }
 
 /* Publishes the slot and cache counters (mu held). */
-static void publish(lm_srv_sched *s) {
+static void publish(lm_sched *s) {
   int a = 0, p = 0;
   int64_t held = 0, pcb = 0;
   for (int i = 0; i < s->o.parallel; i++)
     if (s->used[i]) {
       a++;
-      p += lm_srv_seq_prefilling(&s->slots[i]);
+      p += lm_seq_prefilling(&s->slots[i]);
       held += lm_kv_set_bytes(s->slots[i].kv);
     }
   for (int i = 0; i < s->n_pc; i++) {
@@ -649,14 +649,14 @@ static void publish(lm_srv_sched *s) {
   s->st.queued = s->q_n;
 }
 
-static int any_active(const lm_srv_sched *s) {
+static int any_active(const lm_sched *s) {
   for (int i = 0; i < s->o.parallel; i++)
     if (s->used[i]) return 1;
   return 0;
 }
 
 static void *engine_main(void *arg) {
-  lm_srv_sched *s = arg;
+  lm_sched *s = arg;
   pthread_mutex_lock(&s->mu);
   while (!s->stop) {
     admit_all(s);
@@ -682,7 +682,7 @@ static void *engine_main(void *arg) {
   return NULL;
 }
 
-lm_status lm_srv_sched_start(lm_srv_sched *s) {
+lm_status lm_sched_start(lm_sched *s) {
   if (s->started) return LM_OK;
   if (pthread_create(&s->th, NULL, engine_main, s) != 0)
     return LM_ERRF(LM_ERR_NOMEM, "server: could not start the engine thread");
@@ -690,7 +690,7 @@ lm_status lm_srv_sched_start(lm_srv_sched *s) {
   return LM_OK;
 }
 
-void lm_srv_sched_stats_get(lm_srv_sched *s, lm_srv_sched_stats *out) {
+void lm_sched_stats_get(lm_sched *s, lm_sched_stats *out) {
   pthread_mutex_lock(&s->mu);
   *out = s->st;
   pthread_mutex_unlock(&s->mu);

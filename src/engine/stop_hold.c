@@ -1,5 +1,5 @@
-/* srv_stop.c — the stop-string matcher of srv_stop.h. */
-#include "server/srv_stop.h"
+/* stop_hold.c — the stop-string matcher of stop_hold.h. */
+#include "engine/stop_hold.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,21 +8,21 @@
 #include "base/status.h"
 #include "engine/stop_match.h"
 
-void lm_srv_stop_init(lm_srv_stop *s, char **stops, int n_stops) {
+void lm_stop_hold_init(lm_stop_hold *s, char **stops, int n_stops) {
   memset(s, 0, sizeof *s);
   s->stops = stops;
   s->n_stops = n_stops;
   s->matched = -1;
 }
 
-void lm_srv_stop_clear(lm_srv_stop *s) {
+void lm_stop_hold_clear(lm_stop_hold *s) {
   free(s->hold);
   s->hold = NULL;
   s->n = s->cap = 0;
 }
 
-lm_status lm_srv_stop_push(lm_srv_stop *s, const char *text, size_t len, int final, char **out,
-                           size_t *n_out) {
+lm_status lm_stop_hold_push(lm_stop_hold *s, const char *text, size_t len, int final, char **out,
+                            size_t *n_out) {
   *out = NULL;
   *n_out = 0;
   if (s->matched >= 0) return LM_OK;

@@ -1,6 +1,6 @@
-/* srv_seq.c — one running sequence (srv_seq.h): sampling with log-probabilities, the stop rules
+/* seq.c — one running sequence (seq.h): sampling with log-probabilities, the stop rules
  * and the text of each token. */
-#include "server/srv_seq.h"
+#include "engine/seq.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,8 +18,8 @@ static int in_sorted(const int32_t *v, int32_t n, int32_t id) {
   return n > 0 && bsearch(&id, v, (size_t)n, sizeof id, cmp_i32) != NULL;
 }
 
-lm_status lm_srv_seq_init(lm_srv_seq *q, const lm_srv_seq_env *env, lm_srv_job *job, lm_kv_set *kv,
-                          int64_t cached) {
+lm_status lm_seq_init(lm_seq *q, const lm_seq_env *env, lm_job *job, lm_kv_set *kv,
+                      int64_t cached) {
   memset(q, 0, sizeof *q);
   q->job = job;
   q->kv = kv;
@@ -38,28 +38,28 @@ lm_status lm_srv_seq_init(lm_srv_seq *q, const lm_srv_seq_env *env, lm_srv_job *
   if (!s) s = lm_sampler_reserve(q->smp, env->vocab);
   if (!s) s = lm_detok_create(env->tok, 0, &q->dt);
   if (s) {
-    lm_srv_seq_clear(q);
+    lm_seq_clear(q);
     lm_kv_set_free(kv);
     q->kv = NULL;
     return s;
   }
-  lm_srv_stop_init(&q->stop, job->stops, job->n_stops);
+  lm_stop_hold_init(&q->stop, job->stops, job->n_stops);
   return LM_OK;
 }
 
-void lm_srv_seq_clear(lm_srv_seq *q) {
+void lm_seq_clear(lm_seq *q) {
   free(q->hist);
   q->hist = NULL;
   lm_sampler_free(q->smp);
   q->smp = NULL;
   lm_detok_free(q->dt);
   q->dt = NULL;
-  lm_srv_stop_clear(&q->stop);
+  lm_stop_hold_clear(&q->stop);
   free(q->scratch);
   q->scratch = NULL;
 }
 
-int lm_srv_seq_plain_greedy(const lm_srv_seq *q) {
+int lm_seq_plain_greedy(const lm_seq *q) {
   const lm_sampling *p = lm_sampler_params(q->smp);
   return p->temperature <= 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 &&
          p->frequency_penalty == 0 && p->n_bias == 0 && p->n_suppress == 0 &&
@@ -79,7 +79,7 @@ static double log_sum_exp(const float *row, int64_t V) {
 }
 
 /* The n highest entries of row (ties: lower id first), as log-probabilities. */
-static void top_n(const float *row, int64_t V, double lse, int n, lm_srv_tok *tok) {
+static void top_n(const float *row, int64_t V, double lse, int n, lm_tok_event *tok) {
   tok->n_top = 0;
   for (int64_t i = 0; i < V; i++) {
     float x = row[i];
@@ -102,7 +102,7 @@ static void top_n(const float *row, int64_t V, double lse, int n, lm_srv_tok *to
     tok->top_lp[k] = (float)(tok->top_lp[k] - lse);
 }
 
-int32_t lm_srv_seq_sample(lm_srv_seq *q, const lm_srv_seq_env *env, float *row, lm_srv_tok *tok) {
+int32_t lm_seq_sample(lm_seq *q, const lm_seq_env *env, float *row, lm_tok_event *tok) {
   int want = q->job->top_logprobs;
   const float *raw = row;
   if (want >= 0) {
@@ -121,8 +121,8 @@ int32_t lm_srv_seq_sample(lm_srv_seq *q, const lm_srv_seq_env *env, float *row, 
   return id;
 }
 
-static void fill_usage(lm_srv_seq *q, double now) {
-  lm_srv_finish *f = &q->fin;
+static void fill_usage(lm_seq *q, double now) {
+  lm_finish *f = &q->fin;
   f->prompt_tokens = q->n_prompt;
   f->cached_tokens = q->cached;
   f->completion_tokens = q->n_gen;
@@ -132,7 +132,7 @@ static void fill_usage(lm_srv_seq *q, double now) {
   f->decode_s = q->t_first > 0 ? now - q->t_first : 0;
 }
 
-void lm_srv_seq_end(lm_srv_seq *q, lm_srv_finish_kind kind, const char *message, double now) {
+void lm_seq_end(lm_seq *q, lm_finish_kind kind, const char *message, double now) {
   if (q->fin.kind) return;
   q->fin.kind = kind;
   q->fin.stop_id = -1;
@@ -143,8 +143,8 @@ void lm_srv_seq_end(lm_srv_seq *q, lm_srv_finish_kind kind, const char *message,
 
 /* Text of id through the detokenizer (special tokens only when the job streams control tokens
  * and id is one of them), then the stop matcher. final: flush both. */
-static lm_status token_text(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, int final,
-                            lm_srv_tok *tok) {
+static lm_status token_text(lm_seq *q, const lm_seq_env *env, int32_t id, int final,
+                            lm_tok_event *tok) {
   const char *t = "";
   size_t n = 0;
   int skip =
@@ -153,10 +153,10 @@ static lm_status token_text(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id
   if (!skip) LM_TRY(lm_detok_push(q->dt, id, &t, &n));
   char *a = NULL, *b = NULL;
   size_t na = 0, nb = 0;
-  LM_TRY(lm_srv_stop_push(&q->stop, t, n, 0, &a, &na));
+  LM_TRY(lm_stop_hold_push(&q->stop, t, n, 0, &a, &na));
   if (final && q->stop.matched < 0) {
     lm_status s = lm_detok_flush(q->dt, &t, &n);
-    if (!s) s = lm_srv_stop_push(&q->stop, t, n, 1, &b, &nb);
+    if (!s) s = lm_stop_hold_push(&q->stop, t, n, 1, &b, &nb);
     if (s) {
       free(a);
       return s;
@@ -179,30 +179,30 @@ static lm_status token_text(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id
   return LM_OK;
 }
 
-lm_status lm_srv_seq_accept(lm_srv_seq *q, const lm_srv_seq_env *env, int32_t id, lm_srv_tok *tok,
-                            double now) {
+lm_status lm_seq_accept(lm_seq *q, const lm_seq_env *env, int32_t id, lm_tok_event *tok,
+                        double now) {
   tok->id = id;
   q->n_gen++;
   if (q->n_gen == 1) q->t_first = now;
-  lm_srv_finish_kind end = LM_SRV_FIN_NONE;
+  lm_finish_kind end = LM_FIN_NONE;
   if (!q->job->ignore_eos && in_sorted(env->stop_ids, env->n_stop_ids, id)) {
     tok->is_stop = 1;
-    end = LM_SRV_FIN_STOP;
+    end = LM_FIN_STOP;
     LM_TRY(token_text(q, env, -1, 1, tok));
   } else {
     q->hist[q->n_hist++] = id; /* pending: fed by the next step */
     int length = q->n_gen >= q->job->max_tokens || q->n_hist >= env->max_ctx;
     LM_TRY(token_text(q, env, id, length, tok));
     if (q->stop.matched >= 0)
-      end = LM_SRV_FIN_STOP_STR;
+      end = LM_FIN_STOP_STR;
     else if (length)
-      end = LM_SRV_FIN_LENGTH;
+      end = LM_FIN_LENGTH;
   }
-  lm_status s = lm_srv_chan_push(q->job->ch, tok);
+  lm_status s = lm_chan_push(q->job->ch, tok);
   if (end) {
-    lm_srv_seq_end(q, end, NULL, now);
-    if (end == LM_SRV_FIN_STOP) q->fin.stop_id = id;
-    if (end == LM_SRV_FIN_STOP_STR) q->fin.stop_index = q->stop.matched;
+    lm_seq_end(q, end, NULL, now);
+    if (end == LM_FIN_STOP) q->fin.stop_id = id;
+    if (end == LM_FIN_STOP_STR) q->fin.stop_index = q->stop.matched;
   }
   return s;
 }

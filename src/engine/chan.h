@@ -1,4 +1,4 @@
-/* srv_chan.h — the channel between the engine thread and one request's HTTP thread.
+/* chan.h — the channel between the engine thread and one request's HTTP thread.
  *
  * The engine pushes one event per sampled token (its id, the text that became final with it, and
  * its log-probabilities when asked for) and, once, the end of the response (why it ended, the
@@ -7,10 +7,10 @@
  * cancel: the HTTP side sets `cancel` (client gone, timeout), the engine sees it before the next
  * step and frees the sequence.
  *
- * The channel is reference-counted (engine + HTTP side); the last lm_srv_chan_unref frees it.
+ * The channel is reference-counted (engine + HTTP side); the last lm_chan_unref frees it.
  * Every function is thread-safe. */
-#ifndef LM_SERVER_SRV_CHAN_H
-#define LM_SERVER_SRV_CHAN_H
+#ifndef LM_ENGINE_CHAN_H
+#define LM_ENGINE_CHAN_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -18,62 +18,61 @@
 
 #include "lumen.h"
 
-#define LM_SRV_TOP_MAX 20 /* OpenAI's top_logprobs bound */
+#define LM_TOP_LOGPROBS_MAX 20 /* OpenAI's top_logprobs bound */
 
 /* One sampled token. */
-typedef struct lm_srv_tok {
+typedef struct lm_tok_event {
   int32_t id;
   int is_stop; /* a stop id (not part of the answer; its text is what the stop flushed) */
   char *text;  /* final text released with this token (malloc'ed, may be NULL when len 0) */
   size_t len;
   float logprob; /* log-probability of id under the model (valid when the job asked) */
   int n_top;     /* top alternatives recorded */
-  int32_t top_id[LM_SRV_TOP_MAX];
-  float top_lp[LM_SRV_TOP_MAX];
-} lm_srv_tok;
+  int32_t top_id[LM_TOP_LOGPROBS_MAX];
+  float top_lp[LM_TOP_LOGPROBS_MAX];
+} lm_tok_event;
 
-typedef enum lm_srv_finish_kind {
-  LM_SRV_FIN_NONE = 0,
-  LM_SRV_FIN_STOP,      /* a stop id */
-  LM_SRV_FIN_STOP_STR,  /* a stop string (stop_index says which) */
-  LM_SRV_FIN_LENGTH,    /* max_tokens or the context limit */
-  LM_SRV_FIN_CANCELLED, /* the client went away */
-  LM_SRV_FIN_TIMEOUT,   /* the request's deadline passed */
-  LM_SRV_FIN_ERROR      /* an engine error (message) */
-} lm_srv_finish_kind;
+typedef enum lm_finish_kind {
+  LM_FIN_NONE = 0,
+  LM_FIN_STOP,      /* a stop id */
+  LM_FIN_STOP_STR,  /* a stop string (stop_index says which) */
+  LM_FIN_LENGTH,    /* max_tokens or the context limit */
+  LM_FIN_CANCELLED, /* the client went away */
+  LM_FIN_TIMEOUT,   /* the request's deadline passed */
+  LM_FIN_ERROR      /* an engine error (message) */
+} lm_finish_kind;
 
-typedef struct lm_srv_finish {
-  lm_srv_finish_kind kind;
+typedef struct lm_finish {
+  lm_finish_kind kind;
   int32_t stop_id; /* FIN_STOP */
   int stop_index;  /* FIN_STOP_STR */
   int64_t prompt_tokens, cached_tokens, completion_tokens;
   double queue_s, prefill_s, ttft_s,
       decode_s;      /* queue wait, prefill, first token since submit, decode */
   char message[256]; /* FIN_ERROR / FIN_TIMEOUT */
-} lm_srv_finish;
+} lm_finish;
 
-typedef struct lm_srv_chan lm_srv_chan;
+typedef struct lm_chan lm_chan;
 
 /* A new channel with two references (engine, HTTP). NULL when out of memory. */
-lm_srv_chan *lm_srv_chan_create(void);
-void lm_srv_chan_unref(lm_srv_chan *c); /* NULL is a no-op */
+lm_chan *lm_chan_create(void);
+void lm_chan_unref(lm_chan *c); /* NULL is a no-op */
 
 /* Engine side. push takes ownership of t->text. */
-lm_status lm_srv_chan_push(lm_srv_chan *c, lm_srv_tok *t);
+lm_status lm_chan_push(lm_chan *c, lm_tok_event *t);
 /* Ends the response (once; later calls are ignored). */
-void lm_srv_chan_finish(lm_srv_chan *c, const lm_srv_finish *f);
+void lm_chan_finish(lm_chan *c, const lm_finish *f);
 /* The request was cancelled by its consumer. */
-int lm_srv_chan_cancelled(lm_srv_chan *c);
+int lm_chan_cancelled(lm_chan *c);
 
 /* HTTP side. Asks the engine to drop the request (idempotent). */
-void lm_srv_chan_cancel(lm_srv_chan *c);
+void lm_chan_cancel(lm_chan *c);
 /* Waits up to timeout_ms for events or the end; moves the pending events to *ev (malloc'ed
- * array of *n events; free each with lm_srv_tok_clear and the array with free). Returns 1 when
+ * array of *n events; free each with lm_tok_event_clear and the array with free). Returns 1 when
  * the response has ended and every event has been taken (*fin filled), else 0. */
-int lm_srv_chan_take(lm_srv_chan *c, int timeout_ms, lm_srv_tok **ev, size_t *n,
-                     lm_srv_finish *fin);
+int lm_chan_take(lm_chan *c, int timeout_ms, lm_tok_event **ev, size_t *n, lm_finish *fin);
 
-void lm_srv_tok_clear(lm_srv_tok *t);
-void lm_srv_toks_free(lm_srv_tok *ev, size_t n);
+void lm_tok_event_clear(lm_tok_event *t);
+void lm_tok_events_free(lm_tok_event *ev, size_t n);
 
 #endif

@@ -1,6 +1,6 @@
-/* srv_chan.c — the engine → HTTP channel of srv_chan.h: a mutex, a condition variable and a
+/* chan.c — the engine → HTTP channel of chan.h: a mutex, a condition variable and a
  * growable array of token events. */
-#include "server/srv_chan.h"
+#include "engine/chan.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,19 +10,19 @@
 
 #include "base/status.h"
 
-struct lm_srv_chan {
+struct lm_chan {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int refs;
   atomic_int cancel;
-  lm_srv_tok *ev;
+  lm_tok_event *ev;
   size_t n, cap;
   int done;
-  lm_srv_finish fin;
+  lm_finish fin;
 };
 
-lm_srv_chan *lm_srv_chan_create(void) {
-  lm_srv_chan *c = calloc(1, sizeof *c);
+lm_chan *lm_chan_create(void) {
+  lm_chan *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -35,39 +35,39 @@ lm_srv_chan *lm_srv_chan_create(void) {
   return c;
 }
 
-void lm_srv_tok_clear(lm_srv_tok *t) {
+void lm_tok_event_clear(lm_tok_event *t) {
   if (!t) return;
   free(t->text);
   t->text = NULL;
   t->len = 0;
 }
 
-void lm_srv_toks_free(lm_srv_tok *ev, size_t n) {
+void lm_tok_events_free(lm_tok_event *ev, size_t n) {
   for (size_t i = 0; i < n; i++)
-    lm_srv_tok_clear(&ev[i]);
+    lm_tok_event_clear(&ev[i]);
   free(ev);
 }
 
-void lm_srv_chan_unref(lm_srv_chan *c) {
+void lm_chan_unref(lm_chan *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
   int last = --c->refs == 0;
   pthread_mutex_unlock(&c->mu);
   if (!last) return;
-  lm_srv_toks_free(c->ev, c->n);
+  lm_tok_events_free(c->ev, c->n);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
-lm_status lm_srv_chan_push(lm_srv_chan *c, lm_srv_tok *t) {
+lm_status lm_chan_push(lm_chan *c, lm_tok_event *t) {
   pthread_mutex_lock(&c->mu);
   if (c->n == c->cap) {
     size_t cap = c->cap ? 2 * c->cap : 16;
-    lm_srv_tok *ev = realloc(c->ev, cap * sizeof *ev);
+    lm_tok_event *ev = realloc(c->ev, cap * sizeof *ev);
     if (!ev) {
       pthread_mutex_unlock(&c->mu);
-      lm_srv_tok_clear(t);
+      lm_tok_event_clear(t);
       return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (token queue)");
     }
     c->ev = ev;
@@ -80,7 +80,7 @@ lm_status lm_srv_chan_push(lm_srv_chan *c, lm_srv_tok *t) {
   return LM_OK;
 }
 
-void lm_srv_chan_finish(lm_srv_chan *c, const lm_srv_finish *f) {
+void lm_chan_finish(lm_chan *c, const lm_finish *f) {
   pthread_mutex_lock(&c->mu);
   if (!c->done) {
     c->done = 1;
@@ -90,12 +90,11 @@ void lm_srv_chan_finish(lm_srv_chan *c, const lm_srv_finish *f) {
   pthread_mutex_unlock(&c->mu);
 }
 
-int lm_srv_chan_cancelled(lm_srv_chan *c) { return atomic_load(&c->cancel); }
+int lm_chan_cancelled(lm_chan *c) { return atomic_load(&c->cancel); }
 
-void lm_srv_chan_cancel(lm_srv_chan *c) { atomic_store(&c->cancel, 1); }
+void lm_chan_cancel(lm_chan *c) { atomic_store(&c->cancel, 1); }
 
-int lm_srv_chan_take(lm_srv_chan *c, int timeout_ms, lm_srv_tok **ev, size_t *n,
-                     lm_srv_finish *fin) {
+int lm_chan_take(lm_chan *c, int timeout_ms, lm_tok_event **ev, size_t *n, lm_finish *fin) {
   struct timespec until;
   clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += timeout_ms / 1000;

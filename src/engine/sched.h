@@ -1,4 +1,4 @@
-/* srv_sched.h — the continuous-batching scheduler: one engine thread owns the model and runs
+/* sched.h — the continuous-batching scheduler: one engine thread owns the model and runs
  * every active sequence in one ragged batch per forward step.
  *
  * A step holds, in this order: one token for each decoding sequence (its pending token, with a
@@ -14,11 +14,11 @@
  * Sampling runs on the host from the logits rows the forward returns (sample/sampler.h, one
  * sampler per sequence, rows in parallel); text comes from one streaming detokenizer per sequence
  * and stop strings are matched on it with hold-back. Nothing here knows about HTTP or JSON: the
- * results go to each job's channel (srv_chan.h).
+ * results go to each job's channel (chan.h).
  *
  * Thread safety: submit, check and stats may be called from any thread. */
-#ifndef LM_SERVER_SRV_SCHED_H
-#define LM_SERVER_SRV_SCHED_H
+#ifndef LM_ENGINE_SCHED_H
+#define LM_ENGINE_SCHED_H
 
 #include <stdint.h>
 
@@ -26,12 +26,12 @@
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sample/sampler.h"
-#include "server/srv_admit.h"
-#include "server/srv_chan.h"
+#include "engine/admit.h"
+#include "engine/chan.h"
 #include "text/tokenizer.h"
 
 /* One request as the engine sees it: ids in, tokens out through ch. */
-typedef struct lm_srv_job {
+typedef struct lm_job {
   int32_t *ids; /* [n_ids] the prompt (owned) */
   int64_t n_ids;
   lm_sampling sampling; /* owns its lists */
@@ -39,18 +39,19 @@ typedef struct lm_srv_job {
   char **stops;         /* [n_stops] stop strings (owned) */
   int n_stops;
   int ignore_eos;   /* stop ids are ordinary tokens (fixed-length benchmarks) */
-  int top_logprobs; /* -1: no logprobs; 0..LM_SRV_TOP_MAX: the chosen token's and N alternatives */
+  int top_logprobs; /* -1: no logprobs; 0..LM_TOP_LOGPROBS_MAX: the chosen token's and N
+                       alternatives */
   int keep_control; /* stream the text of the output parser's control tokens (chat formats) */
   double t_submit;  /* monotonic seconds */
   double deadline;  /* monotonic seconds; 0: none */
-  lm_srv_chan *ch;  /* the engine's reference */
-} lm_srv_job;
+  lm_chan *ch;      /* the engine's reference */
+} lm_job;
 
 /* A new job with neutral sampling and its channel (two references: the job's and *http_ref). */
-lm_status lm_srv_job_create(lm_srv_job **out, lm_srv_chan **http_ref);
-void lm_srv_job_free(lm_srv_job *j); /* releases the job's channel reference; NULL is a no-op */
+lm_status lm_job_create(lm_job **out, lm_chan **http_ref);
+void lm_job_free(lm_job *j); /* releases the job's channel reference; NULL is a no-op */
 
-typedef struct lm_srv_sched_opts {
+typedef struct lm_sched_opts {
   int parallel;            /* sequences in the running batch */
   int64_t chunk;           /* prompt tokens per step */
   int queue_cap;           /* jobs waiting for a slot; submit refuses beyond */
@@ -62,9 +63,9 @@ typedef struct lm_srv_sched_opts {
   int32_t n_stop_ids;
   const int32_t *keep_special; /* special ids whose text jobs with keep_control stream */
   int32_t n_keep_special;
-} lm_srv_sched_opts;
+} lm_sched_opts;
 
-typedef struct lm_srv_sched_stats {
+typedef struct lm_sched_stats {
   int active, prefilling, decoding, queued, queue_cap, parallel;
   int64_t kv_budget, kv_reserved,
       kv_held; /* bytes: budget, reserved by admission, held by caches */
@@ -73,36 +74,36 @@ typedef struct lm_srv_sched_stats {
   int64_t steps, step_tokens, step_rows, prefill_tokens, decode_tokens;
   int64_t jobs_done, jobs_cancelled, jobs_timeout, jobs_failed;
   double busy_s; /* time spent in forward steps and sampling */
-} lm_srv_sched_stats;
+} lm_sched_stats;
 
-typedef struct lm_srv_sched lm_srv_sched;
+typedef struct lm_sched lm_sched;
 
 /* The model must be prepared for be (lm_model_prepare); model, backend and tokenizer outlive the
  * scheduler. Errors: LM_ERR_INVALID (bad options), LM_ERR_NOMEM, backend allocation errors. */
-lm_status lm_srv_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
-                              const lm_srv_sched_opts *o, lm_srv_sched **out);
+lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
+                          const lm_sched_opts *o, lm_sched **out);
 /* Starts the engine thread. */
-lm_status lm_srv_sched_start(lm_srv_sched *s);
+lm_status lm_sched_start(lm_sched *s);
 /* Stops the thread; every job still queued or running ends as cancelled and later submits are
  * refused. The object stays valid (stats, check, submit) until free. NULL is a no-op. */
-void lm_srv_sched_stop(lm_srv_sched *s);
+void lm_sched_stop(lm_sched *s);
 /* Stops (if needed) and frees. NULL is a no-op. */
-void lm_srv_sched_free(lm_srv_sched *s);
+void lm_sched_free(lm_sched *s);
 
-typedef enum lm_srv_admission {
-  LM_SRV_ADMIT_OK = 0,
-  LM_SRV_ADMIT_CONTEXT, /* prompt + max_tokens exceeds the context limit */
-  LM_SRV_ADMIT_MEMORY   /* its caches could never fit the KV budget */
-} lm_srv_admission;
+typedef enum lm_admission {
+  LM_ADMIT_OK = 0,
+  LM_ADMIT_CONTEXT, /* prompt + max_tokens exceeds the context limit */
+  LM_ADMIT_MEMORY   /* its caches could never fit the KV budget */
+} lm_admission;
 
 /* Whether a request of this shape can ever run; msg gets the reason. */
-lm_srv_admission lm_srv_sched_check(const lm_srv_sched *s, int64_t n_prompt, int64_t max_tokens,
-                                    char *msg, size_t n);
+lm_admission lm_sched_check(const lm_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg,
+                            size_t n);
 /* Queues a job. On LM_OK the scheduler owns it; otherwise the caller still does: LM_ERR_STATE when
  * the queue is full (answer 429), LM_ERR_CANCELLED when the scheduler is stopping (503),
- * LM_ERR_INVALID for a job that fails lm_srv_sched_check or has bad fields (400). */
-lm_status lm_srv_sched_submit(lm_srv_sched *s, lm_srv_job *j);
-void lm_srv_sched_stats_get(lm_srv_sched *s, lm_srv_sched_stats *out);
-const lm_srv_admit *lm_srv_sched_admit(const lm_srv_sched *s);
+ * LM_ERR_INVALID for a job that fails lm_sched_check or has bad fields (400). */
+lm_status lm_sched_submit(lm_sched *s, lm_job *j);
+void lm_sched_stats_get(lm_sched *s, lm_sched_stats *out);
+const lm_admit *lm_sched_admit(const lm_sched *s);
 
 #endif
