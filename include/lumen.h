@@ -1,13 +1,43 @@
 /*
- * lumen.h — the public C API of lumen, a local LLM inference engine.
+ * lumen.h — the public C API of lumen, a local LLM inference engine for the Gemma 4 family.
  *
- * This header is the contract: what is not declared here is not a published API.
+ * This header is the contract: the `lumen` command line and `lumen serve` are built on it, and
+ * what is not declared here is not a published API. A program embeds lumen like this:
+ *
+ *     lm_checkpoint *ck;  lm_engine *e;  lm_request *r;  lm_event ev;
+ *     lm_checkpoint_open("models/lumen-tiny-kjv", &ck);
+ *     lm_engine_options eo;  lm_engine_options_init(&eo);
+ *     lm_engine_create(ck, &eo, &e);
+ *     lm_request_options ro;  lm_request_options_init(&ro);
+ *     ro.messages_json = "[{\"role\":\"user\",\"content\":\"Who was Moses?\"}]";
+ *     lm_request_submit(e, &ro, &r);
+ *     while (lm_request_next(r, -1, &ev) == LM_OK && ev.kind != LM_EVENT_DONE)
+ *       if (ev.kind == LM_EVENT_CONTENT) fwrite(ev.text, 1, ev.len, stdout);
+ *     lm_request_free(r);  lm_engine_free(e);  lm_checkpoint_free(ck);
+ *
+ * Objects:
+ *   lm_checkpoint  a model directory opened for use: weights, tokenizer, chat template,
+ *                  generation defaults. Immutable once opened.
+ *   lm_engine      the checkpoint on a backend (cpu, cuda): the KV memory, one scheduler thread
+ *                  that runs every request in continuously batched forward steps, the prefix cache.
+ *   lm_request     one generation: a prompt (messages, text or ids), sampling, stops, limits;
+ *                  its events (tokens, text, reasoning, tool calls, the end with usage) are pulled
+ *                  with lm_request_next.
+ *
  * Conventions:
- *   - Every fallible call returns lm_status. LM_OK (0) means no defect was detected;
- *     any other value comes with a human-readable message from lm_errmsg(), which is
- *     kept per thread and valid until the next failing call on that thread.
- *   - Objects come in create/free pairs; every free function accepts NULL.
- *   - The API grows by addition (_v2 functions), never by changed signatures.
+ *   - Every fallible call returns lm_status. LM_OK (0) means success; any other value comes with
+ *     a human-readable message from lm_errmsg(), kept per thread, valid until the next failing
+ *     call on that thread.
+ *   - Handles are opaque. Objects come in create/free pairs; every free function accepts NULL.
+ *     Strings are UTF-8 and NUL-terminated unless a length goes with them; memory that lumen
+ *     returns for the caller to own is released with lm_free().
+ *   - Option structs are initialized by their _init function and then changed field by field, so
+ *     that fields added later get their defaults.
+ *   - Thread safety is stated per function. In short: a checkpoint may be read from any thread;
+ *     an engine's functions may be called from any thread; a request belongs to one thread at a
+ *     time (lm_request_cancel excepted, which any thread may call).
+ *   - The API grows by addition (new functions, new fields at the end of option structs), never
+ *     by changed signatures; LUMEN_API_VERSION counts the additions.
  */
 #ifndef LUMEN_H
 #define LUMEN_H
@@ -19,32 +49,366 @@
 extern "C" {
 #endif
 
-#define LUMEN_VERSION "0.1.0"
-#define LUMEN_VERSION_NUMBER 1000 /* major*1000000 + minor*1000 + patch */
+#define LUMEN_VERSION "0.2.0"
+#define LUMEN_VERSION_NUMBER 2000 /* major*1000000 + minor*1000 + patch */
+#define LUMEN_API_VERSION 2       /* 1: status codes only; 2: checkpoints, engines, requests */
 
-/* Status codes. Each has a one-line meaning; lm_errmsg() says which file/field/offset. */
+/* ---- status codes ---------------------------------------------------------------------------- */
+
+/* Each has a one-line meaning; lm_errmsg() says which file, field or offset. */
 typedef enum lm_status {
   LM_OK = 0,          /* success */
   LM_ERR_IO = 1,      /* a file could not be opened, read, mapped or written */
   LM_ERR_CORRUPT = 2, /* a file's bytes violate its format (truncated, bad offsets, bad JSON) */
-  LM_ERR_INVALID = 3, /* an argument or a request is invalid (bad id, bad flag value, bad shape) */
+  LM_ERR_INVALID = 3, /* an argument or a request is invalid (bad id, bad value, bad shape) */
   LM_ERR_UNSUPPORTED =
       4,                /* valid input that lumen does not implement (a quant mode, a model type) */
   LM_ERR_NOMEM = 5,     /* host or device memory could not be allocated */
   LM_ERR_NOT_FOUND = 6, /* a required file, tensor or field is missing */
   LM_ERR_DEVICE = 7,    /* a GPU/driver call failed */
-  LM_ERR_STATE = 8,     /* the object is not in a state that allows the call (e.g. ring wrapped) */
-  LM_ERR_CANCELLED = 9  /* the operation was cancelled */
+  LM_ERR_STATE = 8,     /* the object is not in a state that allows the call (a full queue) */
+  LM_ERR_CANCELLED = 9, /* the operation was cancelled, or the engine is stopping */
+  LM_ERR_TIMEOUT = 10   /* a wait ran out before anything happened */
 } lm_status;
 
-/* Version of the linked library; compare with LUMEN_VERSION_NUMBER. */
+/* Version of the linked library; compare with LUMEN_VERSION_NUMBER. Thread-safe. */
 int lm_version_number(void);
+/* LUMEN_API_VERSION of the linked library. Thread-safe. */
+int lm_api_version(void);
 
-/* Message of the last failing call on this thread ("" if none). Never NULL. */
+/* Message of the last failing call on this thread ("" if none). Never NULL. Thread-safe (the
+ * message is per thread). */
 const char *lm_errmsg(void);
 
-/* Short name of a status code ("LM_ERR_CORRUPT"). Never NULL. */
+/* Short name of a status code ("LM_ERR_CORRUPT"). Never NULL. Thread-safe. */
 const char *lm_status_name(lm_status s);
+
+/* Frees memory that a lumen function returned for the caller to own. NULL is a no-op. */
+void lm_free(void *p);
+
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+typedef struct lm_logit_bias {
+  int32_t id;
+  float bias; /* added to the logit; -INFINITY bans the id */
+} lm_logit_bias;
+
+/* Sampling parameters. The lists are owned by the struct: lm_sampling_clear frees them, and
+ * lm_sampling_copy makes a deep copy. Processors run in this order: logit bias, suppression,
+ * repetition penalty, presence/frequency penalties, temperature, top-k, top-p, min-p. */
+typedef struct lm_sampling {
+  float temperature;       /* <= 0: greedy (the argmax) */
+  int32_t top_k;           /* 0: off */
+  float top_p;             /* 1: off; (0, 1] */
+  float min_p;             /* 0: off; [0, 1] */
+  float repeat_penalty;    /* 1: off; > 0 */
+  int32_t repeat_last_n;   /* window of the repetition penalty (default 64; -1: all) */
+  float presence_penalty;  /* 0: off */
+  float frequency_penalty; /* 0: off */
+  int32_t penalty_last_n;  /* window of presence/frequency (default 64) */
+  uint64_t seed;           /* the random stream; the same seed repeats the same draws */
+  int32_t n_bias;
+  lm_logit_bias *bias; /* [n_bias]; a repeated id adds up */
+  int32_t n_suppress;
+  int32_t *suppress; /* [n_suppress] ids never sampled */
+} lm_sampling;
+
+/* Neutral parameters: temperature 1, every processor off, windows 64, seed 0, no lists. */
+void lm_sampling_init(lm_sampling *s);
+/* Frees the lists and re-initializes. NULL is a no-op. */
+void lm_sampling_clear(lm_sampling *s);
+/* Deep copy into dst (which must not own lists: initialize or clear it first). Errors:
+ * LM_ERR_NOMEM (dst is then initialized). */
+lm_status lm_sampling_copy(lm_sampling *dst, const lm_sampling *src);
+/* Appends one bias / one suppressed id. Errors: LM_ERR_INVALID (negative id, NaN or +inf bias),
+ * LM_ERR_NOMEM. */
+lm_status lm_sampling_add_bias(lm_sampling *s, int32_t id, float bias);
+lm_status lm_sampling_add_suppress(lm_sampling *s, int32_t id);
+
+/* ---- checkpoints ----------------------------------------------------------------------------- */
+
+typedef struct lm_checkpoint lm_checkpoint;
+
+/* Opens a model directory: config.json and safetensors (one file, a sharded index, or the MLX
+ * layout; bf16 or MLX affine-quantized), and, when present, tokenizer.json, the chat template
+ * (chat_template.jinja or tokenizer_config.json) and generation_config.json. A directory without
+ * a tokenizer opens too: it serves requests given as ids. Errors: LM_ERR_IO, LM_ERR_NOT_FOUND,
+ * LM_ERR_CORRUPT, LM_ERR_UNSUPPORTED, LM_ERR_NOMEM; the message names the file. */
+lm_status lm_checkpoint_open(const char *dir, lm_checkpoint **out);
+
+/* A synthetic model of a real geometry, for benchmarks: the architecture of `config_path` (a
+ * config.json-shaped preset), weights drawn from `seed` and quantized to `bits` (0: bf16; else
+ * 2..8 with groups of `group`, 0 → 64), the tokenizer of `tokenizer_dir` (may be NULL: ids only).
+ */
+lm_status lm_checkpoint_open_synthetic(const char *config_path, const char *tokenizer_dir, int bits,
+                                       int group, uint64_t seed, lm_checkpoint **out);
+
+/* Frees the checkpoint. Every engine created on it must have been freed first. NULL is a no-op. */
+void lm_checkpoint_free(lm_checkpoint *ck);
+
+typedef struct lm_checkpoint_info {
+  const char *name;       /* the directory's base name (or the preset's) */
+  const char *model_type; /* config.json's model_type ("gemma4", "gemma4_text") */
+  int n_layers;
+  int64_t vocab_size;
+  int64_t n_params;
+  int64_t weight_bytes;        /* bytes of the weights as loaded */
+  int64_t max_positions;       /* max_position_embeddings; 0 when config.json has none */
+  int quant_bits, quant_group; /* the default MLX quantization (0: not quantized) */
+  int has_tokenizer;
+  int has_chat_template;
+  int gemma4_format; /* the vocabulary has Gemma 4's control tokens (reasoning, tool calls) */
+  int n_stop_ids;    /* the ids that end a response (config, generation_config, tokenizer) */
+  const int32_t *stop_ids;
+  const lm_sampling *defaults; /* generation_config.json's sampling (neutral when absent) */
+  int64_t default_max_tokens;  /* generation_config.json's max_new_tokens (0: not set) */
+} lm_checkpoint_info;
+
+/* Describes the checkpoint; the pointers stay valid while it is open. Thread-safe. */
+void lm_checkpoint_describe(const lm_checkpoint *ck, lm_checkpoint_info *info);
+
+/* Tokenizes text[0..len) (special-token strings are matched; add_bos prepends the tokenizer's BOS
+ * when it has one). *ids is the caller's (lm_free). Errors: LM_ERR_STATE (no tokenizer),
+ * LM_ERR_INVALID (invalid UTF-8), LM_ERR_NOMEM. Thread-safe. */
+lm_status lm_checkpoint_tokenize(const lm_checkpoint *ck, const char *text, size_t len, int add_bos,
+                                 int32_t **ids, int64_t *n);
+
+/* Decodes ids to text (special tokens left out when skip_special). *text is the caller's
+ * (lm_free), NUL-terminated. Errors: LM_ERR_STATE (no tokenizer), LM_ERR_INVALID (an id outside
+ * the vocabulary), LM_ERR_NOMEM. Thread-safe. */
+lm_status lm_checkpoint_detokenize(const lm_checkpoint *ck, const int32_t *ids, int64_t n,
+                                   int skip_special, char **text, size_t *len);
+
+/* Renders a conversation with the checkpoint's chat template: messages_json is a JSON array of
+ * OpenAI-style messages, tools_json a JSON array of tools or NULL, kwargs_json a JSON object of
+ * extra template variables (e.g. {"enable_thinking": false}) or NULL. The generation prompt is
+ * added when add_generation_prompt. *prompt is the caller's (lm_free). Errors: LM_ERR_STATE (no
+ * template), LM_ERR_INVALID (bad JSON, a template error), LM_ERR_NOMEM. Thread-safe. */
+lm_status lm_checkpoint_render(const lm_checkpoint *ck, const char *messages_json,
+                               const char *tools_json, const char *kwargs_json,
+                               int add_generation_prompt, char **prompt);
+
+/* ---- engines --------------------------------------------------------------------------------- */
+
+typedef struct lm_engine lm_engine;
+
+typedef struct lm_engine_options {
+  const char *backend;     /* "cpu", "cuda", or NULL: cuda when a GPU is present, else cpu */
+  const char *precision;   /* "f32", "fast", "bf16", or NULL: "fast" */
+  int threads;             /* CPU threads; 0: all cores */
+  int parallel;            /* sequences decoded together in one batch (default 1) */
+  int64_t chunk;           /* prompt tokens per forward step, interleaved with decoding (512) */
+  int64_t context;         /* context limit per sequence; 0: max_position_embeddings (else 8192) */
+  int queue_size;          /* requests waiting for a slot before submit refuses (64) */
+  int64_t kv_budget;       /* bytes for every sequence's caches; 0: from memory_budget_gb; -1: no
+                              limit (caches grow as needed; the command line's single sequence) */
+  double memory_budget_gb; /* weights + workspace + KV caches; 0: 75% of RAM (kv_budget 0) */
+  int prefix_cache;        /* finished sequences kept for prefix reuse (entries; default 4; 0 off);
+                              their bytes count against kv_budget and are evicted first */
+  const char *kv_quant;    /* KV cache precision: NULL/"off", "4", "8", "config" */
+  int kv_group;            /* group of "4"/"8" (0: 64) */
+  const char *kv_config;   /* "config": this kv_config.json (NULL: the checkpoint's) */
+  int64_t kv_quant_start;  /* quantized caches stay plain until they hold this many tokens */
+} lm_engine_options;
+
+/* Defaults as documented above. */
+void lm_engine_options_init(lm_engine_options *o);
+
+/* Puts the checkpoint on a backend (uploading the weights to a device backend), plans the KV
+ * caches, sizes the memory and starts the scheduler thread. One engine per checkpoint at a time.
+ * Errors: LM_ERR_INVALID (an option out of range, a budget that does not cover the weights),
+ * LM_ERR_UNSUPPORTED (no such backend in this build), LM_ERR_DEVICE, LM_ERR_NOMEM. */
+lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_engine **out);
+
+/* Stops the scheduler (every request still queued or running ends with LM_FINISH_CANCELLED) and
+ * frees the engine. Requests still held by the caller stay valid until lm_request_free. NULL is a
+ * no-op. Not while another thread calls into this engine. */
+void lm_engine_free(lm_engine *e);
+
+typedef struct lm_engine_info {
+  const char *backend;   /* "cpu" or "cuda" */
+  const char *precision; /* "f32", "fast", "bf16" */
+  int parallel, queue_size, prefix_cache;
+  int64_t chunk, context;
+  int64_t kv_budget;            /* bytes (INT64_MAX: no limit) */
+  int64_t kv_bytes_per_token;   /* summed over the caches, below every sliding window */
+  int64_t max_sequence_context; /* the longest context one sequence can have within the budget */
+  int64_t workspace_bytes;      /* the forward step's workspace */
+  int n_caches;
+  char cache_plan[512]; /* "kv:rotating-plain x5, kv:plain x1" */
+} lm_engine_info;
+
+/* Thread-safe. */
+void lm_engine_describe(const lm_engine *e, lm_engine_info *info);
+
+/* One cache of the plan (0 <= i < n_caches): the layer that owns it, its signature, its bytes
+ * per token and its capacity in tokens (INT64_MAX: grows with the context). Errors:
+ * LM_ERR_INVALID (i out of range). Thread-safe. */
+lm_status lm_engine_cache(const lm_engine *e, int i, int *layer, char *signature, size_t n,
+                          int64_t *bytes_per_token, int64_t *capacity);
+
+typedef enum lm_admission {
+  LM_ADMIT_OK = 0,
+  LM_ADMIT_CONTEXT, /* prompt + max_tokens exceeds the context limit */
+  LM_ADMIT_MEMORY   /* its caches could never fit the KV budget */
+} lm_admission;
+
+/* Whether a request of n_prompt tokens and max_tokens could ever run; msg (may be NULL) gets the
+ * reason. Thread-safe. */
+lm_admission lm_engine_check(const lm_engine *e, int64_t n_prompt, int64_t max_tokens, char *msg,
+                             size_t n);
+
+typedef struct lm_engine_stats {
+  int active, prefilling, decoding, queued, queue_cap, parallel;
+  int64_t kv_budget, kv_reserved, kv_held; /* bytes */
+  int prefix_entries;
+  int64_t prefix_bytes, prefix_lookups, prefix_hits, prefix_misses, prefix_tokens_reused;
+  int64_t prefix_evictions;
+  int64_t steps, step_tokens, step_rows, prefill_tokens, decode_tokens;
+  int64_t requests_done, requests_cancelled, requests_timeout, requests_failed;
+  double busy_s; /* time in forward steps and sampling */
+} lm_engine_stats;
+
+/* A consistent snapshot of the counters. Thread-safe. */
+void lm_engine_get_stats(lm_engine *e, lm_engine_stats *st);
+
+/* Saves the state of a context to a state file (atomic write): the caches of the longest prefix
+ * of ids[0..n) that the engine holds (a finished request's context is kept in the prefix cache),
+ * its tokens and the model's fingerprint. *saved (may be NULL) gets the tokens written. Errors:
+ * LM_ERR_NOT_FOUND (no cached prefix of ids), LM_ERR_IO, LM_ERR_NOMEM. Thread-safe (runs on the
+ * scheduler thread between steps). */
+lm_status lm_engine_save_state(lm_engine *e, const int32_t *ids, int64_t n, const char *path,
+                               int64_t *saved);
+
+/* Loads a state file into the prefix cache: a later request whose ids begin with the saved tokens
+ * reuses them. *ids (may be NULL; the caller's, lm_free) gets the saved tokens. Errors:
+ * LM_ERR_IO, LM_ERR_CORRUPT, LM_ERR_INVALID (another model or cache plan, more tokens than the
+ * context), LM_ERR_NOMEM. Thread-safe. */
+lm_status lm_engine_load_state(lm_engine *e, const char *path, int32_t **ids, int64_t *n);
+
+/* Teacher-forced logits: feeds ids[0..n) through a fresh context and writes the logits of every
+ * position, f32 [n][vocab], to out. The first `prefill` tokens go in chunks of `chunk` (0: the
+ * engine's), the rest one token per step (prefill 0 or >= n: all prefilled). Errors:
+ * LM_ERR_INVALID (an id outside the vocabulary, n beyond the context), forward errors.
+ * Thread-safe (runs on the scheduler thread between steps). */
+lm_status lm_engine_logits(lm_engine *e, const int32_t *ids, int64_t n, int64_t prefill,
+                           int64_t chunk, float *out);
+
+/* ---- requests -------------------------------------------------------------------------------- */
+
+typedef struct lm_request lm_request;
+
+typedef enum lm_tool_choice {
+  LM_TOOLS_AUTO = 0, /* the model decides */
+  LM_TOOLS_NONE,     /* no tool call (the tools are still shown to the template) */
+  LM_TOOLS_REQUIRED, /* the answer opens with a call (Gemma 4 vocabularies) */
+  LM_TOOLS_NAMED     /* the answer opens with a call of tool_name */
+} lm_tool_choice;
+
+typedef struct lm_request_options {
+  /* The prompt: exactly one of these. */
+  const char *messages_json; /* a JSON array of messages, rendered with the chat template */
+  const char *prompt;        /* plain text, tokenized with the tokenizer's BOS */
+  const int32_t *ids;        /* token ids as they are */
+  int64_t n_ids;
+  const char *tools_json;           /* messages: a JSON array of tools for the template, or NULL */
+  const char *template_kwargs_json; /* messages: extra template variables (a JSON object) or NULL */
+  lm_tool_choice tool_choice;
+  const char *tool_name;   /* LM_TOOLS_NAMED */
+  lm_sampling sampling;    /* borrowed (copied at submit) */
+  int has_seed;            /* 0: the engine draws a new seed for this request */
+  int64_t max_tokens;      /* sampled tokens; 0: until a stop or the context limit */
+  const char *const *stop; /* stop strings: the text ends before the first of them */
+  int n_stop;
+  int ignore_eos;   /* stop ids are ordinary tokens (fixed-length benchmarks) */
+  int logprobs;     /* -1: none; 0..20: the chosen token's log-probability and N alternatives */
+  int raw_output;   /* events carry the text as decoded, control tokens included, unparsed */
+  double timeout_s; /* deadline from submit; 0: none */
+} lm_request_options;
+
+/* No prompt, the checkpoint's sampling defaults are NOT applied (neutral sampling, temperature
+ * 1), no limits, no stops, logprobs -1, tool choice auto. */
+void lm_request_options_init(lm_request_options *o);
+
+/* Builds the prompt (renders messages, tokenizes text), checks it against the engine's limits and
+ * queues the request. Errors: LM_ERR_INVALID (no prompt or two, an empty prompt, an id outside the
+ * vocabulary, bad sampling, a prompt that can never fit: lm_engine_check says why), LM_ERR_STATE
+ * (the queue is full: retry later), LM_ERR_CANCELLED (the engine is stopping), LM_ERR_NOMEM.
+ * Thread-safe with respect to the engine. */
+lm_status lm_request_submit(lm_engine *e, const lm_request_options *o, lm_request **out);
+
+typedef enum lm_event_kind {
+  LM_EVENT_NONE = 0,  /* nothing yet (lm_request_next timed out) */
+  LM_EVENT_TOKEN,     /* a sampled token: id, logprobs, the text it released (before parsing) */
+  LM_EVENT_CONTENT,   /* answer text */
+  LM_EVENT_REASONING, /* reasoning text (the thought channel) */
+  LM_EVENT_TOOL_CALL, /* a complete tool call: name and arguments (JSON) */
+  LM_EVENT_DONE       /* the end: finish reason and usage; no event follows */
+} lm_event_kind;
+
+typedef enum lm_finish_kind {
+  LM_FIN_NONE = 0,
+  LM_FIN_STOP,      /* a stop id was sampled (stop_id says which) */
+  LM_FIN_STOP_STR,  /* a stop string appeared (stop_index says which) */
+  LM_FIN_LENGTH,    /* max_tokens, or the context limit */
+  LM_FIN_CANCELLED, /* lm_request_cancel, or the engine stopped */
+  LM_FIN_TIMEOUT,   /* the request's deadline passed */
+  LM_FIN_ERROR      /* an engine error (message) */
+} lm_finish_kind;
+
+#define LM_TOP_LOGPROBS_MAX 20
+
+typedef struct lm_usage {
+  int64_t prompt_tokens, cached_tokens, completion_tokens; /* completion counts a stop id too */
+  int64_t decode_steps;                                    /* forward steps after the prompt */
+  double queue_s, prefill_s, ttft_s,
+      decode_s; /* waiting, prefill, first token since submit, rest */
+} lm_usage;
+
+typedef struct lm_event {
+  lm_event_kind kind;
+  /* LM_EVENT_TOKEN */
+  int32_t token;
+  int is_stop;   /* the token is a stop id (not part of the answer) */
+  float logprob; /* when logprobs >= 0 */
+  int n_top;
+  int32_t top_ids[LM_TOP_LOGPROBS_MAX];
+  float top_logprobs[LM_TOP_LOGPROBS_MAX];
+  /* LM_EVENT_TOKEN, CONTENT, REASONING: text[0..len), valid until the next call on the request */
+  const char *text;
+  size_t len;
+  /* LM_EVENT_TOOL_CALL: the index of the call in this answer, its name and arguments */
+  int tool_index;
+  const char *tool_name, *tool_arguments;
+  /* LM_EVENT_DONE */
+  lm_finish_kind finish;
+  int32_t stop_id;   /* LM_FIN_STOP */
+  int stop_index;    /* LM_FIN_STOP_STR */
+  const char *error; /* LM_FIN_ERROR, LM_FIN_TIMEOUT, LM_FIN_CANCELLED: why */
+  lm_usage usage;
+} lm_event;
+
+/* Takes the next event, waiting up to timeout_ms (< 0: until one comes; 0: no wait). On a
+ * timeout ev->kind is LM_EVENT_NONE and LM_OK is returned. After LM_EVENT_DONE every call returns
+ * LM_EVENT_DONE again. Errors: LM_ERR_NOMEM (the request is cancelled). One thread at a time. */
+lm_status lm_request_next(lm_request *r, int timeout_ms, lm_event *ev);
+
+/* Asks the engine to stop the request: it ends with LM_FIN_CANCELLED before the next step (the
+ * text streamed so far stays). Idempotent; any thread. */
+void lm_request_cancel(lm_request *r);
+
+/* The request's context: the prompt ids, then the sampled ids (a stop id excluded) as far as the
+ * events taken so far go. Valid until the next call on the request. */
+const int32_t *lm_request_tokens(const lm_request *r, int64_t *n, int64_t *n_prompt);
+
+/* The answer so far, parsed: content and reasoning (NUL-terminated, valid until the next call on
+ * the request) and the number of tool calls. Raw-output requests have only content. */
+const char *lm_request_content(const lm_request *r, size_t *len);
+const char *lm_request_reasoning(const lm_request *r, size_t *len);
+int lm_request_tool_calls(const lm_request *r);
+
+/* Cancels the request if it is still running and frees it. NULL is a no-op. */
+void lm_request_free(lm_request *r);
 
 #ifdef __cplusplus
 }

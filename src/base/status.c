@@ -4,12 +4,17 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LM_ERRMSG_CAP 1024
 static _Thread_local char lm_errbuf[LM_ERRMSG_CAP];
 
 int lm_version_number(void) { return LUMEN_VERSION_NUMBER; }
+
+int lm_api_version(void) { return LUMEN_API_VERSION; }
+
+void lm_free(void *p) { free(p); }
 
 const char *lm_errmsg(void) { return lm_errbuf; }
 
@@ -51,6 +56,7 @@ const char *lm_status_name(lm_status s) {
   case LM_ERR_DEVICE: return "LM_ERR_DEVICE";
   case LM_ERR_STATE: return "LM_ERR_STATE";
   case LM_ERR_CANCELLED: return "LM_ERR_CANCELLED";
+  case LM_ERR_TIMEOUT: return "LM_ERR_TIMEOUT";
   }
   return "LM_ERR_UNKNOWN";
 }

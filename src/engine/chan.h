@@ -18,8 +18,6 @@
 
 #include "lumen.h"
 
-#define LM_TOP_LOGPROBS_MAX 20 /* OpenAI's top_logprobs bound */
-
 /* One sampled token. */
 typedef struct lm_tok_event {
   int32_t id;
@@ -32,15 +30,7 @@ typedef struct lm_tok_event {
   float top_lp[LM_TOP_LOGPROBS_MAX];
 } lm_tok_event;
 
-typedef enum lm_finish_kind {
-  LM_FIN_NONE = 0,
-  LM_FIN_STOP,      /* a stop id */
-  LM_FIN_STOP_STR,  /* a stop string (stop_index says which) */
-  LM_FIN_LENGTH,    /* max_tokens or the context limit */
-  LM_FIN_CANCELLED, /* the client went away */
-  LM_FIN_TIMEOUT,   /* the request's deadline passed */
-  LM_FIN_ERROR      /* an engine error (message) */
-} lm_finish_kind;
+/* lm_finish_kind (LM_FIN_*) and LM_TOP_LOGPROBS_MAX are public (lumen.h). */
 
 typedef struct lm_finish {
   lm_finish_kind kind;

@@ -90,12 +90,6 @@ void lm_sched_stop(lm_sched *s);
 /* Stops (if needed) and frees. NULL is a no-op. */
 void lm_sched_free(lm_sched *s);
 
-typedef enum lm_admission {
-  LM_ADMIT_OK = 0,
-  LM_ADMIT_CONTEXT, /* prompt + max_tokens exceeds the context limit */
-  LM_ADMIT_MEMORY   /* its caches could never fit the KV budget */
-} lm_admission;
-
 /* Whether a request of this shape can ever run; msg gets the reason. */
 lm_admission lm_sched_check(const lm_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg,
                             size_t n);

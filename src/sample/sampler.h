@@ -30,42 +30,9 @@
 
 #include "lumen.h"
 
-typedef struct lm_logit_bias {
-  int32_t id;
-  float bias;
-} lm_logit_bias;
+/* lm_sampling, lm_logit_bias and their init/clear/copy/add functions are public (lumen.h). */
 
-/* Sampling parameters. The lists are owned by the struct (lm_sampling_clear frees them); copy
- * with lm_sampling_copy, never by assignment when the lists are non-empty. */
-typedef struct lm_sampling {
-  float temperature;       /* <= 0: greedy */
-  int32_t top_k;           /* 0: off */
-  float top_p;             /* 1: off; (0, 1] */
-  float min_p;             /* 0: off; [0, 1] */
-  float repeat_penalty;    /* 1: off; > 0 */
-  int32_t repeat_last_n;   /* window of the repetition penalty (default 64) */
-  float presence_penalty;  /* 0: off */
-  float frequency_penalty; /* 0: off */
-  int32_t penalty_last_n;  /* window of presence/frequency (default 64) */
-  uint64_t seed;
-  int32_t n_bias;
-  lm_logit_bias *bias; /* [n_bias]; a repeated id adds up */
-  int32_t n_suppress;
-  int32_t *suppress; /* [n_suppress] */
-} lm_sampling;
-
-/* Neutral parameters: temperature 1, every processor off, windows 64, seed 0, no lists. */
-void lm_sampling_init(lm_sampling *s);
-/* Frees the lists and re-initializes. NULL is a no-op. */
-void lm_sampling_clear(lm_sampling *s);
-/* Deep copy into dst (which must not own lists: initialize or clear it first). Errors:
- * LM_ERR_NOMEM. */
-lm_status lm_sampling_copy(lm_sampling *dst, const lm_sampling *src);
-/* Appends one bias / one suppressed id. Errors: LM_ERR_INVALID (negative id, NaN or +inf bias),
- * NOMEM. */
-lm_status lm_sampling_add_bias(lm_sampling *s, int32_t id, float bias);
-lm_status lm_sampling_add_suppress(lm_sampling *s, int32_t id);
-/* Checks every range documented above; LM_ERR_INVALID naming the field. */
+/* Checks every range documented there; LM_ERR_INVALID naming the field. */
 lm_status lm_sampling_validate(const lm_sampling *s);
 
 typedef struct lm_sampler lm_sampler;
