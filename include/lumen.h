@@ -225,6 +225,11 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
  * no-op. Not while another thread calls into this engine. */
 void lm_engine_free(lm_engine *e);
 
+/* Stops the scheduler: every request still queued or running ends with LM_FIN_CANCELLED, and
+ * later submits and commands fail with LM_ERR_CANCELLED. The engine stays valid (describe, stats)
+ * until lm_engine_free. Idempotent; thread-safe. */
+void lm_engine_stop(lm_engine *e);
+
 typedef struct lm_engine_info {
   const char *backend;   /* "cpu" or "cuda" */
   const char *precision; /* "f32", "fast", "bf16" */
@@ -323,18 +328,39 @@ typedef struct lm_request_options {
   int ignore_eos;   /* stop ids are ordinary tokens (fixed-length benchmarks) */
   int logprobs;     /* -1: none; 0..20: the chosen token's log-probability and N alternatives */
   int raw_output;   /* events carry the text as decoded, control tokens included, unparsed */
-  double timeout_s; /* deadline from submit; 0: none */
+  int parse_output; /* prompt or ids: parse the answer as messages' answers are (reasoning,
+                       tool calls), for callers that render the chat template themselves */
+  int starts_in_reasoning; /* with parse_output: the prompt ends inside an open reasoning channel */
+  double timeout_s;        /* deadline from submit; 0: none */
 } lm_request_options;
 
 /* No prompt, the checkpoint's sampling defaults are NOT applied (neutral sampling, temperature
  * 1), no limits, no stops, logprobs -1, tool choice auto. */
 void lm_request_options_init(lm_request_options *o);
 
-/* Builds the prompt (renders messages, tokenizes text), checks it against the engine's limits and
- * queues the request. Errors: LM_ERR_INVALID (no prompt or two, an empty prompt, an id outside the
- * vocabulary, bad sampling, a prompt that can never fit: lm_engine_check says why), LM_ERR_STATE
- * (the queue is full: retry later), LM_ERR_CANCELLED (the engine is stopping), LM_ERR_NOMEM.
- * Thread-safe with respect to the engine. */
+/* Builds the request without queueing it: renders messages, tokenizes text, validates the
+ * options (everything is copied). lm_request_tokens then tells the prompt's length, and
+ * lm_request_set_max_tokens may still change the limit. Errors: LM_ERR_INVALID (no prompt or two,
+ * an empty prompt, an id outside the vocabulary, bad JSON, a template error, bad sampling, stop
+ * strings without a tokenizer), LM_ERR_STATE (messages without a chat template, text without a
+ * tokenizer), LM_ERR_NOMEM. Thread-safe with respect to the engine. */
+lm_status lm_request_create(lm_engine *e, const lm_request_options *o, lm_request **out);
+
+/* Changes max_tokens of a request not yet started (0: until a stop or the context limit).
+ * Errors: LM_ERR_STATE (started), LM_ERR_INVALID (< 0). */
+lm_status lm_request_set_max_tokens(lm_request *r, int64_t max_tokens);
+
+/* Checks the request against the engine's limits and queues it. Errors: LM_ERR_INVALID (it can
+ * never fit: lm_request_admission says whether the context or the memory is short, and the
+ * message by how much), LM_ERR_STATE (the queue is full, or already started), LM_ERR_CANCELLED
+ * (the engine is stopping). On error the request stays unstarted (it may be freed, or started
+ * again later). */
+lm_status lm_request_start(lm_request *r);
+
+/* Why the last lm_request_start refused for lack of room (LM_ADMIT_OK otherwise). */
+lm_admission lm_request_admission(const lm_request *r);
+
+/* lm_request_create + lm_request_start; on error nothing is left to free. */
 lm_status lm_request_submit(lm_engine *e, const lm_request_options *o, lm_request **out);
 
 typedef enum lm_event_kind {

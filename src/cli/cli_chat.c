@@ -32,9 +32,10 @@ typedef struct chat {
   lm_cli_textgen t;
   const lm_cli_textgen_opts *o;
   json_t *msgs;
-  char *ctx_text; /* the text the context holds (template mode), NULL: unknown */
-  int turns;      /* raw mode: turns appended so far */
-  int failed;     /* some turn failed */
+  char *ctx_text;  /* the text the context holds (template mode), NULL: unknown */
+  int turns;       /* raw mode: turns appended so far */
+  int failed;      /* some turn failed */
+  int interrupted; /* Ctrl-C at the prompt ended the session */
 } chat;
 
 /* Reads one turn (joining backslash-continued lines) into *buf; returns its length or -1 at EOF. */
@@ -69,7 +70,7 @@ static void reset_conversation(chat *c) {
   json_array_clear(c->msgs);
   free(c->ctx_text);
   c->ctx_text = NULL;
-  if (c->o->system && c->t.tmpl)
+  if (c->o->system && c->t.templ)
     json_array_append_new(c->msgs,
                           json_pack("{s:s,s:s}", "role", "system", "content", c->o->system));
   c->turns = 0;
@@ -93,7 +94,7 @@ static int remember(chat *c, const char *prompt) {
   free(c->ctx_text);
   c->ctx_text = malloc(strlen(prompt) + strlen(reply) + 1);
   if (c->ctx_text) sprintf(c->ctx_text, "%s%s", prompt, reply);
-  free(reply);
+  lm_free(reply);
   return 0;
 }
 
@@ -112,8 +113,8 @@ static int template_turn(chat *c, const char *text) {
     free(c->ctx_text);
     c->ctx_text = NULL;
   }
-  free(ids);
-  free(prompt);
+  lm_free(ids);
+  lm_free(prompt);
   return rc;
 }
 
@@ -127,7 +128,7 @@ static int raw_turn(chat *c, const char *text) {
   int rc = lm_cli_textgen_encode(&c->t, with_nl, c->turns == 0, &ids, &n);
   free(with_nl);
   if (!rc && n) rc = lm_cli_textgen_respond(&c->t, ids, n, 0);
-  free(ids);
+  lm_free(ids);
   if (!rc) c->turns++;
   return rc;
 }
@@ -137,7 +138,7 @@ static int handle(chat *c, const char *line, size_t len) {
   if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) return 1;
   if (!strcmp(line, "/reset")) {
     reset_conversation(c);
-    if (lm_gen_reset(c->t.gen)) c->failed = lm_cli_fail("reset");
+    lm_cli_textgen_reset(&c->t);
     fprintf(stderr, "(new conversation)\n");
     return 0;
   }
@@ -150,7 +151,7 @@ static int handle(chat *c, const char *line, size_t len) {
     c->failed = 1;
     return 0;
   }
-  if ((c->t.tmpl ? template_turn(c, line) : raw_turn(c, line))) c->failed = 1;
+  if ((c->t.templ ? template_turn(c, line) : raw_turn(c, line))) c->failed = 1;
   return 0;
 }
 
@@ -162,6 +163,10 @@ static void repl(chat *c) {
     if (tty) {
       fputs("> ", stdout);
       fflush(stdout);
+    }
+    if (!lm_cli_textgen_wait_input(&c->t)) { /* Ctrl-C at the prompt leaves */
+      c->interrupted = 1;
+      break;
     }
     ssize_t n = read_turn(&buf, &cap);
     if (n < 0) break;
@@ -193,7 +198,7 @@ int lm_cli_chat(int argc, char **argv) {
   if (!lm_cli_textgen_open(&c.t, argv[optind], &o)) {
     reset_conversation(&c);
     repl(&c);
-    rc = c.failed;
+    rc = c.interrupted ? 130 : c.failed;
   }
   lm_cli_textgen_close(&c.t);
   json_decref(c.msgs);

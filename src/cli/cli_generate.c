@@ -1,13 +1,13 @@
 /* cli_generate.c — `lumen generate`: greedy continuation of a prompt given as token ids
- * (ids in, ids out; `lumen run` does text). Prefills the prompt, then decodes N tokens. */
+ * (ids in, ids out; `lumen run` does text), as one request of the engine (lumen.h). A model
+ * directory without a tokenizer works. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/status.h"
 #include "cli/cli.h"
 #include "cli/cli_common.h"
-#include "model/forward.h"
+#include "lumen.h"
 
 static const char *generate_help =
     "usage: lumen generate MODEL_DIR --ids 2,17,... [-n N] [options]\n"
@@ -19,54 +19,33 @@ static const char *generate_help =
     "  -n, --tokens N   tokens to generate (default 16)\n"
     "  --backend B      cpu (default); --precision f32|fast|bf16 (default f32); --threads N\n";
 
-static int64_t argmax(const float *x, int64_t n) {
-  int64_t b = 0;
-  for (int64_t i = 1; i < n; i++)
-    b = x[i] > x[b] ? i : b;
-  return b;
-}
-
-static int generate(lm_model *m, lm_backend *be, const int32_t *ids, int64_t T, int64_t n) {
-  int64_t V = m->cfg.vocab_size;
-  lm_kv_spec specs[m->cfg.n_caches + 1];
-  lm_model_kv_specs(m, specs);
-  lm_kv_set *kv = NULL;
-  lm_forward *fp = NULL, *fd = NULL;
-  float *logits = malloc((size_t)T * (size_t)V * sizeof(float));
-  int rc = 1;
-  if (!logits || lm_kv_set_create(be, specs, m->cfg.n_caches, &kv) ||
-      lm_forward_create(m, be, T, T, &fp) || lm_forward_create(m, be, 1, 1, &fd)) {
-    lm_cli_fail(NULL);
-    goto done;
-  }
-  double t0 = lm_cli_now();
-  if (lm_forward_feed(fp, kv, ids, T, T, logits)) {
-    lm_cli_fail("prefill");
-    goto done;
-  }
-  double t1 = lm_cli_now();
-  int32_t next = (int32_t)argmax(logits + (T - 1) * V, V);
+/* Streams the greedy ids of one request as a JSON array. */
+static int generate(lm_engine *e, const int32_t *ids, int64_t T, int64_t n) {
+  lm_request_options ro;
+  lm_request_options_init(&ro);
+  ro.ids = ids;
+  ro.n_ids = T;
+  ro.sampling.temperature = 0;
+  ro.has_seed = 1;
+  ro.max_tokens = n;
+  ro.ignore_eos = 1;
+  lm_request *r = NULL;
+  if (lm_request_submit(e, &ro, &r)) return lm_cli_fail(NULL);
+  lm_event ev;
+  int64_t k = 0;
   printf("[");
-  for (int64_t i = 0; i < n; i++) {
-    printf("%s%d", i ? "," : "", next);
-    if (i + 1 < n) {
-      if (lm_forward_feed(fd, kv, &next, 1, 1, logits)) {
-        lm_cli_fail("decode");
-        goto done;
-      }
-      next = (int32_t)argmax(logits, V);
-    }
-  }
+  while (!lm_request_next(r, -1, &ev) && ev.kind != LM_EVENT_DONE)
+    if (ev.kind == LM_EVENT_TOKEN) printf("%s%d", k++ ? "," : "", ev.token);
   printf("]\n");
-  double t2 = lm_cli_now();
-  fprintf(stderr, "prefill %lld tokens %.1f tok/s, decode %lld tokens %.1f tok/s\n", (long long)T,
-          T / (t1 - t0), (long long)n, n > 1 ? (n - 1) / (t2 - t1) : 0.0);
-  rc = 0;
-done:
-  lm_forward_free(fp);
-  lm_forward_free(fd);
-  lm_kv_set_free(kv);
-  free(logits);
+  int rc = 0;
+  if (ev.kind != LM_EVENT_DONE || ev.finish == LM_FIN_ERROR)
+    rc = (fprintf(stderr, "lumen: %s\n", ev.kind == LM_EVENT_DONE ? ev.error : lm_errmsg()), 1);
+  const lm_usage *u = &ev.usage;
+  if (!rc)
+    fprintf(stderr, "prefill %lld tokens %.1f tok/s, decode %lld tokens %.1f tok/s\n", (long long)T,
+            u->prefill_s > 0 ? (double)T / u->prefill_s : 0.0, (long long)k,
+            u->decode_s > 0 ? (double)u->decode_steps / u->decode_s : 0.0);
+  lm_request_free(r);
   return rc;
 }
 
@@ -98,25 +77,23 @@ int lm_cli_generate(int argc, char **argv) {
   int32_t *ids;
   int64_t T;
   if (lm_cli_parse_ids(ids_s, &ids, &T)) return 1;
-  lm_model *m = lm_cli_load_model(argv[optind]);
-  lm_backend *be = m ? lm_cli_backend(&bo, LM_PRECISION_F32) : NULL;
+  lm_checkpoint *ck = NULL;
+  lm_engine *e = NULL;
+  lm_engine_options eo;
+  lm_engine_options_init(&eo);
+  eo.backend = bo.backend;
+  eo.precision = bo.precision ? bo.precision : "f32";
+  eo.threads = bo.threads;
+  eo.chunk = T; /* the prompt in one step */
+  eo.kv_budget = -1;
+  eo.prefix_cache = 0;
   int rc = 1;
-  if (be && lm_model_prepare(m, be)) { /* device backends upload the weights once */
-    lm_cli_fail("prepare");
-    lm_backend_destroy(be);
-    be = NULL;
-  }
-  if (m && be) {
-    for (int64_t i = 0; i < T; i++)
-      if (ids[i] >= m->cfg.vocab_size) {
-        fprintf(stderr, "lumen: --ids: id %d is outside the vocabulary (%lld)\n", ids[i],
-                (long long)m->cfg.vocab_size);
-        T = 0;
-      }
-    rc = T ? generate(m, be, ids, T, n) : 1;
-  }
-  lm_backend_destroy(be);
-  lm_model_free(m);
+  if (lm_checkpoint_open(argv[optind], &ck) || lm_engine_create(ck, &eo, &e))
+    lm_cli_fail(NULL);
+  else
+    rc = generate(e, ids, T, n);
+  lm_engine_free(e);
+  lm_checkpoint_free(ck);
   free(ids);
   return rc;
 }

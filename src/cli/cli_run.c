@@ -40,7 +40,7 @@ static int run_prompt(lm_cli_textgen *t, const lm_cli_textgen_opts *o, const cha
   int32_t *ids = NULL;
   size_t n = 0;
   int rc;
-  if (t->tmpl) {
+  if (t->templ) {
     json_t *msgs = json_array();
     if (o->system)
       json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
@@ -49,19 +49,18 @@ static int run_prompt(lm_cli_textgen *t, const lm_cli_textgen_opts *o, const cha
     rc = lm_cli_textgen_render(t, msgs, &text);
     json_decref(msgs);
     if (!rc) rc = lm_cli_textgen_encode(t, text, 0, &ids, &n);
-    free(text);
+    lm_free(text);
   } else {
     if (o->system && !o->raw) fprintf(stderr, "lumen: no chat template: --system is ignored\n");
     rc = lm_cli_textgen_encode(t, prompt, 1, &ids, &n);
   }
   if (!rc && n == 0) rc = (fprintf(stderr, "lumen: the prompt is empty\n"), 1);
-  if (!rc && o->load_state && lm_gen_load_state(t->gen, o->load_state))
-    rc = lm_cli_fail("--load-state");
+  if (!rc && o->load_state) rc = lm_cli_textgen_load(t, o->load_state);
   /* sync: a loaded state keeps the tokens the prompt begins with */
   if (!rc) rc = lm_cli_textgen_respond(t, ids, n, 1);
-  if (!rc && o->save_state && lm_gen_save_state(t->gen, o->save_state))
-    rc = lm_cli_fail("--save-state");
-  free(ids);
+  if (!rc && o->save_state) rc = lm_cli_textgen_save(t, o->save_state);
+  lm_free(ids);
+  if (!rc && t->interrupted) rc = 130; /* as a shell reports a SIGINT */
   return rc;
 }
 

@@ -11,8 +11,6 @@
 #include "cli/cli.h"
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
-#include "model/forward.h"
-#include "sample/gen_config.h"
 #include "server/server.h"
 
 static const char *const usage =
@@ -93,7 +91,6 @@ enum {
 
 typedef struct serve_opts {
   lm_server_opts so;
-  lm_cli_backend_opts be;
   lm_cli_sampling samp;
   const char *model, *preset, *tokenizer;
   int bits;
@@ -131,8 +128,8 @@ static int int_opt(serve_opts *o, int c, const char *arg) {
     return num("--max-body", arg, 1024, 1 << 30, &x) ? 2 : (o->so.max_body = (int64_t)x, 0);
   case O_MAXCONN:
     return num("--max-connections", arg, 1, 65536, &x) ? 2 : (o->so.max_connections = (int)x, 0);
-  case O_KVG: return num("--kv-group", arg, 32, 128, &x) ? 2 : (o->so.kv.group = (int)x, 0);
-  case O_THREADS: return num("--threads", arg, 1, 4096, &x) ? 2 : (o->be.threads = (int)x, 0);
+  case O_KVG: return num("--kv-group", arg, 32, 128, &x) ? 2 : (o->so.kv_group = (int)x, 0);
+  case O_THREADS: return num("--threads", arg, 1, 4096, &x) ? 2 : (o->so.threads = (int)x, 0);
   case O_BITS: return num("--bits", arg, 0, 8, &x) ? 2 : (o->bits = (int)x, 0);
   case O_WSEED:
     return num("--weight-seed", arg, 0, 1e18, &x) ? 2 : (o->wseed = (unsigned long long)x, 0);
@@ -150,10 +147,10 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case O_ID: o->so.model_id = arg; return 0;
   case 'v':
   case O_LOG: o->so.log_requests = 1; return 0;
-  case O_KVQ: o->so.kv.mode = arg; return 0;
-  case O_KVC: o->so.kv.config_path = arg; return 0;
-  case O_BACKEND: o->be.backend = arg; return 0;
-  case O_PREC: o->be.precision = arg; return 0;
+  case O_KVQ: o->so.kv_quant = arg; return 0;
+  case O_KVC: o->so.kv_config = arg; return 0;
+  case O_BACKEND: o->so.backend = arg; return 0;
+  case O_PREC: o->so.precision = arg; return 0;
   case O_PRESET: o->preset = arg; return 0;
   case O_TOKENIZER: o->tokenizer = arg; return 0;
   }
@@ -226,26 +223,29 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
 }
 
 /* The request defaults: the checkpoint's generation_config.json with the flags overlaid. */
-static int defaults(serve_opts *o, const char *dir, lm_sampling *out) {
-  lm_gen_config gc;
-  if (lm_gen_config_load(dir, &gc)) return lm_cli_fail("generation_config.json");
-  lm_status s = lm_cli_sampling_apply(&o->samp, &gc.sampling, out);
-  o->so.max_tokens = o->samp.max_tokens > 0  ? o->samp.max_tokens
-                     : gc.max_new_tokens > 0 ? gc.max_new_tokens
-                                             : 0;
-  lm_gen_config_clear(&gc);
+static int defaults(serve_opts *o, const lm_checkpoint *ck, lm_sampling *out) {
+  lm_checkpoint_info ci;
+  lm_checkpoint_describe(ck, &ci);
+  lm_status s = lm_cli_sampling_apply(&o->samp, ci.defaults, out);
+  o->so.max_tokens = o->samp.max_tokens > 0      ? o->samp.max_tokens
+                     : ci.default_max_tokens > 0 ? ci.default_max_tokens
+                                                 : 0;
   if (s) return lm_cli_fail("sampling flags");
   o->so.has_seed = (o->samp.set >> (lm_cli_sampling_opt("seed") - LM_CLI_SAMPLING_BASE)) & 1u;
   return 0;
 }
 
-static lm_model *load(serve_opts *o) {
-  if (!o->preset) return lm_cli_load_model(o->model);
-  lm_model *m = NULL;
+static lm_checkpoint *load(serve_opts *o) {
+  lm_checkpoint *ck = NULL;
+  if (!o->preset) {
+    if (lm_checkpoint_open(o->model, &ck)) lm_cli_fail(NULL);
+    return ck;
+  }
   fprintf(stderr, "lumen serve: building a synthetic model of %s (%d-bit weights)...\n", o->preset,
           o->bits);
-  if (lm_model_synth(o->preset, o->bits, 64, o->wseed, &m)) lm_cli_fail("synthetic model");
-  return m;
+  if (lm_checkpoint_open_synthetic(o->preset, o->tokenizer, o->bits, 64, o->wseed, &ck))
+    lm_cli_fail("synthetic model");
+  return ck;
 }
 
 /* Blocks until SIGINT or SIGTERM (blocked in every thread, taken here). */
@@ -259,16 +259,14 @@ static int serve(serve_opts *o, const sigset_t *set) {
   const char *dir = o->preset ? o->tokenizer : o->model;
   lm_sampling samp;
   lm_sampling_init(&samp);
-  lm_model *m = load(o);
-  lm_backend *be = m ? lm_cli_backend(&o->be, LM_PRECISION_FAST) : NULL;
+  lm_checkpoint *ck = load(o);
   lm_server *s = NULL;
   int rc = 1;
-  if (!be || (lm_model_prepare(m, be) && lm_cli_fail("prepare")) || defaults(o, dir, &samp))
-    goto done;
+  if (!ck || defaults(o, ck, &samp)) goto done;
   o->so.model_dir = dir;
   o->so.sampling = &samp;
   if (o->preset && !o->so.model_id) o->so.model_id = "synthetic";
-  if (lm_server_create(m, be, &o->so, &s) || lm_server_start(s)) {
+  if (lm_server_create(ck, &o->so, &s) || lm_server_start(s)) {
     lm_cli_fail("serve");
     goto done;
   }
@@ -282,8 +280,7 @@ static int serve(serve_opts *o, const sigset_t *set) {
 done:
   lm_server_free(s);
   lm_sampling_clear(&samp);
-  lm_backend_destroy(be);
-  lm_model_free(m);
+  lm_checkpoint_free(ck);
   return rc;
 }
 

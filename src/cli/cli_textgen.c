@@ -1,12 +1,17 @@
-/* cli_textgen.c — the text-generation plumbing shared by `lumen run` and `lumen chat`. */
+/* cli_textgen.c — the text-generation plumbing shared by `lumen run` and `lumen chat`, over the
+ * public API (lumen.h). */
 #include "cli/cli_textgen.h"
 
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
 #include "base/status.h"
-#include "model/forward.h"
-#include "sample/gen_config.h"
 #include "text/utf8.h"
 
 /* ---- flags ----------------------------------------------------------------------------------- */
@@ -87,10 +92,10 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   case OPT_NO_THINK: o->think = 0; return 0;
   case OPT_CHUNK: return parse_count("--chunk", arg, &o->chunk);
   case OPT_CTX: return parse_count("--ctx", arg, &o->ctx);
-  case OPT_KV_QUANT: o->kv.mode = arg; return 0;
-  case OPT_KV_GROUP: o->kv.group = atoi(arg); return 0;
-  case OPT_KV_CONFIG: o->kv.config_path = arg; return 0;
-  case OPT_KV_START: o->kv.quant_start = atoll(arg); return 0;
+  case OPT_KV_QUANT: o->kv_quant = arg; return 0;
+  case OPT_KV_GROUP: o->kv_group = atoi(arg); return 0;
+  case OPT_KV_CONFIG: o->kv_config = arg; return 0;
+  case OPT_KV_START: o->kv_quant_start = atoll(arg); return 0;
   case OPT_SAVE_STATE: o->save_state = arg; return 0;
   case OPT_LOAD_STATE: o->load_state = arg; return 0;
   case 'v': o->verbose = 1; return 0;
@@ -145,99 +150,85 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
 
 /* ---- opening a checkpoint -------------------------------------------------------------------- */
 
-static int32_t find_token(const void *ctx, const char *text, size_t len) {
-  return lm_tokenizer_find(ctx, text, len);
+/* SIGINT becomes readable on a signalfd. It is blocked before the engine's thread starts, so that
+ * thread inherits the mask and the signal reaches no one but the descriptor. */
+static int open_sigfd(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  if (pthread_sigmask(SIG_BLOCK, &set, NULL)) return -1;
+  return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
-static char *token_string(const lm_tokenizer *tok, int32_t id) {
-  size_t n = 0;
-  const char *s = id >= 0 ? lm_tokenizer_piece(tok, id, &n) : NULL;
-  return s ? strndup(s, n) : strdup("");
+/* 1 (and the signal consumed) when Ctrl-C was pressed since the last look. */
+static int take_sigint(lm_cli_textgen *t) {
+  struct signalfd_siginfo si;
+  return t->sigfd >= 0 && read(t->sigfd, &si, sizeof si) == (ssize_t)sizeof si;
 }
 
-static int on_token(void *user, int32_t id, const char *text, size_t len);
-
-static int make_session(lm_cli_textgen *t) {
+static int make_engine(lm_cli_textgen *t) {
   const lm_cli_textgen_opts *o = t->o;
-  lm_gen_opts go;
-  lm_gen_opts_init(&go);
-  go.kv = &o->kv;
-  go.chunk = o->chunk;
-  go.max_context = o->ctx;
-  go.max_tokens = o->samp.max_tokens > 0 ? o->samp.max_tokens : t->gc.max_new_tokens;
-  go.stop_ids = t->stop_ids;
-  go.n_stop_ids = t->n_stop_ids;
-  go.stop_strings = o->samp.stops;
-  go.n_stop_strings = o->samp.n_stops;
-  /* special tokens are not text, except the control tokens the output parser reads */
-  int32_t keep[8];
-  int32_t nk = 0;
-  const int32_t pt[] = {t->ptok.channel_open,       t->ptok.channel_close,
-                        t->ptok.tool_call_open,     t->ptok.tool_call_close,
-                        t->ptok.tool_response_open, lm_tokenizer_find(t->tok, "<|\"|>", 5)};
-  for (int i = 0; t->tmpl && i < 6; i++)
-    if (pt[i] >= 0) keep[nk++] = pt[i];
-  go.skip_special = !o->raw_output;
-  go.keep_special = keep;
-  go.n_keep_special = nk;
-  go.on_token = on_token;
-  go.user = t;
-  lm_status s = lm_cli_sampling_apply(&o->samp, &t->gc.sampling, &go.sampling);
-  if (!s) s = lm_gen_create(t->m, t->be, t->tok, &go, &t->gen);
-  if (!s && o->verbose)
-    fprintf(stderr,
-            "lumen: seed %llu, temperature %g, top-k %d, top-p %g, min-p %g; %d stop ids%s\n",
-            (unsigned long long)go.sampling.seed, go.sampling.temperature, go.sampling.top_k,
-            go.sampling.top_p, go.sampling.min_p, t->n_stop_ids, t->tmpl ? "" : "; raw completion");
-  lm_sampling_clear(&go.sampling);
-  return s ? lm_cli_fail(NULL) : 0;
+  lm_engine_options eo;
+  lm_engine_options_init(&eo);
+  eo.backend = o->be.backend;
+  eo.precision = o->be.precision;
+  eo.threads = o->be.threads;
+  eo.chunk = o->chunk > 0 ? o->chunk : 512;
+  eo.context = o->ctx;
+  eo.kv_budget = -1; /* one sequence: its caches grow as it needs */
+  eo.kv_quant = o->kv_quant;
+  eo.kv_group = o->kv_group;
+  eo.kv_config = o->kv_config;
+  eo.kv_quant_start = o->kv_quant_start;
+  if (lm_engine_create(t->ck, &eo, &t->e)) return lm_cli_fail(NULL);
+  return 0;
 }
 
 static int open_text(lm_cli_textgen *t, const char *dir) {
-  if (lm_tokenizer_load(dir, &t->tok)) return lm_cli_fail(NULL);
-  if (!t->o->raw && lm_chat_template_load(dir, &t->tmpl)) return lm_cli_fail("chat template");
-  if (!t->tmpl && !t->o->raw && t->o->verbose)
-    fprintf(stderr, "lumen: %s has no chat template: raw completion\n", dir);
-  if (lm_gen_config_load(dir, &t->gc)) return lm_cli_fail(NULL);
-  if (lm_gen_stop_ids(t->m->cfg.eos_ids, t->m->cfg.n_eos, &t->gc, lm_tokenizer_eos(t->tok),
-                      &t->stop_ids, &t->n_stop_ids))
-    return lm_cli_fail(NULL);
-  t->bos = token_string(t->tok, lm_tokenizer_bos(t->tok));
-  t->eos = token_string(t->tok, lm_tokenizer_eos(t->tok));
-  if (!t->bos || !t->eos) return lm_cli_fail("out of memory");
-  if (t->o->think >= 0) t->kwargs = json_pack("{s:b}", "enable_thinking", t->o->think);
-  t->parse_gemma4 = lm_parser_tokens_gemma4(find_token, t->tok, &t->ptok) == LM_OK;
-  if (!t->parse_gemma4) {
-    memset(&t->ptok, 0xff, sizeof t->ptok); /* every id -1 */
-    t->ptok.eos = lm_tokenizer_eos(t->tok);
+  const lm_cli_textgen_opts *o = t->o;
+  if (!t->ci.has_tokenizer) {
+    fprintf(stderr, "lumen: %s has no tokenizer.json (use `lumen generate --ids` for ids)\n", dir);
+    return 1;
   }
+  t->templ = t->ci.has_chat_template && !o->raw;
+  t->parse = t->templ && !o->raw_output;
+  if (!t->ci.has_chat_template && !o->raw && o->verbose)
+    fprintf(stderr, "lumen: %s has no chat template: raw completion\n", dir);
+  if (o->think >= 0 && !(t->kwargs = strdup(o->think ? "{\"enable_thinking\":true}"
+                                                     : "{\"enable_thinking\":false}")))
+    return lm_cli_fail("out of memory");
+  if (lm_cli_sampling_apply(&o->samp, t->ci.defaults, &t->sampling)) return lm_cli_fail(NULL);
+  t->max_tokens = o->samp.max_tokens > 0 ? o->samp.max_tokens : t->ci.default_max_tokens;
+  if (o->verbose)
+    fprintf(stderr,
+            "lumen: seed %llu, temperature %g, top-k %d, top-p %g, min-p %g; %d stop ids%s\n",
+            (unsigned long long)t->sampling.seed, t->sampling.temperature, t->sampling.top_k,
+            t->sampling.top_p, t->sampling.min_p, t->ci.n_stop_ids,
+            t->ci.has_chat_template && !o->raw ? "" : "; raw completion");
   return 0;
 }
 
 int lm_cli_textgen_open(lm_cli_textgen *t, const char *dir, const lm_cli_textgen_opts *o) {
   memset(t, 0, sizeof *t);
   t->o = o;
-  lm_gen_config_clear(&t->gc);
-  if (!(t->m = lm_cli_load_model(dir))) return 1;
-  if (!(t->be = lm_cli_backend(&o->be, LM_PRECISION_FAST))) return 1;
-  if (lm_model_prepare(t->m, t->be)) return lm_cli_fail("prepare");
+  t->sigfd = -1;
+  lm_sampling_init(&t->sampling);
+  if (lm_checkpoint_open(dir, &t->ck)) return lm_cli_fail(NULL);
+  lm_checkpoint_describe(t->ck, &t->ci);
   if (open_text(t, dir)) return 1;
-  return make_session(t);
+  t->sigfd = open_sigfd();
+  return make_engine(t);
 }
 
 void lm_cli_textgen_close(lm_cli_textgen *t) {
-  lm_parser_free(t->parser);
-  lm_gen_free(t->gen);
-  json_decref(t->kwargs);
-  free(t->bos);
-  free(t->eos);
-  free(t->stop_ids);
-  lm_gen_config_clear(&t->gc);
-  lm_chat_template_free(t->tmpl);
-  lm_tokenizer_free(t->tok);
-  lm_backend_destroy(t->be);
-  lm_model_free(t->m);
+  lm_engine_free(t->e);
+  lm_checkpoint_free(t->ck);
+  lm_sampling_clear(&t->sampling);
+  free(t->kwargs);
+  free(t->ctx);
+  if (t->sigfd >= 0) close(t->sigfd);
   memset(t, 0, sizeof *t);
+  t->sigfd = -1;
 }
 
 /* ---- prompts --------------------------------------------------------------------------------- */
@@ -254,7 +245,10 @@ int lm_cli_check_utf8(const char *what, const char *text, size_t len) {
 }
 
 int lm_cli_textgen_encode(lm_cli_textgen *t, const char *text, int bos, int32_t **ids, size_t *n) {
-  if (lm_tokenizer_encode(t->tok, text, strlen(text), bos, ids, n)) return lm_cli_fail("tokenize");
+  int64_t k = 0;
+  if (lm_checkpoint_tokenize(t->ck, text, strlen(text), bos, ids, &k))
+    return lm_cli_fail("tokenize");
+  *n = (size_t)k;
   return 0;
 }
 
@@ -270,16 +264,15 @@ static int ends_in_reasoning(const char *prompt) {
   return 0;
 }
 
-static int new_parser(lm_cli_textgen *t, int start_in_reasoning);
-
 int lm_cli_textgen_render(lm_cli_textgen *t, const json_t *messages, char **prompt) {
   *prompt = NULL;
-  if (lm_chat_render(t->tmpl, messages, NULL, t->kwargs, 1, t->bos, t->eos, prompt))
-    return lm_cli_fail("chat template");
-  if (t->o->raw_output || !new_parser(t, ends_in_reasoning(*prompt))) return 0;
-  free(*prompt);
-  *prompt = NULL;
-  return 1;
+  char *msgs = json_dumps(messages, JSON_COMPACT);
+  lm_status s = msgs ? lm_checkpoint_render(t->ck, msgs, NULL, t->kwargs, 1, prompt)
+                     : LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  free(msgs);
+  if (s) return lm_cli_fail("chat template");
+  t->starts_in_reasoning = ends_in_reasoning(*prompt);
+  return 0;
 }
 
 /* ---- streaming one response ------------------------------------------------------------------ */
@@ -295,89 +288,159 @@ static void put_out(lm_cli_textgen *t, const char *s, size_t n) {
   t->wrote = s[n - 1] == '\n' ? 1 : 2; /* 2: the line is open */
 }
 
-/* The output parser's events: the answer on stdout, reasoning on stderr, a tool call as a line. */
-static lm_status on_event(void *user, const lm_parse_event *ev) {
-  lm_cli_textgen *t = user;
-  if (ev->kind == LM_PARSE_CONTENT) {
+/* One event of the response: the answer on stdout, reasoning on stderr, a tool call as a line. */
+static void show(lm_cli_textgen *t, const lm_event *ev) {
+  if (ev->kind == LM_EVENT_CONTENT) {
     put_out(t, ev->text, ev->len);
-  } else if (ev->kind == LM_PARSE_REASONING) {
+  } else if (ev->kind == LM_EVENT_REASONING) {
     fwrite(ev->text, 1, ev->len, stderr);
     fflush(stderr);
     t->in_reasoning = 1;
-  } else {
+  } else if (ev->kind == LM_EVENT_TOOL_CALL) {
     char line[256];
-    int k = snprintf(line, sizeof line, "%s[tool call] %s ", t->wrote == 2 ? "\n" : "", ev->name);
+    int k =
+        snprintf(line, sizeof line, "%s[tool call] %s ", t->wrote == 2 ? "\n" : "", ev->tool_name);
     put_out(t, line, (size_t)(k < (int)sizeof line ? k : (int)sizeof line - 1));
-    put_out(t, ev->arguments, strlen(ev->arguments));
+    put_out(t, ev->tool_arguments, strlen(ev->tool_arguments));
     put_out(t, "\n", 1);
   }
-  return LM_OK;
 }
 
-static int new_parser(lm_cli_textgen *t, int start_in_reasoning) {
-  lm_parser_free(t->parser);
-  t->parser = NULL;
-  lm_parser_opts po = {.format = t->parse_gemma4 ? LM_PARSER_GEMMA4 : LM_PARSER_GENERIC,
-                       .tokens = t->ptok,
-                       .start_in_reasoning = start_in_reasoning,
-                       .emit = on_event,
-                       .user = t};
-  return lm_parser_create(&po, &t->parser) ? lm_cli_fail("output parser") : 0;
+static void print_stats(const lm_cli_textgen *t, const lm_event *done) {
+  const lm_usage *u = &done->usage;
+  int64_t prefill = u->prompt_tokens - u->cached_tokens;
+  fprintf(stderr, "prefill %lld tok @ %.1f tok/s, decode %lld tok @ %.1f tok/s", (long long)prefill,
+          u->prefill_s > 0 ? (double)prefill / u->prefill_s : 0.0, (long long)u->completion_tokens,
+          u->decode_s > 0 ? (double)u->decode_steps / u->decode_s : 0.0);
+  if (u->cached_tokens) fprintf(stderr, ", cached %lld tok", (long long)u->cached_tokens);
+  if (t->o->verbose) {
+    static const char *const why[] = {"running",   "stop",    "stop", "length",
+                                      "cancelled", "timeout", "error"};
+    fprintf(stderr, ", stop: %s", why[done->finish]);
+  }
+  fputc('\n', stderr);
 }
 
-/* The session's token callback: through the parser (chat format), else straight to stdout. */
-static int on_token(void *user, int32_t id, const char *text, size_t len) {
-  lm_cli_textgen *t = user;
-  if (!t->parser) {
-    put_out(t, text, len);
-    return 0;
+/* The request of one response over ids (the whole context). */
+static lm_status submit(lm_cli_textgen *t, const int32_t *ids, int64_t n, lm_request **r) {
+  lm_request_options ro;
+  lm_request_options_init(&ro);
+  ro.ids = ids;
+  ro.n_ids = n;
+  ro.sampling = t->sampling;
+  ro.has_seed = 1;
+  ro.max_tokens = t->max_tokens;
+  ro.stop = t->o->samp.stops;
+  ro.n_stop = t->o->samp.n_stops;
+  ro.raw_output = t->o->raw_output;
+  ro.parse_output = t->parse;
+  ro.starts_in_reasoning = t->starts_in_reasoning;
+  return lm_request_submit(t->e, &ro, r);
+}
+
+/* Streams the events of r until its end (*done); Ctrl-C cancels it. */
+static lm_status pump(lm_cli_textgen *t, lm_request *r, lm_event *done) {
+  for (;;) {
+    lm_event ev;
+    LM_TRY(lm_request_next(r, 100, &ev));
+    if (take_sigint(t)) {
+      t->interrupted = 1;
+      lm_request_cancel(r);
+    }
+    if (ev.kind == LM_EVENT_DONE) {
+      *done = ev;
+      return LM_OK;
+    }
+    show(t, &ev);
   }
-  if (lm_parser_feed(t->parser, id, text, len)) {
-    lm_cli_fail("output parser");
-    return 1;
-  }
+}
+
+/* The context becomes the request's: its prompt and answer. */
+static int keep_context(lm_cli_textgen *t, lm_request *r) {
+  int64_t n, np;
+  const int32_t *ids = lm_request_tokens(r, &n, &np);
+  int32_t *c = realloc(t->ctx, (size_t)(n ? n : 1) * sizeof *c);
+  if (!c) return lm_cli_fail("out of memory");
+  memcpy(c, ids, (size_t)n * sizeof *c);
+  t->ctx = c;
+  t->n_ctx = n;
+  t->prompt_len = np;
   return 0;
 }
 
-static void print_stats(const lm_cli_textgen *t) {
-  lm_gen_stats s = lm_gen_get_stats(t->gen);
-  fprintf(stderr, "prefill %lld tok @ %.1f tok/s, decode %lld tok @ %.1f tok/s",
-          (long long)s.prefill_tokens,
-          s.prefill_s > 0 ? (double)s.prefill_tokens / s.prefill_s : 0.0,
-          (long long)s.decode_tokens, s.decode_s > 0 ? (double)s.decode_steps / s.decode_s : 0.0);
-  if (s.reused_tokens) fprintf(stderr, ", cached %lld tok", (long long)s.reused_tokens);
-  if (t->o->verbose) fprintf(stderr, ", stop: %s", lm_gen_stop_name(lm_gen_stop_reason(t->gen)));
-  fputc('\n', stderr);
+/* ids of the next request: ids alone (sync), or the context followed by them. */
+static int request_ids(lm_cli_textgen *t, const int32_t *ids, size_t n, int sync, int32_t **out,
+                       int64_t *len) {
+  int64_t keep = sync ? 0 : t->n_ctx;
+  *len = keep + (int64_t)n;
+  if (!(*out = malloc((size_t)(*len ? *len : 1) * sizeof **out)))
+    return lm_cli_fail("out of memory");
+  if (keep) memcpy(*out, t->ctx, (size_t)keep * sizeof **out);
+  if (n) memcpy(*out + keep, ids, n * sizeof *ids);
+  return 0;
 }
 
 int lm_cli_textgen_respond(lm_cli_textgen *t, const int32_t *ids, size_t n, int sync) {
   t->wrote = 0;
   t->in_reasoning = 0;
-  lm_status s =
-      sync ? lm_gen_sync(t->gen, ids, (int64_t)n, NULL) : lm_gen_append(t->gen, ids, (int64_t)n);
-  if (s) return lm_cli_fail("prefill");
-  lm_gen_tokens(t->gen, &t->prompt_len);
-  if (lm_gen_run(t->gen)) return lm_cli_fail("decode");
-  if (t->parser && lm_parser_finish(t->parser)) return lm_cli_fail("output parser");
+  t->interrupted = 0;
+  int32_t *all = NULL;
+  int64_t len = 0;
+  lm_request *r = NULL;
+  lm_event done = {0};
+  if (request_ids(t, ids, n, sync, &all, &len)) return 1;
+  int rc = submit(t, all, len, &r) ? lm_cli_fail("prefill") : 0;
+  free(all);
+  if (!rc && pump(t, r, &done)) rc = lm_cli_fail("decode");
+  if (!rc && done.finish == LM_FIN_ERROR) rc = (fprintf(stderr, "lumen: %s\n", done.error), 1);
+  if (!rc) rc = keep_context(t, r);
+  lm_request_free(r);
+  if (rc) return rc;
   if (t->in_reasoning) fputc('\n', stderr);
   if (t->wrote != 1) {
     fputc('\n', stdout);
     t->wrote = 1;
   }
   fflush(stdout);
-  print_stats(t);
+  print_stats(t, &done);
   return 0;
 }
 
 char *lm_cli_textgen_reply_text(lm_cli_textgen *t) {
-  int64_t n;
-  const int32_t *ids = lm_gen_tokens(t->gen, &n);
   char *text = NULL;
   size_t len;
-  if (lm_tokenizer_decode(t->tok, ids + t->prompt_len, (size_t)(n - t->prompt_len), 0, &text,
-                          &len)) {
+  if (lm_checkpoint_detokenize(t->ck, t->ctx + t->prompt_len, t->n_ctx - t->prompt_len, 0, &text,
+                               &len)) {
     lm_cli_fail("decode");
     return NULL;
   }
   return text;
+}
+
+void lm_cli_textgen_reset(lm_cli_textgen *t) { t->n_ctx = t->prompt_len = 0; }
+
+int lm_cli_textgen_wait_input(lm_cli_textgen *t) {
+  struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN}, {.fd = t->sigfd, .events = POLLIN}};
+  for (;;) {
+    int k = poll(p, t->sigfd >= 0 ? 2 : 1, -1);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) return 1;
+    if (take_sigint(t)) return 0;
+  }
+}
+
+int lm_cli_textgen_save(lm_cli_textgen *t, const char *path) {
+  if (!t->n_ctx) return (fprintf(stderr, "lumen: --save-state: nothing to save\n"), 1);
+  if (lm_engine_save_state(t->e, t->ctx, t->n_ctx, path, NULL)) return lm_cli_fail("--save-state");
+  return 0;
+}
+
+int lm_cli_textgen_load(lm_cli_textgen *t, const char *path) {
+  int32_t *ids = NULL;
+  int64_t n = 0;
+  if (lm_engine_load_state(t->e, path, &ids, &n)) return lm_cli_fail("--load-state");
+  free(t->ctx);
+  t->ctx = ids;
+  t->n_ctx = t->prompt_len = n;
+  return 0;
 }

@@ -1,8 +1,8 @@
-/* cli_textgen.h — what `lumen run` and `lumen chat` share: their flags, opening a checkpoint for
- * text generation (model, backend, tokenizer, chat template, generation_config.json, stop ids, a
- * generation session), rendering a conversation into ids, and streaming one response to the
- * terminal through the output parser (answer on stdout, reasoning on stderr, tool calls as lines
- * on stdout) with the timing line on stderr. */
+/* cli_textgen.h — what `lumen run` and `lumen chat` share: their flags, opening a checkpoint with
+ * an engine of one sequence (lumen.h: the same engine `lumen serve` runs), rendering a
+ * conversation into ids, and streaming one response to the terminal (answer on stdout, reasoning
+ * on stderr, tool calls as lines on stdout) with the timing line on stderr. Ctrl-C (SIGINT, read
+ * from a signalfd: no handler, no global) cancels the response being generated. */
 #ifndef LM_CLI_TEXTGEN_H
 #define LM_CLI_TEXTGEN_H
 
@@ -11,11 +11,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
-#include "engine/generate.h"
-#include "sample/gen_config.h"
-#include "text/chat.h"
-#include "text/parse.h"
-#include "text/tokenizer.h"
+#include "lumen.h"
 
 typedef struct lm_cli_textgen_opts {
   lm_cli_backend_opts be;
@@ -25,7 +21,9 @@ typedef struct lm_cli_textgen_opts {
   const char *system; /* --system */
   int think;          /* -1: the template's default; 0: --no-think; 1: --think */
   int64_t chunk, ctx; /* --chunk, --ctx (0: defaults) */
-  lm_kv_options kv;   /* --kv-quant, --kv-group, --kv-config, --kv-quant-start */
+  const char *kv_quant, *kv_config;    /* --kv-quant, --kv-config */
+  int kv_group;                        /* --kv-group */
+  int64_t kv_quant_start;              /* --kv-quant-start */
   const char *save_state, *load_state; /* --save-state, --load-state */
   int verbose;
 } lm_cli_textgen_opts;
@@ -41,22 +39,22 @@ void lm_cli_textgen_help(FILE *f);
 
 typedef struct lm_cli_textgen {
   const lm_cli_textgen_opts *o;
-  lm_model *m;
-  lm_backend *be;
-  lm_tokenizer *tok;
-  lm_chat_template *tmpl; /* NULL: raw completion */
-  lm_gen_config gc;
-  int32_t *stop_ids;
-  int32_t n_stop_ids;
-  lm_gen *gen;
-  json_t *kwargs;   /* template variables ({"enable_thinking": …}) or NULL */
-  char *bos, *eos;  /* token strings for the template */
-  int parse_gemma4; /* the vocabulary has Gemma 4's control tokens */
-  lm_parser_tokens ptok;
-  lm_parser *parser;  /* the response being streamed (template mode) */
+  lm_checkpoint *ck;
+  lm_checkpoint_info ci;
+  lm_engine *e;
+  lm_sampling sampling; /* the checkpoint's defaults with the flags overlaid */
+  int64_t max_tokens;
+  char *kwargs; /* template variables as JSON ({"enable_thinking": …}) or NULL */
+  int32_t *ctx; /* the context after the last response: its prompt and answer */
+  int64_t n_ctx;
   int64_t prompt_len; /* context tokens when the last response started */
-  int wrote;          /* the response printed something on stdout */
-  int in_reasoning;   /* reasoning is being printed on stderr */
+  int templ;          /* prompts go through the chat template (it has one, and not --raw) */
+  int parse;          /* responses go through the output parser (templ, not --raw-output) */
+  int starts_in_reasoning;
+  int sigfd;        /* SIGINT as a file descriptor (-1: none) */
+  int interrupted;  /* the last response was cut by Ctrl-C */
+  int wrote;        /* the response printed something on stdout */
+  int in_reasoning; /* reasoning is being printed on stderr */
 } lm_cli_textgen;
 
 /* Opens MODEL_DIR for generation; prints the error and returns 1 on failure. */
@@ -67,19 +65,31 @@ void lm_cli_textgen_close(lm_cli_textgen *t);
  * otherwise. */
 int lm_cli_check_utf8(const char *what, const char *text, size_t len);
 
-/* Renders messages with the template (generation prompt added) into *prompt (malloc'ed) and gets
- * the output parser ready for the response. Tokenize the prompt without a BOS (the template writes
- * it). Prints the error and returns 1 on failure. */
+/* Renders messages with the template (generation prompt added) into *prompt (lm_free) and notes
+ * how the answer is to be parsed. Tokenize the prompt without a BOS (the template writes it).
+ * Prints the error and returns 1 on failure. */
 int lm_cli_textgen_render(lm_cli_textgen *t, const json_t *messages, char **prompt);
-/* Tokenizes plain text, with the tokenizer's BOS when bos is set. */
+/* Tokenizes plain text, with the tokenizer's BOS when bos is set (*ids: lm_free). */
 int lm_cli_textgen_encode(lm_cli_textgen *t, const char *text, int bos, int32_t **ids, size_t *n);
 
-/* Generates one response after making the context ids[0..n) (sync = 1: reuse the longest cached
- * prefix) or after appending them (sync = 0), streaming it to stdout (ended by a newline), then
- * prints the timing line. Returns 0, or 1 after printing an error. */
+/* Generates one response after making the context ids[0..n) (sync = 1: the engine reuses the
+ * longest cached prefix) or after appending them to the context (sync = 0), streaming it to stdout
+ * (ended by a newline), then prints the timing line. Ctrl-C ends the response (t->interrupted).
+ * Returns 0, or 1 after printing an error. */
 int lm_cli_textgen_respond(lm_cli_textgen *t, const int32_t *ids, size_t n, int sync);
 /* The last response's tokens decoded with every special token (what the context holds as text;
- * a stop id is not part of it). malloc'ed; NULL after printing an error. */
+ * a stop id is not part of it). lm_free; NULL after printing an error. */
 char *lm_cli_textgen_reply_text(lm_cli_textgen *t);
+
+/* Forgets the conversation (the next response starts from an empty context). */
+void lm_cli_textgen_reset(lm_cli_textgen *t);
+
+/* Waits until stdin has input (1) or Ctrl-C was pressed (0). */
+int lm_cli_textgen_wait_input(lm_cli_textgen *t);
+
+/* --save-state / --load-state through the engine (the context the last response left). Print the
+ * error and return 1 on failure. */
+int lm_cli_textgen_save(lm_cli_textgen *t, const char *path);
+int lm_cli_textgen_load(lm_cli_textgen *t, const char *path);
 
 #endif

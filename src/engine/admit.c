@@ -9,7 +9,7 @@ lm_status lm_admit_init(lm_admit *a, const lm_kv_spec *specs, int n_caches, lm_d
                         int64_t budget, int64_t max_ctx) {
   memset(a, 0, sizeof *a);
   if (n_caches > 64)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "server: %d caches per sequence (max 64)", n_caches);
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "engine: %d caches per sequence (max 64)", n_caches);
   a->n_caches = n_caches;
   for (int i = 0; i < n_caches; i++) {
     a->bpt[i] = lm_kv_spec_bytes_per_token(&specs[i], act);

@@ -5,7 +5,7 @@
  * (architecture guide, "Caches are values"): rings stop growing at their window, plain caches
  * grow with the context. A request reserves the cost of prompt + max_tokens when it is admitted
  * and gives it back when it ends, so a running sequence never runs out of room mid-response.
- * A request whose cost exceeds the whole budget is refused before any work (HTTP 400,
+ * A request whose cost exceeds the whole budget is refused before any work (the server answers 400,
  * type "memory_admission"); one that fits the budget but not what is free now waits its turn. */
 #ifndef LM_ENGINE_ADMIT_H
 #define LM_ENGINE_ADMIT_H

@@ -1,4 +1,4 @@
-/* chan.c — the engine → HTTP channel of chan.h: a mutex, a condition variable and a
+/* chan.c — the engine → consumer channel of chan.h: a mutex, a condition variable and a
  * growable array of token events. */
 #include "engine/chan.h"
 
@@ -68,7 +68,7 @@ lm_status lm_chan_push(lm_chan *c, lm_tok_event *t) {
     if (!ev) {
       pthread_mutex_unlock(&c->mu);
       lm_tok_event_clear(t);
-      return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (token queue)");
+      return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (token queue)");
     }
     c->ev = ev;
     c->cap = cap;

@@ -1,13 +1,13 @@
-/* chan.h — the channel between the engine thread and one request's HTTP thread.
+/* chan.h — the channel between the engine thread and the consumer of one request (lm_request_next).
  *
  * The engine pushes one event per sampled token (its id, the text that became final with it, and
  * its log-probabilities when asked for) and, once, the end of the response (why it ended, the
- * usage counts, an error message). The HTTP thread takes the pending events in bulk and waits with
+ * usage counts, an error message). The consumer takes the pending events in bulk and waits with
  * a timeout, so it can send keep-alive pings and notice a client that went away. Either side may
- * cancel: the HTTP side sets `cancel` (client gone, timeout), the engine sees it before the next
- * step and frees the sequence.
+ * cancel: the consumer sets `cancel` (lm_request_cancel, a client gone), the engine sees it before
+ * the next step and frees the sequence.
  *
- * The channel is reference-counted (engine + HTTP side); the last lm_chan_unref frees it.
+ * The channel is reference-counted (engine + consumer); the last lm_chan_unref frees it.
  * Every function is thread-safe. */
 #ifndef LM_ENGINE_CHAN_H
 #define LM_ENGINE_CHAN_H
@@ -18,7 +18,8 @@
 
 #include "lumen.h"
 
-/* One sampled token. */
+/* One sampled token. The channel carries what the engine thread produces to the request's
+ * consumer (lm_request_next, request.c). */
 typedef struct lm_tok_event {
   int32_t id;
   int is_stop; /* a stop id (not part of the answer; its text is what the stop flushed) */
@@ -37,14 +38,15 @@ typedef struct lm_finish {
   int32_t stop_id; /* FIN_STOP */
   int stop_index;  /* FIN_STOP_STR */
   int64_t prompt_tokens, cached_tokens, completion_tokens;
-  double queue_s, prefill_s, ttft_s,
-      decode_s;      /* queue wait, prefill, first token since submit, decode */
+  int64_t decode_steps; /* forward steps after the one that ended the prompt */
+  /* queue wait, prefill, first token since submit, decode */
+  double queue_s, prefill_s, ttft_s, decode_s;
   char message[256]; /* FIN_ERROR / FIN_TIMEOUT */
 } lm_finish;
 
 typedef struct lm_chan lm_chan;
 
-/* A new channel with two references (engine, HTTP). NULL when out of memory. */
+/* A new channel with two references (engine, consumer). NULL when out of memory. */
 lm_chan *lm_chan_create(void);
 void lm_chan_unref(lm_chan *c); /* NULL is a no-op */
 
@@ -55,7 +57,7 @@ void lm_chan_finish(lm_chan *c, const lm_finish *f);
 /* The request was cancelled by its consumer. */
 int lm_chan_cancelled(lm_chan *c);
 
-/* HTTP side. Asks the engine to drop the request (idempotent). */
+/* Consumer side. Asks the engine to drop the request (idempotent). */
 void lm_chan_cancel(lm_chan *c);
 /* Waits up to timeout_ms for events or the end; moves the pending events to *ev (malloc'ed
  * array of *n events; free each with lm_tok_event_clear and the array with free). Returns 1 when

@@ -20,16 +20,19 @@ typedef struct pc_entry {
 struct lm_prompt_cache {
   pc_entry *e;
   int n, cap;
+  int max_entries; /* 0: no cap but the bytes */
   uint64_t clock;
   lm_prompt_cache_stats st;
 };
 
-lm_status lm_prompt_cache_create(int64_t max_bytes, lm_prompt_cache **out) {
+lm_status lm_prompt_cache_create(int64_t max_bytes, int max_entries, lm_prompt_cache **out) {
   *out = NULL;
   if (max_bytes <= 0) return LM_ERRF(LM_ERR_INVALID, "prompt cache: the byte cap must be positive");
+  if (max_entries < 0) return LM_ERRF(LM_ERR_INVALID, "prompt cache: the entry cap must be >= 0");
   lm_prompt_cache *pc = calloc(1, sizeof *pc);
   if (!pc) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   pc->st.max_bytes = max_bytes;
+  pc->max_entries = max_entries;
   *out = pc;
   return LM_OK;
 }
@@ -130,14 +133,25 @@ static int find_exact(const lm_prompt_cache *pc, const char *ns, const int32_t *
   return -1;
 }
 
+static void evict_lru(lm_prompt_cache *pc) {
+  int old = 0;
+  for (int i = 1; i < pc->n; i++)
+    old = pc->e[i].tick < pc->e[old].tick ? i : old;
+  drop(pc, old);
+  pc->st.evictions++;
+}
+
+/* Makes room for one more entry of `bytes`: under both caps once it is added. */
 static void evict_to_fit(lm_prompt_cache *pc, int64_t bytes) {
-  while (pc->n && pc->st.bytes_held + bytes > pc->st.max_bytes) {
-    int old = 0;
-    for (int i = 1; i < pc->n; i++)
-      old = pc->e[i].tick < pc->e[old].tick ? i : old;
-    drop(pc, old);
-    pc->st.evictions++;
-  }
+  while (pc->n && (pc->st.bytes_held + bytes > pc->st.max_bytes ||
+                   (pc->max_entries && pc->n >= pc->max_entries)))
+    evict_lru(pc);
+}
+
+int lm_prompt_cache_shrink(lm_prompt_cache *pc, int64_t bytes) {
+  if (!pc->n || pc->st.bytes_held <= bytes) return 0;
+  evict_lru(pc);
+  return 1;
 }
 
 /* Drops the entries the new one covers: same namespace, a prefix of its ids, reachable by a cut. */
@@ -170,14 +184,39 @@ static lm_status entry_make(const char *ns, const int32_t *ids, int64_t n, const
   return LM_OK;
 }
 
-lm_status lm_prompt_cache_insert(lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n,
-                                 const lm_kv_set *kv) {
-  if (n < 1 || !ids || !kv) return LM_ERRF(LM_ERR_INVALID, "prompt cache insert: bad arguments");
-  ns = ns ? ns : "";
+/* The entry joins the cache (its bytes counted), dropping those it supersedes. */
+static void add_entry(lm_prompt_cache *pc, pc_entry *e) {
+  e->tick = ++pc->clock;
+  drop_superseded(pc, e);
+  pc->e[pc->n++] = *e;
+  pc->st.entries = pc->n;
+  pc->st.bytes_held += e->bytes;
+  pc->st.inserts++;
+}
+
+/* Arguments of an insert, and room in the entry array. */
+static lm_status check_insert(lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n,
+                              const lm_kv_set *kv) {
+  if (n < 1 || !ids || !kv || !ns)
+    return LM_ERRF(LM_ERR_INVALID, "prompt cache insert: bad arguments");
   for (int i = 0; i < kv->n; i++)
     if (kv->caches[i]->n != n)
       return LM_ERRF(LM_ERR_INVALID, "prompt cache insert: cache %d holds %lld tokens, not %lld", i,
                      (long long)kv->caches[i]->n, (long long)n);
+  if (pc->n == pc->cap) {
+    int cap = pc->cap ? 2 * pc->cap : 8;
+    pc_entry *ne = realloc(pc->e, (size_t)cap * sizeof *ne);
+    if (!ne) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+    pc->e = ne;
+    pc->cap = cap;
+  }
+  return LM_OK;
+}
+
+lm_status lm_prompt_cache_insert(lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n,
+                                 const lm_kv_set *kv) {
+  ns = ns ? ns : "";
+  LM_TRY(check_insert(pc, ns, ids, n, kv));
   int have = find_exact(pc, ns, ids, n);
   if (have >= 0) {
     pc->e[have].tick = ++pc->clock;
@@ -188,21 +227,54 @@ lm_status lm_prompt_cache_insert(lm_prompt_cache *pc, const char *ns, const int3
     pc->st.rejected++;
     return LM_OK;
   }
-  if (pc->n == pc->cap) {
-    int cap = pc->cap ? 2 * pc->cap : 8;
-    pc_entry *ne = realloc(pc->e, (size_t)cap * sizeof *ne);
-    if (!ne) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
-    pc->e = ne;
-    pc->cap = cap;
-  }
   evict_to_fit(pc, need); /* before the copy, so the cap bounds the peak too */
   pc_entry e;
   LM_TRY(entry_make(ns, ids, n, kv, &e));
-  e.tick = ++pc->clock;
-  drop_superseded(pc, &e);
-  pc->e[pc->n++] = e;
-  pc->st.entries = pc->n;
-  pc->st.bytes_held += e.bytes;
-  pc->st.inserts++;
+  add_entry(pc, &e);
   return LM_OK;
+}
+
+lm_status lm_prompt_cache_adopt(lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n,
+                                lm_kv_set *kv) {
+  lm_status s = check_insert(pc, ns ? ns : "", ids, n, kv);
+  if (s || !kv) {
+    lm_kv_set_free(kv);
+    return s;
+  }
+  ns = ns ? ns : "";
+  int have = find_exact(pc, ns, ids, n);
+  if (have >= 0) { /* the same state: keep the older snapshot, count the use */
+    pc->e[have].tick = ++pc->clock;
+    lm_kv_set_free(kv);
+    return LM_OK;
+  }
+  int64_t bytes = lm_kv_set_alloc_bytes(kv) + n * (int64_t)sizeof *ids;
+  if (bytes > pc->st.max_bytes) {
+    pc->st.rejected++;
+    lm_kv_set_free(kv);
+    return LM_OK;
+  }
+  evict_to_fit(pc, bytes);
+  pc_entry e = {.n = n, .kv = kv, .bytes = bytes};
+  if (!(e.ns = strdup(ns)) || !(e.ids = malloc((size_t)n * sizeof *ids))) {
+    entry_free(&e);
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  }
+  memcpy(e.ids, ids, (size_t)n * sizeof *ids);
+  add_entry(pc, &e);
+  return LM_OK;
+}
+
+const lm_kv_set *lm_prompt_cache_find(const lm_prompt_cache *pc, const char *ns, const int32_t *ids,
+                                      int64_t n, int64_t *len) {
+  ns = ns ? ns : "";
+  int best = -1;
+  for (int i = 0; i < pc->n; i++) {
+    const pc_entry *e = &pc->e[i];
+    if (e->n <= n && !strcmp(e->ns, ns) && common_prefix(e->ids, ids, e->n) == e->n &&
+        (best < 0 || e->n > pc->e[best].n))
+      best = i;
+  }
+  *len = best >= 0 ? pc->e[best].n : 0;
+  return best >= 0 ? pc->e[best].kv : NULL;
 }

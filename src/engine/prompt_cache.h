@@ -18,7 +18,7 @@
  * prefix of the new ones, and the new snapshot can be cut back to them).
  * Cost: a lookup compares ids against every entry, O(entries × prefix); fine for the tens of
  * entries a byte cap allows.
- * Thread-safety: none; one owner (the engine's scheduler) calls it. */
+ * Thread-safety: none; one owner (the engine's scheduler thread) calls it. */
 #ifndef LM_ENGINE_PROMPT_CACHE_H
 #define LM_ENGINE_PROMPT_CACHE_H
 
@@ -40,8 +40,9 @@ typedef struct lm_prompt_cache_stats {
   int64_t entries, bytes_held, max_bytes;
 } lm_prompt_cache_stats;
 
-/* max_bytes > 0. Errors: LM_ERR_INVALID, LM_ERR_NOMEM. */
-lm_status lm_prompt_cache_create(int64_t max_bytes, lm_prompt_cache **out);
+/* max_bytes > 0; max_entries >= 0 (0: no cap but the bytes). Errors: LM_ERR_INVALID, LM_ERR_NOMEM.
+ */
+lm_status lm_prompt_cache_create(int64_t max_bytes, int max_entries, lm_prompt_cache **out);
 void lm_prompt_cache_free(lm_prompt_cache *pc); /* NULL is a no-op; frees every snapshot */
 
 /* Finds the longest usable cached prefix of ids[0..n), at most max_reuse tokens (max_reuse < 0:
@@ -57,6 +58,21 @@ lm_status lm_prompt_cache_lookup(lm_prompt_cache *pc, const char *ns, const int3
  * is stored). A snapshot over the cap is not stored (stats.rejected), which is not an error. */
 lm_status lm_prompt_cache_insert(lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n,
                                  const lm_kv_set *kv);
+
+/* Like insert, but takes ownership of kv instead of copying it (a finished sequence's caches, or
+ * a loaded state): no copy, and the entry's bytes are what kv has allocated. kv is freed when it
+ * is not kept (an equal entry exists, it is over the cap, or on error). */
+lm_status lm_prompt_cache_adopt(lm_prompt_cache *pc, const char *ns, const int32_t *ids, int64_t n,
+                                lm_kv_set *kv);
+
+/* The longest entry whose ids are a prefix of ids[0..n) (whole entries only): its caches (owned
+ * by the cache, valid until the next call that changes it), its length in *len; NULL when none. */
+const lm_kv_set *lm_prompt_cache_find(const lm_prompt_cache *pc, const char *ns, const int32_t *ids,
+                                      int64_t n, int64_t *len);
+
+/* Evicts the least recently used entry when more than `bytes` are held. Returns 1 when it evicted
+ * one (call again to go further), 0 when the cache already fits or is empty. */
+int lm_prompt_cache_shrink(lm_prompt_cache *pc, int64_t bytes);
 
 /* Drops every entry (stats are kept). */
 void lm_prompt_cache_clear(lm_prompt_cache *pc);

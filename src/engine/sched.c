@@ -1,12 +1,14 @@
-/* sched.c — the engine thread of sched.h: the job queue, admission into slots, the prompt
- * cache of finished sequences, and the batched step.
+/* sched.c — the engine thread of sched.h: the job queue, admission into slots, the prefix cache
+ * of finished sequences, the batched step, and the commands that run between steps.
  *
- * Locking: `mu` guards the queue, the reservation counters, the published stats and the stop
- * flag. Slots, caches and the prompt cache belong to the engine thread alone; it takes `mu` only
- * to move jobs in and to publish counters, never during a forward step. */
+ * Locking: `mu` guards the queue, the reservation counter, the published stats, the command list
+ * and the stop flag. Slots, caches and the prefix cache belong to the engine thread alone; it
+ * takes `mu` only to move jobs and commands in and to publish counters, never during a forward
+ * step. Every counter in `st` is written with `mu` held. */
 #include "engine/sched.h"
 
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,16 +16,28 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "model/forward.h"
+#include "engine/prompt_cache.h"
 #include "engine/seq.h"
+#include "kv/kv_state.h"
+#include "model/fingerprint.h"
+#include "model/forward.h"
 
-typedef struct pc_entry { /* a finished sequence kept for prefix reuse */
-  lm_kv_set *kv;
-  int32_t *ids; /* the tokens its caches hold */
-  int64_t n;
-  int64_t bytes;
-  uint64_t used; /* LRU clock */
-} pc_entry;
+/* A command for the engine thread (sched.h): run, then done = 1 and the result in st/msg. */
+typedef struct sched_cmd {
+  lm_status (*run)(lm_sched *s, struct sched_cmd *c);
+  const int32_t *ids;
+  int64_t n, prefill, chunk;
+  const char *path;
+  float *out;
+  int32_t *got_ids; /* load: the state's tokens */
+  int64_t got_n;
+  lm_status st;
+  char msg[512];
+  int done;
+  struct sched_cmd *next;
+} sched_cmd;
+
+#define LM_ROW_ERR 256
 
 struct lm_sched {
   lm_model *m;
@@ -36,24 +50,26 @@ struct lm_sched {
   lm_forward *fw;
   int64_t max_step; /* tokens per step: chunk + parallel */
   /* engine-owned */
-  lm_seq *slots; /* [parallel] */
-  int *used;     /* [parallel] */
-  pc_entry *pc;  /* [prompt_cache] */
-  int n_pc;
-  uint64_t clock;
+  lm_seq *slots;       /* [parallel] */
+  int *used;           /* [parallel] */
+  lm_prompt_cache *pc; /* NULL: off */
   int32_t *b_ids, *b_pos, *b_seq, *b_rows, *row_slot, *g_ids;
   lm_kv_set **b_kv;
   int *b_slot;        /* batch sequence index -> slot */
   float *logits;      /* [parallel][vocab] */
   lm_tok_event *toks; /* [parallel] */
+  lm_status *row_st;  /* [parallel] a sampler's failure, per row */
+  char (*row_err)[LM_ROW_ERR];
   /* shared, under mu */
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv, cmd_cv;
+  sched_cmd *cmds; /* pending, oldest first */
   pthread_t th;
   int started, stop;
   lm_job **q; /* ring of queue_cap */
   int q_head, q_n;
-  int64_t reserved; /* bytes: active reservations + prompt-cache entries */
+  int64_t reserved; /* bytes reserved by active sequences */
+  int64_t pc_held;  /* bytes the prefix cache holds (mirrored under mu) */
   lm_sched_stats st;
 };
 
@@ -70,18 +86,18 @@ static int cmp_i32(const void *a, const void *b) {
 
 /* ---- jobs ------------------------------------------------------------------------------------ */
 
-lm_status lm_job_create(lm_job **out, lm_chan **http_ref) {
+lm_status lm_job_create(lm_job **out, lm_chan **consumer) {
   *out = NULL;
-  *http_ref = NULL;
+  *consumer = NULL;
   lm_job *j = calloc(1, sizeof *j);
   if (!j || !(j->ch = lm_chan_create())) {
     free(j);
-    return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (job)");
+    return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (job)");
   }
   lm_sampling_init(&j->sampling);
   j->top_logprobs = -1;
   j->max_tokens = 1;
-  *http_ref = j->ch;
+  *consumer = j->ch;
   *out = j;
   return LM_OK;
 }
@@ -113,7 +129,7 @@ static void job_fail(lm_job *j, lm_finish_kind kind, const char *msg) {
 
 static lm_status sorted_dup(const int32_t *v, int32_t n, int32_t **out) {
   *out = malloc((size_t)(n ? n : 1) * sizeof **out);
-  if (!*out) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
+  if (!*out) return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory");
   if (n) memcpy(*out, v, (size_t)n * sizeof *v);
   qsort(*out, (size_t)n, sizeof **out, cmp_i32);
   return LM_OK;
@@ -121,13 +137,13 @@ static lm_status sorted_dup(const int32_t *v, int32_t n, int32_t **out) {
 
 static lm_status check_opts(const lm_sched_opts *o) {
   if (o->parallel < 1 || o->parallel > 4096)
-    return LM_ERRF(LM_ERR_INVALID, "server: --parallel must be 1..4096");
+    return LM_ERRF(LM_ERR_INVALID, "engine: parallel must be 1..4096");
   if (o->chunk < 1 || o->chunk > (1 << 20))
-    return LM_ERRF(LM_ERR_INVALID, "server: --chunk must be 1..1048576");
+    return LM_ERRF(LM_ERR_INVALID, "engine: chunk must be 1..1048576");
   if (o->queue_cap < 1)
-    return LM_ERRF(LM_ERR_INVALID, "server: the queue needs room for one request at least");
+    return LM_ERRF(LM_ERR_INVALID, "engine: the queue needs room for one request at least");
   if (o->max_ctx < 2 || o->kv_budget <= 0 || !o->specs || o->prompt_cache < 0)
-    return LM_ERRF(LM_ERR_INVALID, "server: bad scheduler options");
+    return LM_ERRF(LM_ERR_INVALID, "engine: bad scheduler options");
   return LM_OK;
 }
 
@@ -136,7 +152,6 @@ static lm_status alloc_buffers(lm_sched *s) {
   int64_t T = s->max_step, V = s->m->cfg.vocab_size;
   s->slots = calloc((size_t)P, sizeof *s->slots);
   s->used = calloc((size_t)P, sizeof *s->used);
-  s->pc = calloc((size_t)(s->o.prompt_cache ? s->o.prompt_cache : 1), sizeof *s->pc);
   s->b_ids = malloc((size_t)T * sizeof(int32_t));
   s->b_pos = malloc((size_t)T * sizeof(int32_t));
   s->b_seq = malloc((size_t)T * sizeof(int32_t));
@@ -147,10 +162,13 @@ static lm_status alloc_buffers(lm_sched *s) {
   s->b_slot = malloc((size_t)P * sizeof *s->b_slot);
   s->logits = malloc((size_t)P * (size_t)V * sizeof(float));
   s->toks = calloc((size_t)P, sizeof *s->toks);
+  s->row_st = calloc((size_t)P, sizeof *s->row_st);
+  s->row_err = calloc((size_t)P, sizeof *s->row_err);
   s->q = calloc((size_t)s->o.queue_cap, sizeof *s->q);
-  if (!s->slots || !s->used || !s->pc || !s->b_ids || !s->b_pos || !s->b_seq || !s->b_rows ||
-      !s->row_slot || !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks || !s->q)
-    return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (scheduler buffers for %d sequences)", P);
+  if (!s->slots || !s->used || !s->row_st || !s->row_err || !s->b_ids || !s->b_pos || !s->b_seq ||
+      !s->b_rows || !s->row_slot || !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks ||
+      !s->q)
+    return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (scheduler buffers for %d sequences)", P);
   return LM_OK;
 }
 
@@ -159,7 +177,7 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   *out = NULL;
   LM_TRY(check_opts(o));
   lm_sched *s = calloc(1, sizeof *s);
-  if (!s) return LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
+  if (!s) return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory");
   s->m = m;
   s->be = be;
   s->o = *o;
@@ -167,8 +185,9 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   int nc = m->cfg.n_caches;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  pthread_cond_init(&s->cmd_cv, NULL);
   s->specs = malloc((size_t)(nc ? nc : 1) * sizeof *s->specs);
-  lm_status st = s->specs ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
+  lm_status st = s->specs ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "engine: out of memory");
   if (!st) {
     memcpy(s->specs, o->specs, (size_t)nc * sizeof *s->specs);
     s->o.specs = s->specs;
@@ -177,6 +196,8 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   if (!st) st = sorted_dup(o->keep_special, o->n_keep_special, &s->keep);
   if (!st) st = lm_admit_init(&s->admit, s->specs, nc, be->act_dtype, o->kv_budget, o->max_ctx);
   if (!st) st = alloc_buffers(s);
+  if (!st && o->prompt_cache > 0)
+    st = lm_prompt_cache_create(o->kv_budget, o->prompt_cache, &s->pc);
   if (!st) st = lm_forward_create(m, be, s->max_step, o->parallel, &s->fw);
   if (st) {
     lm_sched_free(s);
@@ -197,8 +218,8 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
 }
 
 static void release_slot(lm_sched *s, int i, int keep_cache);
-static void pc_drop(lm_sched *s, int i);
 static void publish(lm_sched *s);
+static void fail_commands(lm_sched *s);
 
 void lm_sched_stop(lm_sched *s) {
   if (!s) return;
@@ -215,9 +236,10 @@ void lm_sched_stop(lm_sched *s) {
       lm_seq_end(&s->slots[i], LM_FIN_CANCELLED, "the server is shutting down", now_s());
       release_slot(s, i, 0);
     }
-  while (s->n_pc > 0)
-    pc_drop(s, s->n_pc - 1);
+  if (s->pc) lm_prompt_cache_clear(s->pc);
   pthread_mutex_lock(&s->mu);
+  s->pc_held = 0;
+  fail_commands(s);
   for (int k = 0; s->q && k < s->q_n; k++)
     job_fail(s->q[(s->q_head + k) % s->o.queue_cap], LM_FIN_CANCELLED,
              "the server is shutting down");
@@ -233,9 +255,11 @@ void lm_sched_free(lm_sched *s) {
   free(s->specs);
   free(s->stop_ids);
   free(s->keep);
+  lm_prompt_cache_free(s->pc);
   free(s->slots);
   free(s->used);
-  free(s->pc);
+  free(s->row_st);
+  free(s->row_err);
   free(s->b_ids);
   free(s->b_pos);
   free(s->b_seq);
@@ -248,6 +272,7 @@ void lm_sched_free(lm_sched *s) {
   free(s->toks);
   free(s->q);
   pthread_cond_destroy(&s->cv);
+  pthread_cond_destroy(&s->cmd_cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }
@@ -256,9 +281,21 @@ const lm_admit *lm_sched_admit(const lm_sched *s) { return &s->admit; }
 
 /* ---- admission ------------------------------------------------------------------------------- */
 
+/* Tokens of context a job may reach: prompt + max_tokens, or the limit when max_tokens is 0. */
+static int64_t job_need(const lm_sched *s, int64_t n_prompt, int64_t max_tokens) {
+  return max_tokens > 0 ? n_prompt + max_tokens : s->admit.max_ctx;
+}
+
 lm_admission lm_sched_check(const lm_sched *s, int64_t n_prompt, int64_t max_tokens, char *msg,
                             size_t n) {
-  int64_t need = n_prompt + max_tokens;
+  char dummy[8];
+  if (!msg) msg = dummy, n = sizeof dummy;
+  if (max_tokens <= 0 && n_prompt >= s->admit.max_ctx) {
+    snprintf(msg, n, "the prompt has %lld tokens; the context limit is %lld", (long long)n_prompt,
+             (long long)s->admit.max_ctx);
+    return LM_ADMIT_CONTEXT;
+  }
+  int64_t need = job_need(s, n_prompt, max_tokens);
   if (need > s->admit.max_ctx) {
     snprintf(msg, n,
              "this request needs %lld tokens of context (%lld in the prompt + %lld max_tokens); "
@@ -282,8 +319,8 @@ lm_admission lm_sched_check(const lm_sched *s, int64_t n_prompt, int64_t max_tok
 
 lm_status lm_sched_submit(lm_sched *s, lm_job *j) {
   char msg[256];
-  if (j->n_ids < 1 || !j->ids || j->max_tokens < 1)
-    return LM_ERRF(LM_ERR_INVALID, "server: empty prompt or max_tokens < 1");
+  if (j->n_ids < 1 || !j->ids || j->max_tokens < 0)
+    return LM_ERRF(LM_ERR_INVALID, "engine: empty prompt or max_tokens < 0");
   for (int64_t i = 0; i < j->n_ids; i++)
     if (j->ids[i] < 0 || j->ids[i] >= s->m->cfg.vocab_size)
       return LM_ERRF(LM_ERR_INVALID, "prompt token %lld: id %d is outside the vocabulary (%lld)",
@@ -307,88 +344,36 @@ lm_status lm_sched_submit(lm_sched *s, lm_job *j) {
   return st;
 }
 
-/* ---- the prompt cache (engine thread) ---------------------------------------------------------
- */
+/* ---- the prefix cache (engine thread) ------------------------------------------------------ */
 
-static void pc_drop(lm_sched *s, int i) {
-  lm_kv_set_free(s->pc[i].kv);
-  free(s->pc[i].ids);
+/* Mirrors the prefix cache's bytes under mu (admission reads them with the reservations). */
+static void pc_sync(lm_sched *s) {
+  int64_t held = s->pc ? lm_prompt_cache_get_stats(s->pc).bytes_held : 0;
   pthread_mutex_lock(&s->mu);
-  s->reserved -= s->pc[i].bytes;
+  s->pc_held = held;
   pthread_mutex_unlock(&s->mu);
-  s->pc[i] = s->pc[--s->n_pc];
 }
 
-/* Removes and returns the entry sharing the longest prefix with ids (at least one token), or -1. */
-static int pc_match(const lm_sched *s, const int32_t *ids, int64_t n, int64_t *common) {
-  int best = -1;
-  *common = 0;
-  for (int i = 0; i < s->n_pc; i++) {
-    int64_t c = 0, lim = s->pc[i].n < n ? s->pc[i].n : n;
-    while (c < lim && s->pc[i].ids[c] == ids[c])
-      c++;
-    if (c > *common) {
-      *common = c;
-      best = i;
-    }
-  }
-  return best;
-}
-
-/* Takes entry i's caches for a prompt sharing `common` tokens with it: they are rolled back to
- * keep at most n - 1 prompt tokens (one token is always fed, its logits start the response). A
- * ring that has wrapped past the cut cannot roll back: then NULL. The entry is consumed. */
-static lm_kv_set *pc_take(lm_sched *s, int i, int64_t common, int64_t n, int64_t *cached) {
-  int64_t keep = common < n ? common : n - 1;
-  lm_kv_set *kv = s->pc[i].kv;
-  int64_t held = lm_kv_set_len(kv);
-  s->pc[i].kv = NULL;
-  pc_drop(s, i);
-  if (keep < held && lm_kv_set_trim(kv, held - keep) != LM_OK) {
-    lm_kv_set_free(kv);
-    return NULL;
-  }
-  *cached = keep;
-  return kv;
-}
-
-/* Keeps a finished sequence's caches (they hold hist[0..kv_len)), evicting the least recently
- * used entry when the cache is full. */
+/* Keeps a finished sequence's caches (they hold hist[0..kv_len)) in the prefix cache. */
 static void pc_put(lm_sched *s, lm_seq *q) {
   int64_t n = lm_seq_kv_len(q);
-  int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
-  if (!ids) {
-    lm_kv_set_free(q->kv);
-    q->kv = NULL;
-    return;
-  }
-  memcpy(ids, q->hist, (size_t)n * sizeof *ids);
-  if (s->n_pc == s->o.prompt_cache) {
-    int lru = 0;
-    for (int i = 1; i < s->n_pc; i++)
-      if (s->pc[i].used < s->pc[lru].used) lru = i;
-    pc_drop(s, lru);
-  }
-  int64_t bytes = lm_admit_bytes(&s->admit, n);
-  s->pc[s->n_pc++] =
-      (pc_entry){.kv = q->kv, .ids = ids, .n = n, .bytes = bytes, .used = ++s->clock};
+  lm_kv_set *kv = q->kv;
   q->kv = NULL;
-  pthread_mutex_lock(&s->mu);
-  s->reserved += bytes;
-  pthread_mutex_unlock(&s->mu);
+  if (n < 1 || lm_prompt_cache_adopt(s->pc, NULL, q->hist, n, kv)) lm_err_clear();
+  pc_sync(s);
 }
 
 /* ---- slots ----------------------------------------------------------------------------------- */
 
 static void count_end(lm_sched *s, lm_finish_kind k) {
   if (k == LM_FIN_CANCELLED)
-    s->st.jobs_cancelled++;
+    s->st.requests_cancelled++;
   else if (k == LM_FIN_TIMEOUT)
-    s->st.jobs_timeout++;
+    s->st.requests_timeout++;
   else if (k == LM_FIN_ERROR)
-    s->st.jobs_failed++;
+    s->st.requests_failed++;
   else
-    s->st.jobs_done++;
+    s->st.requests_done++;
 }
 
 /* Ends slot i: finishes the job's channel, keeps or frees the caches, gives the memory back. */
@@ -397,7 +382,7 @@ static void release_slot(lm_sched *s, int i, int keep_cache) {
   lm_chan_finish(q->job->ch, &q->fin);
   int ok =
       q->fin.kind == LM_FIN_STOP || q->fin.kind == LM_FIN_STOP_STR || q->fin.kind == LM_FIN_LENGTH;
-  if (keep_cache && ok && s->o.prompt_cache > 0 && q->kv && lm_seq_kv_len(q) > 0) pc_put(s, q);
+  if (keep_cache && ok && s->pc && q->kv && lm_seq_kv_len(q) > 0) pc_put(s, q);
   lm_kv_set_free(q->kv);
   q->kv = NULL;
   pthread_mutex_lock(&s->mu);
@@ -409,58 +394,58 @@ static void release_slot(lm_sched *s, int i, int keep_cache) {
   s->used[i] = 0;
 }
 
-/* Caches for job: a prompt-cache entry sharing its prefix, else a new set. */
-static lm_status job_caches(lm_sched *s, lm_job *j, int pc_i, int64_t common, lm_kv_set **kv,
-                            int64_t *cached) {
-  *kv = NULL;
+/* Caches for job: a new set, holding the longest cached prefix of its prompt (one token at least
+ * is left to feed: its logits start the response). */
+static lm_status job_caches(lm_sched *s, lm_job *j, lm_kv_set **kv, int64_t *cached) {
   *cached = 0;
-  if (pc_i >= 0) *kv = pc_take(s, pc_i, common, j->n_ids, cached);
-  if (*kv) {
-    s->st.pc_hits++;
-    s->st.pc_tokens_reused += *cached;
-    return LM_OK;
+  LM_TRY(lm_kv_set_create(s->be, s->specs, s->m->cfg.n_caches, kv));
+  if (!s->pc) return LM_OK;
+  lm_status st = lm_prompt_cache_lookup(s->pc, NULL, j->ids, j->n_ids, j->n_ids - 1, *kv, cached);
+  if (st) {
+    lm_kv_set_free(*kv);
+    *kv = NULL;
   }
-  if (s->o.prompt_cache > 0) s->st.pc_misses++;
-  return lm_kv_set_create(s->be, s->specs, s->m->cfg.n_caches, kv);
+  return st;
 }
 
-/* Moves the queue head into slot i if its memory fits (evicting prompt-cache entries, least
- * recently used first). Returns 1 when it was admitted (or ended), 0 when it must wait. Called
- * with mu held; drops it around cache work. */
+/* Evicts prefix-cache entries, least recently used first, until `need` more bytes fit the
+ * budget. Returns 0 when they cannot (the job waits for running sequences to end). */
+static int make_room(lm_sched *s, int64_t need) {
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    int64_t active = s->reserved;
+    pthread_mutex_unlock(&s->mu);
+    int64_t held = s->pc ? lm_prompt_cache_get_stats(s->pc).bytes_held : 0;
+    if (active + held + need <= s->admit.budget) return 1;
+    int64_t room = s->admit.budget - active - need;
+    if (!s->pc || !lm_prompt_cache_shrink(s->pc, room > 0 ? room : 0)) return 0;
+    pc_sync(s);
+  }
+}
+
+/* Moves the queue head into slot i if its memory fits (evicting prefix-cache entries). Returns 1
+ * when it was admitted (or ended), 0 when it must wait. Called with mu held; drops it around
+ * cache work. */
 static int admit_head(lm_sched *s, int i) {
   lm_job *j = s->q[s->q_head];
-  int64_t need = lm_admit_bytes(&s->admit, j->n_ids + j->max_tokens), common = 0;
+  int64_t need = lm_admit_bytes(&s->admit, job_need(s, j->n_ids, j->max_tokens));
   pthread_mutex_unlock(&s->mu);
-  int pc_i = pc_match(s, j->ids, j->n_ids, &common);
-  int64_t reuse_bytes = pc_i >= 0 ? s->pc[pc_i].bytes : 0;
-  for (;;) { /* evict other entries until the job fits */
-    pthread_mutex_lock(&s->mu);
-    int fits = s->reserved - reuse_bytes + need <= s->admit.budget;
-    pthread_mutex_unlock(&s->mu);
-    if (fits) break;
-    int victim = -1;
-    for (int k = 0; k < s->n_pc; k++)
-      if (k != pc_i && (victim < 0 || s->pc[k].used < s->pc[victim].used)) victim = k;
-    if (victim < 0) {
-      pthread_mutex_lock(&s->mu);
-      return 0;
-    }
-    if (pc_i == s->n_pc - 1) pc_i = victim; /* pc_drop moves the last entry into the hole */
-    pc_drop(s, victim);
-  }
+  int fits = make_room(s, need);
   pthread_mutex_lock(&s->mu);
+  if (!fits) return 0;
   s->q_head = (s->q_head + 1) % s->o.queue_cap;
   s->q_n--;
   s->reserved += need;
   pthread_mutex_unlock(&s->mu);
-  lm_kv_set *kv;
-  int64_t cached;
-  lm_status st = job_caches(s, j, pc_i, common, &kv, &cached);
+  lm_kv_set *kv = NULL;
+  int64_t cached = 0;
+  lm_status st = job_caches(s, j, &kv, &cached);
   if (!st) st = lm_seq_init(&s->slots[i], &s->env, j, kv, cached);
+  pc_sync(s);
   pthread_mutex_lock(&s->mu);
   if (st) {
     s->reserved -= need;
-    s->st.jobs_failed++;
+    s->st.requests_failed++;
     pthread_mutex_unlock(&s->mu);
     job_fail(j, LM_FIN_ERROR, lm_errmsg());
     pthread_mutex_lock(&s->mu);
@@ -625,27 +610,32 @@ static void step(lm_sched *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* Publishes the slot and cache counters (mu held). */
+/* Publishes the slot and cache counters (mu held; engine thread, or after it stopped). */
 static void publish(lm_sched *s) {
   int a = 0, p = 0;
-  int64_t held = 0, pcb = 0;
+  int64_t held = 0;
   for (int i = 0; i < s->o.parallel; i++)
     if (s->used[i]) {
       a++;
       p += lm_seq_prefilling(&s->slots[i]);
       held += lm_kv_set_bytes(s->slots[i].kv);
     }
-  for (int i = 0; i < s->n_pc; i++) {
-    held += lm_kv_set_bytes(s->pc[i].kv);
-    pcb += s->pc[i].bytes;
+  if (s->pc) {
+    lm_prompt_cache_stats ps = lm_prompt_cache_get_stats(s->pc);
+    held += ps.bytes_held;
+    s->st.prefix_entries = (int)ps.entries;
+    s->st.prefix_bytes = ps.bytes_held;
+    s->st.prefix_lookups = ps.lookups;
+    s->st.prefix_hits = ps.hits;
+    s->st.prefix_misses = ps.misses;
+    s->st.prefix_tokens_reused = ps.tokens_reused;
+    s->st.prefix_evictions = ps.evictions;
   }
   s->st.active = a;
   s->st.prefilling = p;
   s->st.decoding = a - p;
   s->st.kv_held = held;
-  s->st.kv_reserved = s->reserved;
-  s->st.pc_entries = s->n_pc;
-  s->st.pc_bytes = pcb;
+  s->st.kv_reserved = s->reserved + s->pc_held;
   s->st.queued = s->q_n;
 }
 
@@ -655,10 +645,162 @@ static int any_active(const lm_sched *s) {
   return 0;
 }
 
+/* ---- commands ----------------------------------------------------------------------------------
+ */
+
+/* Runs the pending commands (mu held; dropped around each). */
+static void run_commands(lm_sched *s) {
+  while (s->cmds) {
+    sched_cmd *c = s->cmds;
+    s->cmds = c->next;
+    pthread_mutex_unlock(&s->mu);
+    lm_err_clear();
+    c->st = c->run(s, c);
+    if (c->st) snprintf(c->msg, sizeof c->msg, "%s", lm_errmsg());
+    pc_sync(s);
+    pthread_mutex_lock(&s->mu);
+    c->done = 1;
+    pthread_cond_broadcast(&s->cmd_cv);
+  }
+}
+
+/* Ends the pending commands unrun (mu held): the engine is stopping. */
+static void fail_commands(lm_sched *s) {
+  for (sched_cmd *c; (c = s->cmds);) {
+    s->cmds = c->next;
+    c->st = LM_ERR_CANCELLED;
+    snprintf(c->msg, sizeof c->msg, "the engine is stopping");
+    c->done = 1;
+  }
+  pthread_cond_broadcast(&s->cmd_cv);
+}
+
+/* Runs c on the engine thread (inline while no thread runs) and returns its status, its message
+ * set on the caller's thread. */
+static lm_status command(lm_sched *s, sched_cmd *c) {
+  pthread_mutex_lock(&s->mu);
+  if (s->stop) {
+    pthread_mutex_unlock(&s->mu);
+    return LM_ERRF(LM_ERR_CANCELLED, "the engine is stopping");
+  }
+  if (!s->started) {
+    pthread_mutex_unlock(&s->mu);
+    c->st = c->run(s, c);
+    pc_sync(s);
+    return c->st;
+  }
+  sched_cmd **tail = &s->cmds;
+  while (*tail)
+    tail = &(*tail)->next;
+  *tail = c;
+  pthread_cond_signal(&s->cv);
+  while (!c->done)
+    pthread_cond_wait(&s->cmd_cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return c->st ? lm_err_set(c->st, "%s", c->msg) : LM_OK;
+}
+
+static lm_status do_save(lm_sched *s, sched_cmd *c) {
+  int64_t len = 0;
+  const lm_kv_set *kv = s->pc ? lm_prompt_cache_find(s->pc, NULL, c->ids, c->n, &len) : NULL;
+  if (!kv)
+    return LM_ERRF(LM_ERR_NOT_FOUND, "%s: the engine holds no cached state of this context",
+                   c->path);
+  uint8_t fp[LM_FINGERPRINT_BYTES];
+  LM_TRY(lm_model_fingerprint(s->m, fp));
+  LM_TRY(lm_kv_state_save(c->path, fp, kv, c->ids, len));
+  c->got_n = len;
+  return LM_OK;
+}
+
+static lm_status do_load(lm_sched *s, sched_cmd *c) {
+  if (!s->pc)
+    return LM_ERRF(LM_ERR_STATE, "%s: loading a state needs the prefix cache (it is off)", c->path);
+  lm_kv_set *kv = NULL;
+  int32_t *ids = NULL;
+  int64_t n = 0;
+  LM_TRY(lm_kv_state_load(c->path, s->m, s->specs, s->be, &kv, &ids, &n));
+  lm_status st = n >= s->admit.max_ctx
+                     ? LM_ERRF(LM_ERR_INVALID, "%s: %lld tokens do not fit the context limit %lld",
+                               c->path, (long long)n, (long long)s->admit.max_ctx)
+                     : LM_OK;
+  if (!st && n > 0) {
+    st = lm_prompt_cache_adopt(s->pc, NULL, ids, n, kv);
+    kv = NULL;
+  }
+  lm_kv_set_free(kv);
+  if (st) {
+    free(ids);
+    return st;
+  }
+  c->got_ids = ids;
+  c->got_n = n;
+  return LM_OK;
+}
+
+static lm_status do_logits(lm_sched *s, sched_cmd *c) {
+  int64_t C = c->chunk > 0 ? c->chunk : s->o.chunk, P = c->prefill;
+  if (P <= 0 || P > c->n) P = c->n;
+  lm_kv_set *kv = NULL;
+  lm_forward *f = NULL;
+  int64_t V = s->m->cfg.vocab_size;
+  lm_status st = lm_kv_set_create(s->be, s->specs, s->m->cfg.n_caches, &kv);
+  if (!st) st = lm_forward_create(s->m, s->be, C, C, &f);
+  if (!st) st = lm_forward_feed(f, kv, c->ids, P, C, c->out);
+  if (!st && c->n > P) st = lm_forward_feed(f, kv, c->ids + P, c->n - P, 1, c->out + P * V);
+  lm_forward_free(f);
+  lm_kv_set_free(kv);
+  return st;
+}
+
+lm_status lm_sched_save_state(lm_sched *s, const int32_t *ids, int64_t n, const char *path,
+                              int64_t *saved) {
+  if (saved) *saved = 0;
+  if (!path || n < 1 || !ids) return LM_ERRF(LM_ERR_INVALID, "save state: no path or no tokens");
+  sched_cmd c = {.run = do_save, .ids = ids, .n = n, .path = path};
+  LM_TRY(command(s, &c));
+  if (saved) *saved = c.got_n;
+  return LM_OK;
+}
+
+lm_status lm_sched_load_state(lm_sched *s, const char *path, int32_t **ids, int64_t *n) {
+  if (ids) *ids = NULL;
+  if (n) *n = 0;
+  if (!path) return LM_ERRF(LM_ERR_INVALID, "load state: no path");
+  sched_cmd c = {.run = do_load, .path = path};
+  LM_TRY(command(s, &c));
+  if (ids)
+    *ids = c.got_ids;
+  else
+    free(c.got_ids);
+  if (n) *n = c.got_n;
+  return LM_OK;
+}
+
+lm_status lm_sched_logits(lm_sched *s, const int32_t *ids, int64_t n, int64_t prefill,
+                          int64_t chunk, float *out) {
+  if (n < 1 || !ids || !out || chunk < 0) return LM_ERRF(LM_ERR_INVALID, "logits: bad arguments");
+  if (n > s->admit.max_ctx)
+    return LM_ERRF(LM_ERR_INVALID, "logits: %lld tokens exceed the context limit %lld",
+                   (long long)n, (long long)s->admit.max_ctx);
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= s->m->cfg.vocab_size)
+      return LM_ERRF(LM_ERR_INVALID, "token %lld: id %d is outside the vocabulary (%lld)",
+                     (long long)i, ids[i], (long long)s->m->cfg.vocab_size);
+  sched_cmd c = {
+      .run = do_logits, .ids = ids, .n = n, .prefill = prefill, .chunk = chunk, .out = out};
+  return command(s, &c);
+}
+
+/* ---- the thread ------------------------------------------------------------------------------ */
+
 static void *engine_main(void *arg) {
   lm_sched *s = arg;
+  /* the thread count is per thread in OpenMP: the caller's setting does not reach this one */
+  if (s->o.threads > 0) omp_set_num_threads(s->o.threads);
   pthread_mutex_lock(&s->mu);
   while (!s->stop) {
+    run_commands(s);
     admit_all(s);
     publish(s);
     if (!any_active(s)) {
@@ -670,7 +812,7 @@ static void *engine_main(void *arg) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
       }
-      if (!s->stop) pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+      if (!s->stop && !s->cmds) pthread_cond_timedwait(&s->cv, &s->mu, &ts);
       continue;
     }
     pthread_mutex_unlock(&s->mu);
@@ -685,7 +827,7 @@ static void *engine_main(void *arg) {
 lm_status lm_sched_start(lm_sched *s) {
   if (s->started) return LM_OK;
   if (pthread_create(&s->th, NULL, engine_main, s) != 0)
-    return LM_ERRF(LM_ERR_NOMEM, "server: could not start the engine thread");
+    return LM_ERRF(LM_ERR_NOMEM, "engine: could not start the scheduler thread");
   s->started = 1;
   return LM_OK;
 }

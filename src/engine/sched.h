@@ -1,5 +1,7 @@
 /* sched.h — the continuous-batching scheduler: one engine thread owns the model and runs
- * every active sequence in one ragged batch per forward step.
+ * every active sequence in one ragged batch per forward step. Every caller's generation goes
+ * through it: `lumen serve`'s requests and the command line's single sequence alike (through
+ * the public API, request.c), so there is one generation loop.
  *
  * A step holds, in this order: one token for each decoding sequence (its pending token, with a
  * logits row), then prompt tokens of the sequences still prefilling, oldest first, up to `chunk`
@@ -7,16 +9,19 @@
  * sequences is one lm_forward_run over B rows (weights read once for all), and a long prompt is
  * prefilled in chunks between decode steps while the running streams keep flowing. Requests join
  * between steps (admission: a free slot and KV memory for prompt + max_tokens) and leave as soon
- * as they end, are cancelled or time out; their caches are freed at once, or kept as a prompt
- * cache entry when the response ended normally (a later request that starts with the same tokens
- * reuses them: usage.prompt_tokens_details.cached_tokens).
+ * as they end, are cancelled or time out. A sequence that ended normally leaves its caches in the
+ * prefix cache (prompt_cache.h: byte-capped, SWA-correct, namespaced), so a later request that
+ * starts with the same tokens — the next chat turn — prefills only the rest.
  *
  * Sampling runs on the host from the logits rows the forward returns (sample/sampler.h, one
- * sampler per sequence, rows in parallel); text comes from one streaming detokenizer per sequence
- * and stop strings are matched on it with hold-back. Nothing here knows about HTTP or JSON: the
- * results go to each job's channel (chan.h).
+ * sampler per sequence, rows in parallel; a row's error is kept with its row); text comes from one
+ * streaming detokenizer per sequence and stop strings are matched on it with hold-back. Nothing
+ * here knows about HTTP or JSON: the results go to each job's channel (chan.h).
  *
- * Thread safety: submit, check and stats may be called from any thread. */
+ * Commands (save a state, load one, teacher-forced logits) run on the engine thread between
+ * steps, so the caches and the backend have one user.
+ *
+ * Thread safety: submit, check, stats and the commands may be called from any thread. */
 #ifndef LM_ENGINE_SCHED_H
 #define LM_ENGINE_SCHED_H
 
@@ -35,29 +40,32 @@ typedef struct lm_job {
   int32_t *ids; /* [n_ids] the prompt (owned) */
   int64_t n_ids;
   lm_sampling sampling; /* owns its lists */
-  int64_t max_tokens;   /* >= 1 */
+  int64_t max_tokens;   /* >= 0; 0: until a stop or the context limit */
   char **stops;         /* [n_stops] stop strings (owned) */
   int n_stops;
   int ignore_eos;   /* stop ids are ordinary tokens (fixed-length benchmarks) */
   int top_logprobs; /* -1: no logprobs; 0..LM_TOP_LOGPROBS_MAX: the chosen token's and N
                        alternatives */
   int keep_control; /* stream the text of the output parser's control tokens (chat formats) */
+  int keep_special; /* stream the text of every special token (raw output) */
   double t_submit;  /* monotonic seconds */
   double deadline;  /* monotonic seconds; 0: none */
   lm_chan *ch;      /* the engine's reference */
 } lm_job;
 
-/* A new job with neutral sampling and its channel (two references: the job's and *http_ref). */
-lm_status lm_job_create(lm_job **out, lm_chan **http_ref);
+/* A new job with neutral sampling and its channel (two references: the job's and *consumer). */
+lm_status lm_job_create(lm_job **out, lm_chan **consumer);
 void lm_job_free(lm_job *j); /* releases the job's channel reference; NULL is a no-op */
 
 typedef struct lm_sched_opts {
   int parallel;            /* sequences in the running batch */
   int64_t chunk;           /* prompt tokens per step */
   int queue_cap;           /* jobs waiting for a slot; submit refuses beyond */
-  int64_t kv_budget;       /* bytes for every sequence's caches (active + prompt cache) */
+  int64_t kv_budget;       /* bytes for every sequence's caches (active + prefix cache);
+                              INT64_MAX: no limit */
   int64_t max_ctx;         /* per-sequence context limit */
-  int prompt_cache;        /* finished sequences kept for prefix reuse (0: off) */
+  int prompt_cache;        /* finished sequences kept for prefix reuse (entries; 0: off) */
+  int threads;             /* OpenMP threads of the engine thread's parallel regions; 0: default */
   const lm_kv_spec *specs; /* [model n_caches] the cache plan */
   const int32_t *stop_ids;
   int32_t n_stop_ids;
@@ -65,16 +73,8 @@ typedef struct lm_sched_opts {
   int32_t n_keep_special;
 } lm_sched_opts;
 
-typedef struct lm_sched_stats {
-  int active, prefilling, decoding, queued, queue_cap, parallel;
-  int64_t kv_budget, kv_reserved,
-      kv_held; /* bytes: budget, reserved by admission, held by caches */
-  int pc_entries;
-  int64_t pc_bytes, pc_hits, pc_misses, pc_tokens_reused;
-  int64_t steps, step_tokens, step_rows, prefill_tokens, decode_tokens;
-  int64_t jobs_done, jobs_cancelled, jobs_timeout, jobs_failed;
-  double busy_s; /* time spent in forward steps and sampling */
-} lm_sched_stats;
+/* The public counters (lumen.h) are the scheduler's. */
+typedef lm_engine_stats lm_sched_stats;
 
 typedef struct lm_sched lm_sched;
 
@@ -99,5 +99,17 @@ lm_admission lm_sched_check(const lm_sched *s, int64_t n_prompt, int64_t max_tok
 lm_status lm_sched_submit(lm_sched *s, lm_job *j);
 void lm_sched_stats_get(lm_sched *s, lm_sched_stats *out);
 const lm_admit *lm_sched_admit(const lm_sched *s);
+
+/* Commands, run on the engine thread between steps (inline when the thread is not running).
+ * save: the caches of the longest cached prefix of ids[0..n) (the prefix cache holds finished
+ * sequences) to a state file with the model's fingerprint; *saved gets its tokens
+ * (LM_ERR_NOT_FOUND when none). load: a state file into the prefix cache; *ids and *n (malloc'ed)
+ * get its tokens. logits: teacher-forced logits of ids[0..n) in a fresh context (prefill tokens in
+ * chunks of `chunk`, the rest one per step), f32 [n][vocab]. */
+lm_status lm_sched_save_state(lm_sched *s, const int32_t *ids, int64_t n, const char *path,
+                              int64_t *saved);
+lm_status lm_sched_load_state(lm_sched *s, const char *path, int32_t **ids, int64_t *n);
+lm_status lm_sched_logits(lm_sched *s, const int32_t *ids, int64_t n, int64_t prefill,
+                          int64_t chunk, float *out);
 
 #endif

@@ -25,10 +25,11 @@ lm_status lm_seq_init(lm_seq *q, const lm_seq_env *env, lm_job *job, lm_kv_set *
   q->kv = kv;
   q->cached = cached;
   q->n_prompt = job->n_ids;
-  q->cap_hist = job->n_ids + job->max_tokens + 1;
+  /* room for the whole response when it is bounded; else it grows (hist_push) */
+  q->cap_hist = job->n_ids + (job->max_tokens > 0 ? job->max_tokens : 256) + 1;
   q->hist = malloc((size_t)q->cap_hist * sizeof *q->hist);
   lm_status s = q->hist ? LM_OK
-                        : LM_ERRF(LM_ERR_NOMEM, "server: out of memory (context of %lld tokens)",
+                        : LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (context of %lld tokens)",
                                   (long long)q->cap_hist);
   if (!s) {
     memcpy(q->hist, job->ids, (size_t)job->n_ids * sizeof *q->hist);
@@ -36,7 +37,7 @@ lm_status lm_seq_init(lm_seq *q, const lm_seq_env *env, lm_job *job, lm_kv_set *
     s = lm_sampler_create(&job->sampling, &q->smp);
   }
   if (!s) s = lm_sampler_reserve(q->smp, env->vocab);
-  if (!s) s = lm_detok_create(env->tok, 0, &q->dt);
+  if (!s && env->tok) s = lm_detok_create(env->tok, 0, &q->dt); /* no tokenizer: ids only */
   if (s) {
     lm_seq_clear(q);
     lm_kv_set_free(kv);
@@ -107,7 +108,7 @@ int32_t lm_seq_sample(lm_seq *q, const lm_seq_env *env, float *row, lm_tok_event
   const float *raw = row;
   if (want >= 0) {
     if (!q->scratch && !(q->scratch = malloc((size_t)env->vocab * sizeof *q->scratch))) {
-      (void)LM_ERRF(LM_ERR_NOMEM, "server: out of memory (logprobs)");
+      (void)LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (logprobs)");
       return -1;
     }
     memcpy(q->scratch, row, (size_t)env->vocab * sizeof *row);
@@ -121,11 +122,26 @@ int32_t lm_seq_sample(lm_seq *q, const lm_seq_env *env, float *row, lm_tok_event
   return id;
 }
 
+static lm_status hist_push(lm_seq *q, int32_t id) {
+  if (q->n_hist == q->cap_hist) {
+    int64_t cap = 2 * q->cap_hist;
+    int32_t *h = realloc(q->hist, (size_t)cap * sizeof *h);
+    if (!h)
+      return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (context of %lld tokens)",
+                     (long long)cap);
+    q->hist = h;
+    q->cap_hist = cap;
+  }
+  q->hist[q->n_hist++] = id;
+  return LM_OK;
+}
+
 static void fill_usage(lm_seq *q, double now) {
   lm_finish *f = &q->fin;
   f->prompt_tokens = q->n_prompt;
   f->cached_tokens = q->cached;
   f->completion_tokens = q->n_gen;
+  f->decode_steps = q->n_gen > 1 ? q->n_gen - 1 : 0;
   f->queue_s = q->t_admit > 0 ? q->t_admit - q->job->t_submit : now - q->job->t_submit;
   f->prefill_s = q->t_prefilled > 0 ? q->t_prefilled - q->t_admit : 0;
   f->ttft_s = q->t_first > 0 ? q->t_first - q->job->t_submit : 0;
@@ -141,21 +157,22 @@ void lm_seq_end(lm_seq *q, lm_finish_kind kind, const char *message, double now)
   fill_usage(q, now);
 }
 
-/* Text of id through the detokenizer (special tokens only when the job streams control tokens
- * and id is one of them), then the stop matcher. final: flush both. */
+/* Text of id through the detokenizer (special tokens only when the job streams them all, or
+ * streams control tokens and id is one of them; no text without a tokenizer), then the stop
+ * matcher. final: flush both. */
 static lm_status token_text(lm_seq *q, const lm_seq_env *env, int32_t id, int final,
                             lm_tok_event *tok) {
   const char *t = "";
   size_t n = 0;
-  int skip =
-      id < 0 || (lm_tokenizer_is_special(env->tok, id) &&
-                 !(q->job->keep_control && in_sorted(env->keep_special, env->n_keep_special, id)));
+  int skip = id < 0 || !q->dt ||
+             (lm_tokenizer_is_special(env->tok, id) && !q->job->keep_special &&
+              !(q->job->keep_control && in_sorted(env->keep_special, env->n_keep_special, id)));
   if (!skip) LM_TRY(lm_detok_push(q->dt, id, &t, &n));
   char *a = NULL, *b = NULL;
   size_t na = 0, nb = 0;
   LM_TRY(lm_stop_hold_push(&q->stop, t, n, 0, &a, &na));
   if (final && q->stop.matched < 0) {
-    lm_status s = lm_detok_flush(q->dt, &t, &n);
+    lm_status s = q->dt ? lm_detok_flush(q->dt, &t, &n) : LM_OK;
     if (!s) s = lm_stop_hold_push(&q->stop, t, n, 1, &b, &nb);
     if (s) {
       free(a);
@@ -167,7 +184,7 @@ static lm_status token_text(lm_seq *q, const lm_seq_env *env, int32_t id, int fi
     if (!c) {
       free(a);
       free(b);
-      return LM_ERRF(LM_ERR_NOMEM, "server: out of memory");
+      return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory");
     }
     memcpy(c + na, b, nb + 1);
     a = c;
@@ -190,8 +207,9 @@ lm_status lm_seq_accept(lm_seq *q, const lm_seq_env *env, int32_t id, lm_tok_eve
     end = LM_FIN_STOP;
     LM_TRY(token_text(q, env, -1, 1, tok));
   } else {
-    q->hist[q->n_hist++] = id; /* pending: fed by the next step */
-    int length = q->n_gen >= q->job->max_tokens || q->n_hist >= env->max_ctx;
+    LM_TRY(hist_push(q, id)); /* pending: fed by the next step */
+    int length =
+        (q->job->max_tokens > 0 && q->n_gen >= q->job->max_tokens) || q->n_hist >= env->max_ctx;
     LM_TRY(token_text(q, env, id, length, tok));
     if (q->stop.matched >= 0)
       end = LM_FIN_STOP_STR;

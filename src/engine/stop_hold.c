@@ -34,7 +34,7 @@ lm_status lm_stop_hold_push(lm_stop_hold *s, const char *text, size_t len, int f
                      : s->n - lm_stop_held_suffix(s->stops, s->n_stops, s->hold, s->n);
   if (k) {
     if (!(*out = malloc(k + 1)))
-      return LM_ERRF(LM_ERR_NOMEM, "server: out of memory (stop strings)");
+      return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (stop strings)");
     memcpy(*out, s->hold, k);
     (*out)[k] = '\0';
     *n_out = k;

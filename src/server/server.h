@@ -2,24 +2,22 @@
  *
  * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages (Anthropic), GET
  * /v1/models, GET /health, GET /stats, GET /metrics. HTTP on libmicrohttpd (a thread per
- * connection, blocking only on that request's token channel), JSON on jansson; one engine thread
- * runs every sequence in one continuously re-formed batch (sched.h).
+ * connection, blocking only on that request's events), JSON on jansson. The server is a client of
+ * the public API (lumen.h): it maps the protocols onto requests of one engine, whose scheduler
+ * runs every sequence in one continuously re-formed batch.
  *
- * Lifetime: create (loads the tokenizer, chat template and generation defaults from the model
- * directory, plans the caches, sizes the KV budget), start (binds and serves), free (stops: open
- * requests end as cancelled). The model and backend outlive the server. */
+ * Lifetime: create (puts the checkpoint on its backend as an engine: the cache plan, the KV budget,
+ * the scheduler thread), start (binds and serves), free (stops: open requests end as cancelled).
+ * The checkpoint outlives the server. */
 #ifndef LM_SERVER_SERVER_H
 #define LM_SERVER_SERVER_H
 
 #include <stdint.h>
 
-#include "backend/backend.h"
-#include "model/kv_plan.h"
-#include "model/model.h"
-#include "sample/sampler.h"
+#include "lumen.h"
 
 typedef struct lm_server_opts {
-  const char *model_dir;   /* tokenizer.json, chat_template.jinja, generation_config.json */
+  const char *model_dir;   /* the directory the checkpoint came from (names the model) */
   const char *model_id;    /* the id /v1/models reports (NULL: the directory's base name) */
   const char *host;        /* NULL: 127.0.0.1 */
   int port;                /* 0: an ephemeral port (lm_server_port tells which) */
@@ -36,7 +34,12 @@ typedef struct lm_server_opts {
   int64_t max_tokens;      /* default max_tokens (0: 512) */
   const lm_sampling *sampling; /* default sampling (NULL: generation_config.json's) */
   int has_seed;                /* sampling->seed applies to requests without a seed */
-  lm_kv_options kv;            /* --kv-quant plan */
+  const char *kv_quant;        /* --kv-quant plan: NULL/"off", "4", "8", "config" */
+  int kv_group;                /* --kv-group (0: 64) */
+  const char *kv_config;       /* --kv-config */
+  const char *backend;         /* "cpu", "cuda", NULL: cuda when a GPU is present */
+  const char *precision;       /* NULL: fast */
+  int threads;                 /* CPU threads (0: all) */
   int max_connections;         /* 0: 256 */
   int log_requests;            /* one line per request on stderr */
 } lm_server_opts;
@@ -45,7 +48,8 @@ void lm_server_opts_init(lm_server_opts *o);
 
 typedef struct lm_server lm_server;
 
-lm_status lm_server_create(lm_model *m, lm_backend *be, const lm_server_opts *o, lm_server **out);
+/* Creates the engine over ck (which must have a tokenizer) and the server around it. */
+lm_status lm_server_create(lm_checkpoint *ck, const lm_server_opts *o, lm_server **out);
 /* Binds host:port and starts serving (HTTP threads + the engine thread). */
 lm_status lm_server_start(lm_server *s);
 int lm_server_port(const lm_server *s);

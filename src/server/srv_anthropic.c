@@ -244,7 +244,7 @@ static json_t *stop_sequence(const ant *a) {
 }
 
 static json_t *usage_json(const ant *a, int final) {
-  const lm_finish *f = &a->g->fin;
+  const lm_srv_finish *f = &a->g->fin;
   int64_t cached = final ? f->cached_tokens : 0, prompt = final ? f->prompt_tokens : a->g->n_prompt;
   return json_pack("{s:I,s:I,s:I,s:i}", "input_tokens", (json_int_t)(prompt - cached),
                    "output_tokens", (json_int_t)(final ? f->completion_tokens : 0),
@@ -349,7 +349,7 @@ static lm_status stream_end(ant *a) {
               json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
                         lm_srv_err_anthropic_type(e.http), "message", e.message));
   LM_TRY(close_block(a));
-  const lm_finish *f = &a->g->fin;
+  const lm_srv_finish *f = &a->g->fin;
   LM_TRY(ev(a, "message_delta",
             json_pack("{s:s,s:{s:s,s:o},s:{s:I}}", "type", "message_delta", "delta", "stop_reason",
                       stop_reason(a), "stop_sequence", stop_sequence(a), "usage", "output_tokens",
@@ -392,12 +392,10 @@ static ant *ant_new(lm_server *s, const lm_srv_params *p) {
   return a;
 }
 
-static void run(const lm_srv_http_req *rq, lm_srv_params *p, int32_t *ids, int64_t n,
-                const char *forced, int sr, lm_srv_reply *rp) {
+static void run(const lm_srv_http_req *rq, lm_srv_params *p, lm_srv_reply *rp) {
   lm_srv_err e;
   ant *a = ant_new(rq->srv, p);
   if (!a) {
-    free(ids);
     lm_srv_err_set(&e, 500, "server_error", NULL, NULL, "out of memory");
     lm_srv_reply_error(rp, &e, 1);
     return;
@@ -408,7 +406,7 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, int32_t *ids, int64
     sink.reasoning = on_reasoning;
     sink.tool_call = on_tool_call;
   }
-  if (lm_srv_gen_start(rq->srv, p, ids, n, 1, forced, sr, &sink, "msg_", "toolu_", &a->g, &e)) {
+  if (lm_srv_gen_start(rq->srv, p, 1, &sink, "msg_", "toolu_", &a->g, &e)) {
     ant_free(a);
     lm_srv_reply_error(rp, &e, 1);
     return;
@@ -435,19 +433,12 @@ void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm
   lm_srv_err e;
   lm_srv_params_init(&p);
   json_t *req = NULL;
-  int32_t *ids = NULL;
-  int64_t n = 0;
-  char *forced = NULL;
-  int sr = 0;
   if (lm_srv_anthropic_request(body, &req, &e) ||
-      lm_srv_parse_common(req, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
-      lm_srv_parse_chat(req, &p, &e) || lm_srv_gen_chat_prompt(s, &p, &ids, &n, &forced, &sr, &e)) {
-    free(ids);
+      lm_srv_parse_common(req, &s->defaults, s->ci.vocab_size, &p, &e) ||
+      lm_srv_parse_chat(req, &p, &e))
     lm_srv_reply_error(rp, &e, 1);
-  } else {
-    run(rq, &p, ids, n, forced, sr, rp);
-  }
-  free(forced);
+  else
+    run(rq, &p, rp);
   json_decref(req);
   lm_srv_params_clear(&p);
 }

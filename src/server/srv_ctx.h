@@ -4,39 +4,26 @@
 
 #include <stdatomic.h>
 
-#include "sample/gen_config.h"
+#include "lumen.h"
 #include "server/server.h"
 #include "server/srv_metrics.h"
-#include "engine/sched.h"
-#include "text/chat.h"
-#include "text/parse.h"
-#include "text/tokenizer.h"
 
 struct MHD_Daemon;
 
 struct lm_server {
   lm_server_opts o;
   char *model_dir, *model_id, *host, *api_key;
-  lm_model *m;
-  lm_backend *be;
-  lm_tokenizer *tok;
-  lm_chat_template *tmpl; /* NULL: the checkpoint has none (chat completions refused) */
-  lm_gen_config gc;
+  lm_checkpoint *ck; /* borrowed: outlives the server */
+  lm_checkpoint_info ci;
+  lm_engine *e;
+  lm_engine_info ei;
   lm_sampling defaults;
-  int32_t *stop_ids;
-  int32_t n_stop_ids;
-  int gemma4; /* the vocabulary has Gemma 4's control tokens */
-  lm_parser_tokens ptok;
-  char *bos, *eos; /* token strings for the template */
-  lm_kv_spec *specs;
-  int64_t weight_bytes, workspace_bytes, kv_budget, max_ctx;
-  lm_sched *sched;
-  lm_srv_metrics metrics;
   struct MHD_Daemon *d;
   int port;
   double t_start;           /* monotonic seconds */
   long long t_created;      /* unix seconds of the start */
   atomic_uint_fast64_t seq; /* request ids */
+  lm_srv_metrics metrics;
 };
 
 /* The HTTP layer (srv_http.c). */

@@ -1,7 +1,8 @@
-/* srv_gen.h — one generation as an HTTP thread drives it: the prompt (chat template or raw text),
- * admission, the job handed to the scheduler, and the output parsed back into content, reasoning
- * and tool calls as the tokens arrive. Shared by the OpenAI and Anthropic protocol mappings,
- * which plug in a sink to format what comes out (SSE deltas, or one JSON body at the end). */
+/* srv_gen.h — one generation as an HTTP thread drives it: a request of the engine (lumen.h) built
+ * from the parsed parameters, its admission, and its events (content, reasoning, tool calls,
+ * tokens with logprobs) handed to a sink as they arrive. Shared by the OpenAI and Anthropic
+ * protocol mappings, which plug in a sink to format what comes out (SSE deltas, or one JSON body at
+ * the end). */
 #ifndef LM_SERVER_SRV_GEN_H
 #define LM_SERVER_SRV_GEN_H
 
@@ -14,8 +15,7 @@ typedef struct lm_srv_sink {
   lm_status (*content)(void *u, const char *t, size_t n);
   lm_status (*reasoning)(void *u, const char *t, size_t n);
   lm_status (*tool_call)(void *u, int index, const char *id, const char *name, const char *args);
-  lm_status (*token)(void *u,
-                     const lm_tok_event *t); /* every sampled token but a stop id (logprobs) */
+  lm_status (*token)(void *u, const lm_event *t); /* every sampled token but a stop id */
   void *u;
 } lm_srv_sink;
 
@@ -24,39 +24,37 @@ typedef struct lm_srv_call {
   char *name, *arguments;
 } lm_srv_call;
 
+/* How a generation ended, as the protocols report it. */
+typedef struct lm_srv_finish {
+  lm_finish_kind kind;
+  int32_t stop_id;
+  int stop_index;
+  int64_t prompt_tokens, cached_tokens, completion_tokens;
+  double ttft_s;
+  char message[256]; /* LM_FIN_ERROR, LM_FIN_TIMEOUT, LM_FIN_CANCELLED */
+} lm_srv_finish;
+
 typedef struct lm_srv_gen {
   lm_server *srv;
-  lm_chan *ch;
-  lm_parser *parser; /* chat: the output parser; NULL for raw completions */
+  lm_request *r;
   lm_srv_sink sink;
-  char *text; /* raw mode: the whole text */
-  size_t n_text, cap_text;
   lm_srv_call *calls;
   int n_calls;
+  int chat;
   int64_t n_prompt;
   int done;
-  lm_finish fin;
+  lm_srv_finish fin;
   double t0;
   char id[48];         /* chatcmpl-… / cmpl-… / msg_… */
   char call_prefix[8]; /* "call_" (OpenAI) or "toolu_" (Anthropic) */
   long long created;   /* unix seconds */
 } lm_srv_gen;
 
-/* The prompt of a chat request: p->messages rendered with the checkpoint's template and tokenized
- * (special tokens matched, no extra BOS); with tool_choice required/named on a Gemma 4 vocabulary,
- * the opening of the call is appended (the model continues inside it) and returned in *forced for
- * the parser. *start_reasoning: the prompt ends inside an open reasoning channel. Returns 0 or the
- * HTTP status. */
-int lm_srv_gen_chat_prompt(lm_server *s, const lm_srv_params *p, int32_t **ids, int64_t *n,
-                           char **forced, int *start_reasoning, lm_srv_err *e);
-/* The prompt of a completion: the text tokenized with the tokenizer's BOS, or the ids given. */
-int lm_srv_gen_raw_prompt(lm_server *s, lm_srv_params *p, int32_t **ids, int64_t *n, lm_srv_err *e);
-
-/* Checks admission and queues the job (takes ids). chat: parse the output (forced text and
- * start_reasoning as from lm_srv_gen_chat_prompt). On 0, *out runs; else the HTTP status of e
- * (400 context/memory, 429 queue full, 503 stopping). */
-int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int32_t *ids, int64_t n, int chat,
-                     const char *forced, int start_reasoning, const lm_srv_sink *sink,
+/* Builds the request (chat: p->messages through the chat template, tools and tool_choice, the
+ * output parsed; else p->prompt or p->prompt_ids as they are), picks max_tokens (the request's,
+ * else the server default within the context left), checks admission and queues it. On 0, *out
+ * runs; else the HTTP status of e (400 prompt/context/memory, 429 queue full, 503 stopping). */
+int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink *sink,
                      const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
                      lm_srv_err *e);
 /* Takes what the engine produced (waiting up to timeout_ms) through the parser into the sink.

@@ -271,11 +271,13 @@ lm_status lm_srv_http_start(lm_server *s) {
                           MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
                           (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, idle,
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER,
-                          on_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+                          on_log, s, MHD_OPTION_END);
+  /* no SO_REUSEPORT: a second server on a port in use must fail, not share the traffic */
   if (!s->d)
     return LM_ERRF(LM_ERR_IO,
-                   "could not listen on %s:%d (in use, or not an address of this machine)", s->host,
-                   s->o.port);
+                   "could not listen on %s:%d: the port is in use (another server?) or the "
+                   "address is not one of this machine's",
+                   s->host, s->o.port);
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
   s->port = di ? di->port : s->o.port;
   return LM_OK;

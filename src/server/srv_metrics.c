@@ -129,7 +129,7 @@ static void put_gauge(tbuf *b, const char *name, const char *type, const char *h
   put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-static void put_sched(tbuf *b, const lm_sched_stats *st) {
+static void put_sched(tbuf *b, const lm_engine_stats *st) {
   put_gauge(b, "lumen_sequences_active", "gauge", "Sequences in the running batch.", st->active);
   put_gauge(b, "lumen_sequences_prefilling", "gauge",
             "Active sequences still prefilling their prompt.", st->prefilling);
@@ -144,13 +144,13 @@ static void put_sched(tbuf *b, const lm_sched_stats *st) {
   put_gauge(b, "lumen_kv_held_bytes", "gauge", "KV bytes the caches hold now.",
             (double)st->kv_held);
   put_gauge(b, "lumen_prompt_cache_entries", "gauge", "Finished sequences kept for prefix reuse.",
-            st->pc_entries);
+            st->prefix_entries);
   put_gauge(b, "lumen_prompt_cache_hits_total", "counter", "Requests that reused a cached prefix.",
-            (double)st->pc_hits);
+            (double)st->prefix_hits);
   put_gauge(b, "lumen_prompt_cache_misses_total", "counter",
-            "Requests that found no cached prefix.", (double)st->pc_misses);
+            "Requests that found no cached prefix.", (double)st->prefix_misses);
   put_gauge(b, "lumen_prompt_cache_reused_tokens_total", "counter",
-            "Prompt tokens served from the prompt cache.", (double)st->pc_tokens_reused);
+            "Prompt tokens served from the prompt cache.", (double)st->prefix_tokens_reused);
   put_gauge(b, "lumen_steps_total", "counter", "Forward steps run.", (double)st->steps);
   put_gauge(b, "lumen_step_tokens_total", "counter", "Tokens fed through forward steps.",
             (double)st->step_tokens);
@@ -165,11 +165,11 @@ static void put_sched(tbuf *b, const lm_sched_stats *st) {
   put(b,
       "lumen_jobs_total{outcome=\"done\"} %lld\nlumen_jobs_total{outcome=\"cancelled\"} %lld\n"
       "lumen_jobs_total{outcome=\"timeout\"} %lld\nlumen_jobs_total{outcome=\"error\"} %lld\n",
-      (long long)st->jobs_done, (long long)st->jobs_cancelled, (long long)st->jobs_timeout,
-      (long long)st->jobs_failed);
+      (long long)st->requests_done, (long long)st->requests_cancelled,
+      (long long)st->requests_timeout, (long long)st->requests_failed);
 }
 
-char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_sched_stats *st) {
+char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_engine_stats *st) {
   tbuf b = {0};
   pthread_mutex_lock(&m->mu);
   put(&b, "# HELP lumen_requests_total HTTP requests, by endpoint and status class.\n"

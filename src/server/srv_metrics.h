@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "engine/sched.h"
+#include "lumen.h"
 
 typedef enum lm_srv_ep {
   LM_SRV_EP_CHAT = 0,
@@ -47,6 +47,6 @@ void lm_srv_metrics_generation(lm_srv_metrics *m, int64_t prompt, int64_t cached
 /* The p-th percentile (0..100) of the recent samples of h (0 when none). Takes m->mu. */
 double lm_srv_metrics_percentile(lm_srv_metrics *m, const lm_srv_hist *h, double p);
 /* The Prometheus text exposition (malloc'ed). */
-char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_sched_stats *st);
+char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_engine_stats *st);
 
 #endif

@@ -47,30 +47,30 @@ static json_t *chat_lp_entry(lm_server *s, int32_t id, float lp) {
   return json_pack("{s:o,s:f,s:o}", "token", tok, "logprob", (double)lp, "bytes", bytes);
 }
 
-static lm_status chat_token(oai *o, const lm_tok_event *t) {
-  json_t *e = chat_lp_entry(o->srv, t->id, t->logprob), *tops = json_array();
+static lm_status chat_token(oai *o, const lm_event *t) {
+  json_t *e = chat_lp_entry(o->srv, t->token, t->logprob), *tops = json_array();
   for (int k = 0; k < t->n_top; k++)
-    json_array_append_new(tops, chat_lp_entry(o->srv, t->top_id[k], t->top_lp[k]));
+    json_array_append_new(tops, chat_lp_entry(o->srv, t->top_ids[k], t->top_logprobs[k]));
   json_object_set_new(e, "top_logprobs", tops);
   return json_array_append_new(o->lp, e) ? LM_ERRF(LM_ERR_NOMEM, "out of memory") : LM_OK;
 }
 
-static lm_status completion_token(oai *o, const lm_tok_event *t) {
+static lm_status completion_token(oai *o, const lm_event *t) {
   json_t *tops = json_object();
   for (int k = 0; k < t->n_top; k++) {
     size_t n;
-    char *txt = lm_srv_token_text(o->srv, t->top_id[k], &n);
-    json_object_setn_new(tops, txt ? txt : "", txt ? n : 0, json_real(t->top_lp[k]));
+    char *txt = lm_srv_token_text(o->srv, t->top_ids[k], &n);
+    json_object_setn_new(tops, txt ? txt : "", txt ? n : 0, json_real(t->top_logprobs[k]));
     free(txt);
   }
-  json_array_append_new(o->lp_tokens, token_json(o->srv, t->id, NULL));
+  json_array_append_new(o->lp_tokens, token_json(o->srv, t->token, NULL));
   json_array_append_new(o->lp_values, json_real(t->logprob));
   json_array_append_new(o->lp_tops, tops);
   json_array_append_new(o->lp_offsets, json_integer((json_int_t)o->offset));
   return LM_OK;
 }
 
-static lm_status on_token(void *u, const lm_tok_event *t) {
+static lm_status on_token(void *u, const lm_event *t) {
   oai *o = u;
   lm_status s = o->chat ? chat_token(o, t) : completion_token(o, t);
   o->offset += t->len; /* text_offset: where the next token's text starts */
@@ -99,7 +99,7 @@ static json_t *take_logprobs(oai *o) {
 /* ---- bodies ---------------------------------------------------------------------------------- */
 
 static json_t *usage_json(const lm_srv_gen *g) {
-  const lm_finish *f = &g->fin;
+  const lm_srv_finish *f = &g->fin;
   return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)f->prompt_tokens,
                    "completion_tokens", (json_int_t)f->completion_tokens, "total_tokens",
                    (json_int_t)(f->prompt_tokens + f->completion_tokens), "prompt_tokens_details",
@@ -254,12 +254,10 @@ static oai *oai_new(lm_server *s, int chat, const lm_srv_params *p) {
 }
 
 /* Runs a parsed request: starts the generation, then streams it or waits for the whole body. */
-static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, int32_t *ids, int64_t n,
-                const char *forced, int start_reasoning, lm_srv_reply *rp) {
+static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, lm_srv_reply *rp) {
   lm_srv_err e;
   oai *o = oai_new(rq->srv, chat, p);
   if (!o) {
-    free(ids);
     lm_srv_err_set(&e, 500, "server_error", NULL, NULL, "out of memory");
     lm_srv_reply_error(rp, &e, 0);
     return;
@@ -270,8 +268,7 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, int32_t *
     sink.reasoning = on_reasoning;
     sink.tool_call = on_tool_call;
   }
-  if (lm_srv_gen_start(rq->srv, p, ids, n, chat, forced, start_reasoning, &sink,
-                       chat ? "chatcmpl-" : "cmpl-", "call_", &o->g, &e)) {
+  if (lm_srv_gen_start(rq->srv, p, chat, &sink, chat ? "chatcmpl-" : "cmpl-", "call_", &o->g, &e)) {
     oai_free(o);
     lm_srv_reply_error(rp, &e, 0);
     return;
@@ -298,19 +295,11 @@ void lm_srv_openai_chat(const lm_srv_http_req *rq, const json_t *body, lm_srv_re
   lm_srv_params p;
   lm_srv_err e;
   lm_srv_params_init(&p);
-  int32_t *ids = NULL;
-  int64_t n = 0;
-  char *forced = NULL;
-  int start_reasoning = 0;
-  if (lm_srv_parse_common(body, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
-      lm_srv_parse_chat(body, &p, &e) ||
-      lm_srv_gen_chat_prompt(s, &p, &ids, &n, &forced, &start_reasoning, &e)) {
-    free(ids);
+  if (lm_srv_parse_common(body, &s->defaults, s->ci.vocab_size, &p, &e) ||
+      lm_srv_parse_chat(body, &p, &e))
     lm_srv_reply_error(rp, &e, 0);
-  } else {
-    run(rq, &p, 1, ids, n, forced, start_reasoning, rp);
-  }
-  free(forced);
+  else
+    run(rq, &p, 1, rp);
   lm_srv_params_clear(&p);
 }
 
@@ -319,23 +308,18 @@ void lm_srv_openai_completions(const lm_srv_http_req *rq, const json_t *body, lm
   lm_srv_params p;
   lm_srv_err e;
   lm_srv_params_init(&p);
-  int32_t *ids = NULL;
-  int64_t n = 0;
-  if (lm_srv_parse_common(body, &s->defaults, s->m->cfg.vocab_size, &p, &e) ||
-      lm_srv_parse_completion(body, s->m->cfg.vocab_size, &p, &e) ||
-      lm_srv_gen_raw_prompt(s, &p, &ids, &n, &e)) {
-    free(ids);
+  if (lm_srv_parse_common(body, &s->defaults, s->ci.vocab_size, &p, &e) ||
+      lm_srv_parse_completion(body, s->ci.vocab_size, &p, &e))
     lm_srv_reply_error(rp, &e, 0);
-  } else {
-    run(rq, &p, 0, ids, n, NULL, 0, rp);
-  }
+  else
+    run(rq, &p, 0, rp);
   lm_srv_params_clear(&p);
 }
 
 static json_t *model_json(const lm_server *s) {
   return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", s->model_id, "object", "model", "created",
                    (json_int_t)s->t_created, "owned_by", "lumen", "context_window",
-                   (json_int_t)s->max_ctx);
+                   (json_int_t)s->ei.context);
 }
 
 void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp) {

@@ -40,7 +40,7 @@ int lm_srv_wait(const lm_srv_http_req *rq, lm_srv_gen *g) {
     int r = lm_srv_gen_pump(g, 50);
     if (r) return r;
     if (rq->gone && rq->gone(rq->gone_ctx)) {
-      lm_chan_cancel(g->ch);
+      lm_request_cancel(g->r);
       return 0;
     }
   }
@@ -88,8 +88,8 @@ static void stats(const lm_srv_http_req *rq, lm_srv_reply *rp) {
 }
 
 static void metrics(const lm_srv_http_req *rq, lm_srv_reply *rp) {
-  lm_sched_stats st;
-  lm_sched_stats_get(rq->srv->sched, &st);
+  lm_engine_stats st;
+  lm_engine_get_stats(rq->srv->e, &st);
   lm_srv_reply_text(rp, 200, "text/plain; version=0.0.4",
                     lm_srv_metrics_render(&rq->srv->metrics, &st));
 }

@@ -181,13 +181,13 @@ static void t_prompt_cache(void **state) {
   for (int i = 0; i < 200;
        i++) { /* the counters are published between steps, after the channel ends */
     lm_sched_stats_get(s, &st);
-    if (st.pc_entries == 1 && !st.active) break;
+    if (st.prefix_entries == 1 && !st.active) break;
     usleep(10000);
   }
-  assert_int_equal(st.pc_hits, 1);
-  assert_int_equal(st.pc_entries, 1);
+  assert_int_equal(st.prefix_hits, 1);
+  assert_int_equal(st.prefix_entries, 1);
   assert_true(st.kv_reserved > 0 &&
-              st.kv_reserved == st.pc_bytes); /* only the cache entry is left */
+              st.kv_reserved == st.prefix_bytes); /* only the cache entry is left */
   lm_sched_free(s);
 }
 
@@ -224,7 +224,7 @@ static void t_cancel_and_timeout(void **state) {
   lm_sched_stats st;
   lm_sched_stats_get(s, &st);
   assert_int_equal(st.kv_reserved, 0); /* a cancelled sequence is not kept */
-  assert_int_equal(st.jobs_cancelled, 1);
+  assert_int_equal(st.requests_cancelled, 1);
   /* a deadline that has passed ends the job */
   lm_job *j;
   assert_int_equal(lm_job_create(&j, &ch), LM_OK);

@@ -123,7 +123,7 @@ static double max_abs_diff(const float *a, const float *b, int64_t n) {
 static void t_reuse_exact(void **st) {
   ctx *c = *st;
   lm_prompt_cache *pc;
-  assert_int_equal(lm_prompt_cache_create(1 << 20, &pc), LM_OK);
+  assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
   insert(c, pc, NULL, c->ids, 12);
   lm_prompt_cache_stats s = lm_prompt_cache_get_stats(pc);
   assert_int_equal(s.entries, 1);
@@ -166,7 +166,7 @@ static void t_reuse_exact(void **st) {
 static void t_cut_and_decline(void **st) {
   ctx *c = *st;
   lm_prompt_cache *pc;
-  assert_int_equal(lm_prompt_cache_create(1 << 20, &pc), LM_OK);
+  assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
   /* Entry of 4 tokens (rings exactly full, not wrapped); alt shares 8 with ids, so 4 here. A
    * request for ids' sibling that shares only 3 tokens reuses 3. */
   int32_t sib[N];
@@ -228,7 +228,7 @@ static void t_eviction(void **st) {
   lm_kv_set_free(snap);
   lm_kv_set_free(kv);
   lm_prompt_cache *pc;
-  assert_int_equal(lm_prompt_cache_create(2 * one + one / 2, &pc), LM_OK);
+  assert_int_equal(lm_prompt_cache_create(2 * one + one / 2, 0, &pc), LM_OK);
   int32_t a[N], b[N], d[N];
   for (int i = 0; i < N; i++)
     a[i] = c->ids[i], b[i] = c->alt[(i + 9) % N], d[i] = (int32_t)(1 + (i * 7) % 63);
@@ -256,7 +256,7 @@ static void t_eviction(void **st) {
   lm_prompt_cache_free(pc);
   /* An entry of 3 tokens is covered by one of 4 that extends it (rings not wrapped), not by one
    * of 12 (wrapped: it could not be cut back to 3). */
-  assert_int_equal(lm_prompt_cache_create(1 << 20, &pc), LM_OK);
+  assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
   insert(c, pc, NULL, a, 3);
   insert(c, pc, NULL, a, 4);
   s = lm_prompt_cache_get_stats(pc);
@@ -273,7 +273,7 @@ static void t_eviction(void **st) {
 static void t_namespaces(void **st) {
   ctx *c = *st;
   lm_prompt_cache *pc;
-  assert_int_equal(lm_prompt_cache_create(1 << 20, &pc), LM_OK);
+  assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
   insert(c, pc, "adapter-a", c->ids, 10);
   float *out = logits(c);
   assert_int_equal(request(c, pc, NULL, c->ids, out), 0);
@@ -301,7 +301,7 @@ static void t_delayed_quant(void **st) {
   for (int k = 0; k < 2; k++) {
     int a = cuts[k][0], b = cuts[k][1];
     lm_prompt_cache *pc;
-    assert_int_equal(lm_prompt_cache_create(1 << 20, &pc), LM_OK);
+    assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
     lm_kv_set *kv = new_set(c, c->mq, q);
     step(c, c->mq, kv, c->ids, 0, a, NULL);
     if (b > a) step(c, c->mq, kv, c->ids, a, b, NULL);
@@ -328,9 +328,9 @@ static void t_delayed_quant(void **st) {
 static void t_bad_arguments(void **st) {
   ctx *c = *st;
   lm_prompt_cache *pc;
-  assert_int_equal(lm_prompt_cache_create(0, &pc), LM_ERR_INVALID);
+  assert_int_equal(lm_prompt_cache_create(0, 0, &pc), LM_ERR_INVALID);
   assert_null(pc);
-  assert_int_equal(lm_prompt_cache_create(1 << 20, &pc), LM_OK);
+  assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
   lm_kv_set *kv = new_set(c, c->m, c->specs);
   step(c, c->m, kv, c->ids, 0, 5, NULL);
   assert_int_equal(lm_prompt_cache_insert(pc, NULL, c->ids, 4, kv),

@@ -377,7 +377,7 @@ static void t_metrics(void **state) {
   lm_srv_metrics_generation(&m, 10, 0, 20, 0.2, 1.5);
   assert_float_equal(lm_srv_metrics_percentile(&m, &m.ttft, 0), 0.03, 1e-9);
   assert_float_equal(lm_srv_metrics_percentile(&m, &m.ttft, 100), 0.2, 1e-9);
-  lm_sched_stats st = {.active = 3, .queue_cap = 8};
+  lm_engine_stats st = {.active = 3, .queue_cap = 8};
   char *t = lm_srv_metrics_render(&m, &st);
   assert_non_null(
       strstr(t, "lumen_requests_total{endpoint=\"/v1/chat/completions\",status=\"2xx\"} 1\n"));

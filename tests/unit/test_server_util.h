@@ -18,14 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/forward.h"
+#include "lumen.h"
 #include "server/server.h"
 
 #define TINY_MODEL LM_SOURCE_DIR "/models/lumen-tiny-kjv"
 
 typedef struct test_server {
-  lm_model *m;
-  lm_backend *be;
+  lm_checkpoint *ck;
   lm_server *s;
   int port;
 } test_server;
@@ -33,15 +32,15 @@ typedef struct test_server {
 /* Starts a server on 127.0.0.1:0 with o (model_dir set here); 0 on success. */
 static int test_server_start(test_server *t, lm_server_opts *o) {
   memset(t, 0, sizeof *t);
-  if (lm_model_load(TINY_MODEL, &t->m) || lm_backend_cpu_create(LM_PRECISION_FAST, 0, &t->be) ||
-      lm_model_prepare(t->m, t->be)) {
+  if (lm_checkpoint_open(TINY_MODEL, &t->ck)) {
     fprintf(stderr, "test server: %s\n", lm_errmsg());
     return 1;
   }
   o->model_dir = TINY_MODEL;
   o->host = "127.0.0.1";
   o->port = 0;
-  if (lm_server_create(t->m, t->be, o, &t->s) || lm_server_start(t->s)) {
+  if (!o->backend) o->backend = "cpu";
+  if (lm_server_create(t->ck, o, &t->s) || lm_server_start(t->s)) {
     fprintf(stderr, "test server: %s\n", lm_errmsg());
     return 1;
   }
@@ -51,8 +50,7 @@ static int test_server_start(test_server *t, lm_server_opts *o) {
 
 static void test_server_stop(test_server *t) {
   lm_server_free(t->s);
-  lm_backend_destroy(t->be);
-  lm_model_free(t->m);
+  lm_checkpoint_free(t->ck);
   memset(t, 0, sizeof *t);
 }
 

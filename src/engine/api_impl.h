@@ -1,0 +1,48 @@
+/* api_impl.h — what the public handles of lumen.h hold (checkpoint.c, engine.c, request.c). The
+ * API layer turns text into ids and events back into text; the scheduler (sched.h) below it sees
+ * only ids, caches and samplers. */
+#ifndef LM_ENGINE_API_IMPL_H
+#define LM_ENGINE_API_IMPL_H
+
+#include <stdatomic.h>
+
+#include "backend/backend.h"
+#include "engine/sched.h"
+#include "lumen.h"
+#include "model/model.h"
+#include "sample/gen_config.h"
+#include "text/chat.h"
+#include "text/parse.h"
+#include "text/tokenizer.h"
+
+#define LM_API_MAX_KEEP 8
+
+struct lm_checkpoint {
+  char *dir, *name;
+  lm_model *m;
+  lm_tokenizer *tok;      /* NULL: ids only */
+  lm_chat_template *tmpl; /* NULL: no chat */
+  lm_gen_config gc;
+  int32_t *stop_ids;
+  int32_t n_stop_ids;
+  int gemma4;             /* the vocabulary has Gemma 4's control tokens */
+  lm_parser_tokens ptok;  /* every id -1 without them (but eos) */
+  int32_t keep[LM_API_MAX_KEEP]; /* control tokens the output parser reads: streamed as text */
+  int32_t n_keep;
+  char *bos, *eos;        /* token strings for the template */
+  int64_t max_positions;
+  atomic_int engines;     /* engines on this checkpoint (at most one) */
+};
+
+struct lm_engine {
+  lm_checkpoint *ck;
+  lm_backend *be;
+  lm_engine_options o; /* resolved; string fields point into the copies below */
+  char *kv_quant, *kv_config;
+  lm_kv_spec *specs;
+  lm_sched *sched;
+  lm_engine_info info;
+  atomic_uint_fast64_t seq; /* seeds of requests without one */
+};
+
+#endif
