@@ -25,13 +25,13 @@ struct lm_checkpoint {
   lm_gen_config gc;
   int32_t *stop_ids;
   int32_t n_stop_ids;
-  int gemma4;             /* the vocabulary has Gemma 4's control tokens */
-  lm_parser_tokens ptok;  /* every id -1 without them (but eos) */
+  int gemma4;                    /* the vocabulary has Gemma 4's control tokens */
+  lm_parser_tokens ptok;         /* every id -1 without them (but eos) */
   int32_t keep[LM_API_MAX_KEEP]; /* control tokens the output parser reads: streamed as text */
   int32_t n_keep;
-  char *bos, *eos;        /* token strings for the template */
+  char *bos, *eos; /* token strings for the template */
   int64_t max_positions;
-  atomic_int engines;     /* engines on this checkpoint (at most one) */
+  atomic_int engines; /* engines on this checkpoint (at most one) */
 };
 
 struct lm_engine {

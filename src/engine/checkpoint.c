@@ -74,7 +74,8 @@ static lm_status load_text(lm_checkpoint *ck, const char *tok_dir) {
     if (lm_tokenizer_vocab_size(ck->tok) > ck->m->cfg.vocab_size)
       return LM_ERRF(LM_ERR_INVALID, "%s: the tokenizer has %d ids, the model %lld", tok_dir,
                      lm_tokenizer_vocab_size(ck->tok), (long long)ck->m->cfg.vocab_size);
-    if (lm_chat_template_load(tok_dir, &ck->tmpl)) return lm_err_prefix(LM_ERR_CORRUPT, "chat template");
+    if (lm_chat_template_load(tok_dir, &ck->tmpl))
+      return lm_err_prefix(LM_ERR_CORRUPT, "chat template");
   }
   if (ck->dir) LM_TRY(lm_gen_config_load(ck->dir, &ck->gc));
   LM_TRY(lm_gen_stop_ids(ck->m->cfg.eos_ids, ck->m->cfg.n_eos, &ck->gc,
@@ -189,7 +190,8 @@ lm_status lm_checkpoint_tokenize(const lm_checkpoint *ck, const char *text, size
   *n = 0;
   LM_TRY(need_tokenizer(ck));
   if (!text) return LM_ERRF(LM_ERR_INVALID, "tokenize: no text");
-  if (!lm_utf8_valid(text, len)) return LM_ERRF(LM_ERR_INVALID, "tokenize: the text is not valid UTF-8");
+  if (!lm_utf8_valid(text, len))
+    return LM_ERRF(LM_ERR_INVALID, "tokenize: the text is not valid UTF-8");
   size_t k = 0;
   LM_TRY(lm_tokenizer_encode(ck->tok, text, len, add_bos, ids, &k));
   *n = (int64_t)k;

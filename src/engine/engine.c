@@ -23,10 +23,14 @@ void lm_engine_options_init(lm_engine_options *o) {
 }
 
 static lm_status parse_precision(const char *p, lm_precision *out) {
-  if (!p || !strcmp(p, "fast")) *out = LM_PRECISION_FAST;
-  else if (!strcmp(p, "f32")) *out = LM_PRECISION_F32;
-  else if (!strcmp(p, "bf16")) *out = LM_PRECISION_BF16;
-  else return LM_ERRF(LM_ERR_INVALID, "precision must be f32, fast or bf16 (got '%s')", p);
+  if (!p || !strcmp(p, "fast"))
+    *out = LM_PRECISION_FAST;
+  else if (!strcmp(p, "f32"))
+    *out = LM_PRECISION_F32;
+  else if (!strcmp(p, "bf16"))
+    *out = LM_PRECISION_BF16;
+  else
+    return LM_ERRF(LM_ERR_INVALID, "precision must be f32, fast or bf16 (got '%s')", p);
   return LM_OK;
 }
 
@@ -69,7 +73,8 @@ static lm_status size_context(lm_engine *e) {
   int64_t mp = e->ck->max_positions;
   int64_t ctx = e->o.context > 0 ? e->o.context : mp > 0 ? mp : 8192;
   if (mp > 0 && ctx > mp)
-    return LM_ERRF(LM_ERR_INVALID, "context %lld exceeds the model's max_position_embeddings (%lld)",
+    return LM_ERRF(LM_ERR_INVALID,
+                   "context %lld exceeds the model's max_position_embeddings (%lld)",
                    (long long)ctx, (long long)mp);
   if (ctx < 2) return LM_ERRF(LM_ERR_INVALID, "context must be at least 2 tokens");
   e->o.context = ctx;

@@ -29,8 +29,8 @@ struct lm_request {
   size_t n_content, cap_content;
   lm_tok_event *raw; /* a batch taken from the channel, raw[i_raw..n_raw) not processed yet */
   size_t n_raw, i_raw;
-  int ended;      /* the channel has ended (fin valid) */
-  int done;       /* LM_EVENT_DONE has been produced */
+  int ended; /* the channel has ended (fin valid) */
+  int done;  /* LM_EVENT_DONE has been produced */
   lm_finish fin;
   qevent *q; /* pending events q[q_head..q_n) */
   size_t q_head, q_n, q_cap;
@@ -320,7 +320,8 @@ static lm_status chat_prompt(lm_request *r, const lm_request_options *o, int32_t
   lm_status s = forced_call(ck, o, &forced);
   if (!s && forced) {
     char *full = malloc(strlen(prompt) + strlen(forced) + 1);
-    if (!full) s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
+    if (!full)
+      s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
     else {
       strcat(strcpy(full, prompt), forced);
       free(prompt);
@@ -342,12 +343,14 @@ static lm_status build_prompt(lm_request *r, const lm_request_options *o, int32_
   int given = (o->messages_json != NULL) + (o->prompt != NULL) + (o->ids != NULL);
   if (given != 1)
     return LM_ERRF(LM_ERR_INVALID, "a request needs exactly one of messages, prompt and ids");
-  if (o->messages_json) LM_TRY(chat_prompt(r, o, ids, n));
+  if (o->messages_json)
+    LM_TRY(chat_prompt(r, o, ids, n));
   else if (o->prompt)
     LM_TRY(lm_checkpoint_tokenize(r->e->ck, o->prompt, strlen(o->prompt), 1, ids, n));
   else {
     if (o->n_ids < 1) return LM_ERRF(LM_ERR_INVALID, "the prompt is empty");
-    if (!(*ids = malloc((size_t)o->n_ids * sizeof **ids))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+    if (!(*ids = malloc((size_t)o->n_ids * sizeof **ids)))
+      return LM_ERRF(LM_ERR_NOMEM, "out of memory");
     memcpy(*ids, o->ids, (size_t)o->n_ids * sizeof **ids);
     *n = o->n_ids;
   }

@@ -416,7 +416,7 @@ static int make_room(lm_sched *s, int64_t need) {
     int64_t active = s->reserved;
     pthread_mutex_unlock(&s->mu);
     int64_t held = s->pc ? lm_prompt_cache_get_stats(s->pc).bytes_held : 0;
-    if (active + held + need <= s->admit.budget) return 1;
+    if (need <= s->admit.budget - active - held) return 1; /* (a budget may be INT64_MAX) */
     int64_t room = s->admit.budget - active - need;
     if (!s->pc || !lm_prompt_cache_shrink(s->pc, room > 0 ? room : 0)) return 0;
     pc_sync(s);

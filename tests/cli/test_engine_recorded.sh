@@ -50,9 +50,9 @@ check generate
 
 # ---- serve ----------------------------------------------------------------------------------------
 : >"$W/out"
-L serve "$M" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120 >"$W/out" 2>"$W/log" &
+"$LUMEN_BIN" serve "$M" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120 >"$W/out" 2>"$W/log" &
 PID=$!
-trap 'kill "$PID" 2>/dev/null || true' EXIT
+trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true' EXIT
 PORT=
 for _ in $(seq 1 300); do
   PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out" || true)

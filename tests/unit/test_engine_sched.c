@@ -1,4 +1,4 @@
-/* test_server_sched.c — the continuous-batching scheduler on the embedded model, without HTTP:
+/* test_engine_sched.c — the continuous-batching scheduler on the embedded model, without HTTP:
  *   - sequences decoded together in one batch, with prompts prefilled in small chunks between
  *     decode steps, produce the same greedy tokens (and log-probabilities within 1e-3) as each
  *     sequence alone;
@@ -6,12 +6,16 @@
  *   - cancellation and timeouts end a sequence at once and give its memory back;
  *   - a full queue refuses, a KV budget that fits one sequence runs two one after the other, and
  *     a request that can never fit is refused by the check;
- *   - stop strings, stop ids, ignore_eos and max_tokens end responses where they should. */
+ *   - stop strings, stop ids, ignore_eos and max_tokens end responses where they should;
+ *   - the counters stay consistent while another thread reads them during admissions and prefix
+ *     cache lookups (they are written under the scheduler's lock only). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +338,53 @@ static void t_stops(void **state) {
   lm_sched_free(s);
 }
 
+/* Reads the counters in a loop while requests come and go; checks what must always hold. */
+typedef struct reader {
+  lm_sched *s;
+  atomic_int stop;
+  int bad, reads;
+} reader;
+
+static void *read_stats(void *arg) {
+  reader *r = arg;
+  while (!atomic_load(&r->stop)) {
+    lm_sched_stats st;
+    lm_sched_stats_get(r->s, &st);
+    r->bad += st.prefix_hits + st.prefix_misses > st.prefix_lookups || st.active > st.parallel ||
+              st.prefix_tokens_reused < st.prefix_hits;
+    r->reads++;
+  }
+  return NULL;
+}
+
+static void t_stats_consistent(void **state) {
+  (void)state;
+  lm_sched *s = make(3, 16, 32, 1 << 30, 3);
+  reader rd = {.s = s};
+  atomic_init(&rd.stop, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, read_stats, &rd), 0);
+  enum { N = 9 };
+  lm_chan *ch[N];
+  for (int i = 0; i < N; i++)
+    ch[i] = submit(s, prompts[i % 3], 6, 0, LM_OK);
+  result r;
+  for (int i = 0; i < N; i++)
+    collect(ch[i], &r);
+  wait_idle(s);
+  atomic_store(&rd.stop, 1);
+  pthread_join(th, NULL);
+  lm_sched_stats st;
+  lm_sched_stats_get(s, &st);
+  assert_int_equal(rd.bad, 0);
+  assert_true(rd.reads > 0);
+  assert_int_equal(st.requests_done, N);
+  assert_int_equal(st.prefix_lookups, N);
+  assert_int_equal(st.prefix_hits + st.prefix_misses, N);
+  assert_true(st.prefix_hits >= 1); /* three prompts, each asked three times */
+  lm_sched_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(t_batched_equals_alone),
@@ -341,6 +392,7 @@ int main(void) {
       cmocka_unit_test(t_cancel_and_timeout),
       cmocka_unit_test(t_queue_and_memory),
       cmocka_unit_test(t_stops),
+      cmocka_unit_test(t_stats_consistent),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
