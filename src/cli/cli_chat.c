@@ -157,6 +157,9 @@ static int handle(chat *c, const char *line, size_t len) {
 
 static void repl(chat *c) {
   int tty = isatty(STDIN_FILENO);
+  /* unbuffered: the wait for input polls the descriptor, which cannot see lines that stdio has
+   * already read ahead into its buffer */
+  setvbuf(stdin, NULL, _IONBF, 0);
   char *buf = NULL;
   size_t cap = 0;
   for (;;) {

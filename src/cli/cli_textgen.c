@@ -329,7 +329,10 @@ static lm_status submit(lm_cli_textgen *t, const int32_t *ids, int64_t n, lm_req
   ro.n_ids = n;
   ro.sampling = t->sampling;
   ro.has_seed = 1;
-  ro.max_tokens = t->max_tokens;
+  /* a limit past the context is the context (the old command line's rule): 0 = until it is full */
+  lm_engine_info ei;
+  lm_engine_describe(t->e, &ei);
+  ro.max_tokens = t->max_tokens > 0 && t->max_tokens < ei.context - n ? t->max_tokens : 0;
   ro.stop = t->o->samp.stops;
   ro.n_stop = t->o->samp.n_stops;
   ro.raw_output = t->o->raw_output;

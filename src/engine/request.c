@@ -10,6 +10,7 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "engine/api_impl.h"
+#include "text/utf8.h"
 
 typedef struct qevent { /* an event waiting to be taken; its strings are owned */
   lm_event ev;
@@ -374,6 +375,11 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
   if (!o->has_seed)
     j->sampling.seed = lm_mix64(atomic_fetch_add(&r->e->seq, 1) ^ (uint64_t)(now_s() * 1e9)) >> 1;
   LM_TRY(lm_sampling_validate(&j->sampling));
+  int64_t V = r->e->ck->m->cfg.vocab_size;
+  for (int32_t i = 0; i < j->sampling.n_bias; i++)
+    if (j->sampling.bias[i].id >= V)
+      return LM_ERRF(LM_ERR_INVALID, "logit bias: id %d is outside the vocabulary (%lld)",
+                     j->sampling.bias[i].id, (long long)V);
   if (o->n_stop) {
     if (!r->e->ck->tok) return LM_ERRF(LM_ERR_INVALID, "stop strings need a tokenizer");
     if (!(j->stops = calloc((size_t)o->n_stop, sizeof *j->stops)))
@@ -381,6 +387,8 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
     for (; j->n_stops < o->n_stop; j->n_stops++) {
       const char *st = o->stop[j->n_stops];
       if (!st || !*st) return LM_ERRF(LM_ERR_INVALID, "stop string %d is empty", j->n_stops);
+      if (!lm_utf8_valid(st, strlen(st)))
+        return LM_ERRF(LM_ERR_INVALID, "stop string %d is not valid UTF-8", j->n_stops);
       if (!(j->stops[j->n_stops] = strdup(st))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
     }
   }

@@ -380,8 +380,10 @@ static void count_end(lm_sched *s, lm_finish_kind k) {
 static void release_slot(lm_sched *s, int i, int keep_cache) {
   lm_seq *q = &s->slots[i];
   lm_chan_finish(q->job->ch, &q->fin);
-  int ok =
-      q->fin.kind == LM_FIN_STOP || q->fin.kind == LM_FIN_STOP_STR || q->fin.kind == LM_FIN_LENGTH;
+  /* the caches hold hist[0..kv_len) whenever the sequence ended between steps, a cancelled one too
+   * (Ctrl-C, then --save-state; a client that went away and comes back with the same prefix) */
+  int ok = q->fin.kind == LM_FIN_STOP || q->fin.kind == LM_FIN_STOP_STR ||
+           q->fin.kind == LM_FIN_LENGTH || q->fin.kind == LM_FIN_CANCELLED;
   if (keep_cache && ok && s->pc && q->kv && lm_seq_kv_len(q) > 0) pc_put(s, q);
   lm_kv_set_free(q->kv);
   q->kv = NULL;
@@ -492,7 +494,7 @@ static void reap(lm_sched *s, double now) {
       lm_seq_end(q, LM_FIN_CANCELLED, "the client went away", now);
     else if (q->job->deadline > 0 && now > q->job->deadline)
       lm_seq_end(q, LM_FIN_TIMEOUT, "the request timed out", now);
-    if (q->fin.kind) release_slot(s, i, 0);
+    if (q->fin.kind) release_slot(s, i, 1);
   }
 }
 
