@@ -659,7 +659,7 @@ bool aligned16(const void *p, int64_t ld, int dt) {
 
 /* The decode kernel, when the step is one token per sequence and the layout allows its
  * vector loads; returns false to leave the step to the general kernel. */
-bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaError_t *err) {
+bool attention_decode(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms, cudaError_t *err) {
   const int dt = p->k_new.dt;
   dec_fn fn = pick_dec(p->head_dim);
   if (!fn || p->max_tile != 1 || (dt != LM_CU_BF16 && dt != LM_CU_F32) || p->q.dt != dt ||
@@ -712,7 +712,7 @@ template <bool Q> attn_fn pick(int hd) {
 /* The general kernel (any tile shape; split-K with a combine launch when the batch has fewer
  * blocks than SMs). Its partials stay clear of the decode kernel's split counters at the tail
  * of the scratch, which must outlive every launch. */
-cudaError_t attention_tiled(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, bool quant) {
+cudaError_t attention_tiled(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms, bool quant) {
   attn_fn fn = quant ? pick<true>(p->head_dim) : pick<false>(p->head_dim);
   if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0)
     return cudaErrorInvalidValue;
@@ -741,7 +741,7 @@ cudaError_t attention_tiled(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, bo
 
 extern "C" {
 
-cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
+cudaError_t lm_cu_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms) {
   cudaError_t de;
   if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 &&
       p->part_floats > 2 * kCountSlots && attention_decode(s, p, n_sms, &de))
@@ -750,7 +750,7 @@ cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
   return attention_tiled(s, p, n_sms, false);
 }
 
-cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
+cudaError_t lm_cu_kvq_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms) {
   if (p->q_inv) return cudaErrorNotSupported;
   return attention_tiled(s, p, n_sms, true);
 }
