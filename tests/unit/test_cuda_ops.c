@@ -422,6 +422,48 @@ static lm_cu_mm_p dev_params(const lm_weight *w, lm_tensor x, lm_tensor y) {
 static const lm_cu_switches all_on = {.pdl = 1, .tensor_cores = 1, .glu_pair = 1, .q_norm = 1};
 #endif
 
+/* The kernel the op layer runs for the matmul x · wᵀ into y (as the picks name it), checking
+ * the decode-row limit and, where the layout promises it, the tensor cores. */
+static const char *matmul_pick(const lm_weight *w, lm_tensor x, lm_tensor y, int acc, int want_tc) {
+#ifdef LM_HAVE_CUDA
+  lm_cu_mm_p p = dev_params(w, x, y);
+  p.accumulate = acc;
+  const lm_cu_gemv_kind kind = lm_cu_pick_gemv(&p, &all_on);
+  if (x.rows > LM_CU_GEMV_MAX_ROWS)
+    assert_int_equal(kind, LM_CU_GEMV_NONE);
+  else if (want_tc)
+    assert_int_equal(kind, LM_CU_GEMV_TC);
+  return gemv_kind_name(kind);
+#else
+  (void)w, (void)x, (void)y, (void)acc, (void)want_tc;
+  return "";
+#endif
+}
+
+/* The route the op layer takes for an MoE block (gate, up: the expert stacks; x: the tokens;
+ * ids: their top-k experts; g: the gate rows of the scratch), checking it against decode
+ * (grouped) or prefill (gathered) and, in decode, whether gate and up should fuse. */
+static const char *moe_pick(const lm_weight *gate, const lm_weight *up, lm_tensor x, lm_tensor ids,
+                            lm_tensor g, int decode, int want_pair) {
+#ifdef LM_HAVE_CUDA
+  lm_cu_mm_p pair = dev_params(gate, x, g);
+  pair.y.rows = x.rows * ids.cols;
+  pair.ids = ids.data;
+  pair.ids_ld = ids.ld;
+  pair.ids_k = pair.x_div = (int)ids.cols;
+  pair.epi = (int)LM_EPI_GLU_PAIR;
+  pair.w2 = dev_params(up, x, g).w;
+  const lm_cu_moe_kind route = lm_cu_pick_moe(&pair, &all_on);
+  assert_int_equal(route, !decode     ? LM_CU_MOE_GATHERED
+                          : want_pair ? LM_CU_MOE_GROUPED_PAIR
+                                      : LM_CU_MOE_GROUPED);
+  return moe_kind_name(route);
+#else
+  (void)gate, (void)up, (void)x, (void)ids, (void)g, (void)decode, (void)want_pair;
+  return "";
+#endif
+}
+
 static void t_rmsnorm(void **state) {
   NEED_GPU(state);
   static const int64_t shapes[][2] = {{1, 2560}, {7, 37}, {33, 512}, {130, 64}};
@@ -561,20 +603,16 @@ static void t_matmul(void **state) {
         assert_int_equal(s, LM_OK);
         float *ref = hget(hy), *got = dget(e->gpu, &dy);
         char what[112];
-        lm_cu_mm_p pp = dev_params(&w.w, dx.t, dy.t);
-        pp.accumulate = acc;
-        const lm_cu_gemv_kind kind = lm_cu_pick_gemv(&pp, &all_on);
+        /* what the layout promises: 4-bit bf16 products with aligned x rows take the tensor
+         * cores in decode */
+        const char *kind =
+            matmul_pick(&w.w, dx.t, dy.t, acc,
+                        aligned && W[wi].bits == 4 && W[wi].dt == LM_DT_BF16 && act == LM_DT_BF16);
         snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s%s (%s)", W[wi].bits,
                  W[wi].group, lm_dtype_name(W[wi].dt), (long long)N, (long long)K,
                  W[wi].ne ? " expert" : "", (long long)M, acc ? " acc" : "",
                  aligned ? " aligned" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "",
-                 gemv_kind_name(kind));
-        /* what the layout promises: 4-bit bf16 products with aligned x rows take the tensor
-         * cores in decode, and no more than 8 rows take any decode kernel */
-        if (M > LM_CU_GEMV_MAX_ROWS) assert_int_equal(kind, LM_CU_GEMV_NONE);
-        if (M <= LM_CU_GEMV_MAX_ROWS && aligned && W[wi].bits == 4 && W[wi].dt == LM_DT_BF16 &&
-            act == LM_DT_BF16)
-          assert_int_equal(kind, LM_CU_GEMV_TC);
+                 kind);
         expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-9, 1e-4));
         dfree(e->gpu, &dx);
         free(hx.data), free(ref), free(got), free(x), free(y0);
@@ -966,22 +1004,11 @@ static void t_moe(void **state) {
     if (s) fprintf(stderr, "%s\n", lm_errmsg());
     assert_int_equal(s, LM_OK);
     float *ref = hget(ho), *got = dget(e->gpu, &dout);
-    lm_cu_mm_p pair = dev_params(&wg.w, dx.t, lm_tensor_cols(dsc.t, 0, I));
-    pair.y.rows = T * K;
-    pair.ids = di.t.data;
-    pair.ids_ld = di.t.ld;
-    pair.ids_k = pair.x_div = (int)K;
-    pair.epi = (int)LM_EPI_GLU_PAIR;
-    pair.w2 = dev_params(&wu.w, dx.t, dout.t).w;
-    const lm_cu_moe_kind route = lm_cu_pick_moe(&pair, &all_on);
     /* 4-bit bf16 experts with 16-byte aligned x rows fuse gate and up in decode */
-    if (T <= 4)
-      assert_int_equal(route,
-                       act == LM_DT_BF16 && pad == 8 ? LM_CU_MOE_GROUPED_PAIR : LM_CU_MOE_GROUPED);
-    else
-      assert_int_equal(route, LM_CU_MOE_GATHERED);
+    const char *route = moe_pick(&wg.w, &wu.w, dx.t, di.t, lm_tensor_cols(dsc.t, 0, I), T <= 4,
+                                 act == LM_DT_BF16 && pad == 8);
     char what[80];
-    snprintf(what, sizeof what, "moe_experts T=%lld (%s)", (long long)T, moe_kind_name(route));
+    snprintf(what, sizeof what, "moe_experts T=%lld (%s)", (long long)T, route);
     expect_close(what, got, ref, T * H, bound_for(e->gpu, 1e-9, 1e-4));
     free(ref), free(got), free(gi), free(gw), free(rw), free(lg), free(x);
     free(hl.data), free(hw.data), free(hx.data), free(hi.data), free(hsc.data), free(his.data);
@@ -1538,11 +1565,86 @@ static void t_pick_pair_moe(void **state) {
 #endif
 }
 
+/* The attention kernel each step takes, for a table of steps, as the op layer chose it before
+ * (decode kernel tried first, the q norm applied separately where it declined). */
+static void t_pick_attn(void **state) {
+  (void)state;
+#ifndef LM_HAVE_CUDA
+  printf("no CUDA build: skipped\n");
+  skip();
+#else
+#define TI LM_CU_ATTN_TILED
+#define DE LM_CU_ATTN_DECODE
+#define NF LM_CU_ATTN_NORM_FIRST
+  static const struct {
+    int nh, nkv, hd, tiles, max_tile;
+    lm_dtype dt;
+    int64_t qpad;        /* q's row stride beyond its heads */
+    int64_t part_floats; /* the split partials scratch */
+    /* raw q off / on, each with every switch on, LUMEN_CUDA_UNFUSE=q_norm, a quantized cache */
+    lm_cu_attn_kind normed, normed_unfused, normed_quant, raw, raw_unfused, raw_quant;
+  } C[] = {
+      {8, 2, 256, 1, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF}, /* decode */
+      {8, 2, 256, 4, 1, LM_DT_F32, 0, 8 << 20, DE, DE, TI, DE, NF, NF},  /* 4 sequences */
+      {8, 1, 256, 1, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF}, /* shared-memory kernel */
+      {16, 2, 512, 2, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF},
+      {4, 1, 32, 1, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF},
+      {8, 2, 256, 3, 16, LM_DT_BF16, 0, 8 << 20, TI, TI, TI, NF, NF, NF}, /* prefill */
+      {8, 2, 256, 1, 2, LM_DT_BF16, 0, 8 << 20, TI, TI, TI, NF, NF, NF},
+      {2, 2, 48, 1, 1, LM_DT_BF16, 0, 8 << 20, TI, TI, TI, NF, NF, NF},  /* head dim 48 */
+      {8, 2, 256, 1, 1, LM_DT_BF16, 3, 8 << 20, TI, TI, TI, NF, NF, NF}, /* q rows unaligned */
+      {8, 2, 256, 1, 1, LM_DT_BF16, 0, 131072, TI, TI, TI, NF, NF, NF},  /* no room for counters */
+      {8, 2, 256, 1, 1, LM_DT_BF16, 0, 131073, DE, DE, TI, DE, NF, NF},  /* just enough */
+  };
+  const lm_cu_switches unfused = {.pdl = 1, .tensor_cores = 1, .glu_pair = 1, .q_norm = 0};
+  for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+    int64_t qd = (int64_t)C[i].nh * C[i].hd, kvd = (int64_t)C[i].nkv * C[i].hd;
+    int64_t T = C[i].tiles * C[i].max_tile;
+    lm_cu_t q = {.p = (void *)g_at, .rows = T, .cols = qd, .ld = qd + C[i].qpad, .dt = C[i].dt},
+            kv = {.p = (void *)g_at, .rows = T, .cols = kvd, .ld = kvd, .dt = C[i].dt};
+    lm_cu_attn_p p = {.out = q,
+                      .q = q,
+                      .k_new = kv,
+                      .v_new = kv,
+                      .n_tiles = C[i].tiles,
+                      .max_tile = C[i].max_tile,
+                      .n_heads = C[i].nh,
+                      .n_kv_heads = C[i].nkv,
+                      .head_dim = C[i].hd,
+                      .scale = 0.125f,
+                      .part_floats = C[i].part_floats};
+    lm_cu_attn_kind got[6];
+    for (int raw = 0; raw < 2; raw++) {
+      p.q_w = p.q_inv = raw ? (const float *)g_at : NULL;
+      got[3 * raw] = lm_cu_pick_attn(&p, 0, 132, &all_on);
+      got[3 * raw + 1] = lm_cu_pick_attn(&p, 0, 132, &unfused);
+      got[3 * raw + 2] = lm_cu_pick_attn(&p, 1, 132, &all_on);
+    }
+    const lm_cu_attn_kind want[6] = {C[i].normed, C[i].normed_unfused, C[i].normed_quant,
+                                     C[i].raw,    C[i].raw_unfused,    C[i].raw_quant};
+    for (int j = 0; j < 6; j++) {
+      if (got[j] != want[j]) fprintf(stderr, "attention case %zu, column %d\n", i, j);
+      assert_int_equal(got[j], want[j]);
+    }
+  }
+  /* a kernel handed a step it does not take launches nothing */
+  lm_cu_attn_p none = {.n_heads = 2, .n_kv_heads = 2, .head_dim = 48, .n_tiles = 1};
+  assert_int_equal(lm_cu_attention((lm_cu_stream){0}, &none, 132, LM_CU_ATTN_DECODE),
+                   cudaErrorInvalidValue);
+  assert_int_equal(lm_cu_attention((lm_cu_stream){0}, &none, 132, LM_CU_ATTN_NORM_FIRST),
+                   cudaErrorInvalidValue);
+#undef TI
+#undef DE
+#undef NF
+#endif
+}
+
 int main(void) {
 #define BOTH(fn) cmocka_unit_test_setup_teardown(fn, setup_f32, teardown)
 #define BF16(fn) cmocka_unit_test_setup_teardown(fn, setup_bf16, teardown)
   const struct CMUnitTest tests[] = {cmocka_unit_test(t_pick_gemv),
                                      cmocka_unit_test(t_pick_pair_moe),
+                                     cmocka_unit_test(t_pick_attn),
                                      BOTH(t_rmsnorm),
                                      BF16(t_rmsnorm),
                                      BOTH(t_elementwise),

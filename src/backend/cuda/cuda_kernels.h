@@ -108,15 +108,30 @@ typedef struct lm_cu_attn_p {
   float *part;         /* split partials scratch */
   int64_t part_floats; /* its capacity */
   /* q_inv set: q is the raw projection; the q norm (weight q_w or none, q_eps) and RoPE
-   * (inverse frequencies q_inv) are applied to it first. Only the decode kernel does that:
-   * lm_cu_attention returns cudaErrorNotSupported, launching nothing, for a step it does not
-   * take. */
+   * (inverse frequencies q_inv) are applied to it first. Only the decode kernel does that
+   * (lm_cu_pick_attn says whether it takes the step). */
   const float *q_w, *q_inv;
   float q_eps;
 } lm_cu_attn_p;
 /* Largest head dim the kernels take. */
 #define LM_CU_ATTN_MAX_HD 512
-cudaError_t lm_cu_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms);
+/* Which kernel takes an attention step (host logic only, like the GEMV picks below): DECODE,
+ * the one-launch split-K kernel (one token per sequence, power-of-two head dims up to 512,
+ * 16-byte aligned rows; plain caches), which also applies the q norm when p->q_inv is set;
+ * TILED, the general kernel; NORM_FIRST, for a raw q (p->q_inv) the decode kernel does not
+ * take or with LUMEN_CUDA_UNFUSE=q_norm (sw->q_norm 0): the caller applies the q norm + RoPE
+ * as its own op and picks again for the normed q. quant: a quantized cache is in the batch
+ * (lm_cu_kvq_attention's steps, never DECODE). */
+typedef enum lm_cu_attn_kind {
+  LM_CU_ATTN_TILED = 0,
+  LM_CU_ATTN_DECODE = 1,
+  LM_CU_ATTN_NORM_FIRST = 2
+} lm_cu_attn_kind;
+lm_cu_attn_kind lm_cu_pick_attn(const lm_cu_attn_p *p, int quant, int n_sms,
+                                const lm_cu_switches *sw);
+/* Plain caches, with the kernel `kind` (DECODE or TILED); cudaErrorInvalidValue, launching
+ * nothing, when that kernel does not take the step. */
+cudaError_t lm_cu_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms, lm_cu_attn_kind kind);
 
 /* ---- matrix products (k_gemv.cu, k_gemm.cu) ---- */
 typedef struct lm_cu_mm_p {

@@ -268,13 +268,11 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
     LM_TRY(vector_of(a->q_norm, a->head_dim, "attention (q norm)", &p.q_w));
     LM_TRY(vector_of(a->q_rope, a->head_dim / 2, "attention (q rope)", &p.q_inv));
     p.q_eps = a->q_eps;
-    cudaError_t e =
-        quant || !c->sw.q_norm ? cudaErrorNotSupported : lm_cu_attention(c->ks, &p, c->n_sms);
-    if (e != cudaErrorNotSupported) return LAUNCH(e, "attention");
-    return lm_attention_q_norm(be, a, lm_cuda_attention);
   }
+  const lm_cu_attn_kind kind = lm_cu_pick_attn(&p, quant, c->n_sms, &c->sw);
+  if (kind == LM_CU_ATTN_NORM_FIRST) return lm_attention_q_norm(be, a, lm_cuda_attention);
   return LAUNCH(quant ? lm_cu_kvq_attention(c->ks, &p, c->n_sms)
-                      : lm_cu_attention(c->ks, &p, c->n_sms),
+                      : lm_cu_attention(c->ks, &p, c->n_sms, kind),
                 "attention");
 }
 
