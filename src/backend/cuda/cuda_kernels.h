@@ -153,6 +153,7 @@ typedef struct lm_cu_mm_p {
   lm_cu_t other;
   lm_cu_w w2;
 } lm_cu_mm_p;
+
 /* The decode products (k_gemv.cu, k_gemv_tc.cu) and what picks among them. Each pick is host
  * logic only (no CUDA call, no device needed): the op layer (cuda_matmul.c) asks it which
  * kernel runs, and tests/unit/test_cuda_ops.c asks the same function what to expect. */

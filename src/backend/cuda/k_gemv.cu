@@ -466,7 +466,7 @@ bool same_geometry(const lm_cu_w &a, const lm_cu_w &b) {
 
 extern "C" {
 
-/* The order the kernels are tried in: the tensor cores where they take the product (unless
+/* In order of preference: the tensor cores where they take the product (unless
  * LUMEN_CUDA_GEMV=cores), else the CUDA-core family of the weight's layout, else none. */
 lm_cu_gemv_kind lm_cu_pick_gemv(const lm_cu_mm_p *p, const lm_cu_switches *sw) {
   if (p->epi == 3 || !plain_rows_ok(*p)) return LM_CU_GEMV_NONE;
