@@ -25,6 +25,7 @@
 #include "kv/kv.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
 #endif
 
 #define GUARD 32
@@ -366,6 +367,103 @@ static int teardown(void **state) {
     skip();                                                                                        \
   }
 
+#ifdef LM_HAVE_CUDA
+/* ---- the kernel picks (cuda_kernels.h): the parameters the op layer hands them ------------- */
+
+static const char *gemv_kind_name(lm_cu_gemv_kind k) {
+  static const char *const names[] = {"cuBLAS", "tensor-core gemv", "packed gemv", "dense gemv",
+                                      "generic gemv"};
+  return k >= 0 && k < LM_CU_GEMV_KINDS ? names[k] : "?";
+}
+
+static const char *moe_kind_name(lm_cu_moe_kind k) {
+  return k == LM_CU_MOE_GROUPED_PAIR ? "grouped gemv, gate/up fused"
+         : k == LM_CU_MOE_GROUPED    ? "grouped gemv"
+                                     : "gathered gemm";
+}
+
+/* What cuda_matmul.c's gemv_params builds for weight w (as prepare_weight uploads it, its data
+ * at `wdata`: device allocations are 256-byte aligned) times x into y, on a device with n_sms
+ * SMs and smem_optin bytes of opt-in shared memory per block. */
+static lm_cu_mm_p mm_params(const lm_weight *w, const void *wdata, lm_tensor x, lm_tensor y,
+                            int n_sms, int smem_optin) {
+  int sb = w->sdtype == LM_DT_F32   ? LM_CU_SB_F32
+           : w->sdtype == LM_DT_F16 ? LM_CU_SB_F16
+                                    : LM_CU_SB_BF16;
+  lm_cu_w cw = {.data = wdata,
+                .sb = w->bits ? wdata : NULL,
+                .n_experts = w->n_experts,
+                .rows = w->rows,
+                .cols = w->cols,
+                .row_bytes = lm_weight_row_bytes(w),
+                .bits = w->bits,
+                .group = w->group,
+                .wdt = (int)w->dtype,
+                .sb_kind = w->bits ? sb : 0};
+  return (lm_cu_mm_p){
+      .w = cw,
+      .x = {.p = x.data, .rows = x.rows, .cols = x.cols, .ld = x.ld, .dt = (int)x.dtype},
+      .y = {.p = y.data, .rows = y.rows, .cols = y.cols, .ld = y.ld, .dt = (int)y.dtype},
+      .grid_cap = 4 * n_sms,
+      .smem_optin = smem_optin};
+}
+
+/* The same, with the SM count and shared memory of device 0. */
+static lm_cu_mm_p dev_params(const lm_weight *w, lm_tensor x, lm_tensor y) {
+  static _Alignas(256) const unsigned char at[256];
+  int n_sms = 0, optin = 0;
+  assert_int_equal(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  assert_int_equal(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+                   cudaSuccess);
+  return mm_params(w, at, x, y, n_sms, optin);
+}
+
+/* The switches a backend reads from an empty environment. */
+static const lm_cu_switches all_on = {.pdl = 1, .tensor_cores = 1, .glu_pair = 1, .q_norm = 1};
+#endif
+
+/* The kernel the op layer runs for the matmul x · wᵀ into y (as the picks name it), checking
+ * the decode-row limit and, where the layout promises it, the tensor cores. */
+static const char *matmul_pick(const lm_weight *w, lm_tensor x, lm_tensor y, int acc, int want_tc) {
+#ifdef LM_HAVE_CUDA
+  lm_cu_mm_p p = dev_params(w, x, y);
+  p.accumulate = acc;
+  const lm_cu_gemv_kind kind = lm_cu_pick_gemv(&p, &all_on);
+  if (x.rows > LM_CU_GEMV_MAX_ROWS)
+    assert_int_equal(kind, LM_CU_GEMV_NONE);
+  else if (want_tc)
+    assert_int_equal(kind, LM_CU_GEMV_TC);
+  return gemv_kind_name(kind);
+#else
+  (void)w, (void)x, (void)y, (void)acc, (void)want_tc;
+  return "";
+#endif
+}
+
+/* The route the op layer takes for an MoE block (gate, up: the expert stacks; x: the tokens;
+ * ids: their top-k experts; g: the gate rows of the scratch), checking it against decode
+ * (grouped) or prefill (gathered) and, in decode, whether gate and up should fuse. */
+static const char *moe_pick(const lm_weight *gate, const lm_weight *up, lm_tensor x, lm_tensor ids,
+                            lm_tensor g, int decode, int want_pair) {
+#ifdef LM_HAVE_CUDA
+  lm_cu_mm_p pair = dev_params(gate, x, g);
+  pair.y.rows = x.rows * ids.cols;
+  pair.ids = ids.data;
+  pair.ids_ld = ids.ld;
+  pair.ids_k = pair.x_div = (int)ids.cols;
+  pair.epi = (int)LM_EPI_GLU_PAIR;
+  pair.w2 = dev_params(up, x, g).w;
+  const lm_cu_moe_kind route = lm_cu_pick_moe(&pair, &all_on);
+  assert_int_equal(route, !decode     ? LM_CU_MOE_GATHERED
+                          : want_pair ? LM_CU_MOE_GROUPED_PAIR
+                                      : LM_CU_MOE_GROUPED);
+  return moe_kind_name(route);
+#else
+  (void)gate, (void)up, (void)x, (void)ids, (void)g, (void)decode, (void)want_pair;
+  return "";
+#endif
+}
+
 static void t_rmsnorm(void **state) {
   NEED_GPU(state);
   static const int64_t shapes[][2] = {{1, 2560}, {7, 37}, {33, 512}, {130, 64}};
@@ -505,10 +603,16 @@ static void t_matmul(void **state) {
         assert_int_equal(s, LM_OK);
         float *ref = hget(hy), *got = dget(e->gpu, &dy);
         char what[112];
-        snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s%s", W[wi].bits,
+        /* what the layout promises: 4-bit bf16 products with aligned x rows take the tensor
+         * cores in decode */
+        const char *kind =
+            matmul_pick(&w.w, dx.t, dy.t, acc,
+                        aligned && W[wi].bits == 4 && W[wi].dt == LM_DT_BF16 && act == LM_DT_BF16);
+        snprintf(what, sizeof what, "matmul q%d/g%d %s %lldx%lld%s m=%lld%s%s%s (%s)", W[wi].bits,
                  W[wi].group, lm_dtype_name(W[wi].dt), (long long)N, (long long)K,
                  W[wi].ne ? " expert" : "", (long long)M, acc ? " acc" : "",
-                 aligned ? " aligned" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "");
+                 aligned ? " aligned" : "", odt == LM_DT_F32 && act != LM_DT_F32 ? " ->f32" : "",
+                 kind);
         expect_close(what, got, ref, M * N, bound_for(e->gpu, 1e-9, 1e-4));
         dfree(e->gpu, &dx);
         free(hx.data), free(ref), free(got), free(x), free(y0);
@@ -900,9 +1004,11 @@ static void t_moe(void **state) {
     if (s) fprintf(stderr, "%s\n", lm_errmsg());
     assert_int_equal(s, LM_OK);
     float *ref = hget(ho), *got = dget(e->gpu, &dout);
-    char what[64];
-    snprintf(what, sizeof what, "moe_experts T=%lld (%s)", (long long)T,
-             T <= 4 ? "grouped gemv" : "gathered gemm");
+    /* 4-bit bf16 experts with 16-byte aligned x rows fuse gate and up in decode */
+    const char *route = moe_pick(&wg.w, &wu.w, dx.t, di.t, lm_tensor_cols(dsc.t, 0, I), T <= 4,
+                                 act == LM_DT_BF16 && pad == 8);
+    char what[80];
+    snprintf(what, sizeof what, "moe_experts T=%lld (%s)", (long long)T, route);
     expect_close(what, got, ref, T * H, bound_for(e->gpu, 1e-9, 1e-4));
     free(ref), free(got), free(gi), free(gw), free(rw), free(lg), free(x);
     free(hl.data), free(hw.data), free(hx.data), free(hi.data), free(hsc.data), free(his.data);
@@ -1273,10 +1379,273 @@ static void t_bad_calls(void **state) {
   hweight_free(&w);
 }
 
+/* ---- the picks, without a GPU -------------------------------------------------------------- */
+
+#ifdef LM_HAVE_CUDA
+static const _Alignas(256) unsigned char g_at[512]; /* where aligned device data would sit */
+
+/* A plain product's parameters on an H200 (132 SMs, 227 KiB of opt-in shared memory): an
+ * [m][cols] activation with row stride cols + xpad into [m][rows]. wdt: the dense dtype, or
+ * the scales' dtype of a quantized weight. */
+static lm_cu_mm_p h200_params(int bits, int group, lm_dtype wdt, int64_t rows, int64_t cols,
+                              int64_t m, lm_dtype act, int64_t xpad) {
+  lm_weight w = {
+      .name = "w", .rows = rows, .cols = cols, .expert_rows = rows, .bits = bits, .group = group};
+  w.dtype = bits ? LM_DT_U32 : wdt;
+  w.sdtype = bits ? wdt : LM_DT_F32;
+  lm_tensor x = {.data = (void *)g_at, .rows = m, .cols = cols, .ld = cols + xpad, .dtype = act};
+  lm_tensor y = {.data = (void *)g_at, .rows = m, .cols = rows, .ld = rows, .dtype = act};
+  return mm_params(&w, g_at, x, y, 132, 232448);
+}
+#endif
+
+/* The kernel each decode product takes, for a table of shapes: what the op layer ran before
+ * the picks existed (a kernel tried, cudaErrorNotSupported falling through to the next), which
+ * the picks must reproduce exactly. Host logic only, so this runs on machines without a GPU. */
+static void t_pick_gemv(void **state) {
+  (void)state;
+#ifndef LM_HAVE_CUDA
+  printf("no CUDA build: skipped\n");
+  skip();
+#else
+#define NONE LM_CU_GEMV_NONE
+#define TC LM_CU_GEMV_TC
+#define PK LM_CU_GEMV_PACKED
+#define DN LM_CU_GEMV_DENSE
+#define GN LM_CU_GEMV_GENERIC
+  static const struct {
+    int bits, group;
+    lm_dtype wdt;
+    int64_t rows, cols, m;
+    lm_dtype act;
+    int64_t xpad;
+    int acc;
+    lm_cu_gemv_kind on, cores; /* every switch on; LUMEN_CUDA_GEMV=cores */
+  } C[] = {
+      {4, 64, LM_DT_BF16, 2048, 2048, 1, LM_DT_BF16, 8, 0, TC, PK},
+      {4, 64, LM_DT_BF16, 2048, 2048, 8, LM_DT_BF16, 8, 1, TC, PK},
+      {4, 64, LM_DT_BF16, 2048, 2048, 9, LM_DT_BF16, 8, 0, NONE, NONE}, /* prefill: cuBLAS */
+      {4, 128, LM_DT_BF16, 100, 4096, 3, LM_DT_BF16, 8, 0, TC, PK},
+      {4, 32, LM_DT_BF16, 262144, 2560, 1, LM_DT_BF16, 8, 0, TC, PK}, /* a vocabulary */
+      {4, 64, LM_DT_BF16, 2048, 2048, 1, LM_DT_F32, 4, 0, PK, PK},    /* f32: no tensor cores */
+      {4, 64, LM_DT_BF16, 2048, 2048, 1, LM_DT_BF16, 3, 0, GN, GN},   /* x rows unaligned */
+      {4, 64, LM_DT_F16, 512, 2048, 1, LM_DT_BF16, 8, 0, GN, GN},     /* f16 scales */
+      {4, 64, LM_DT_F32, 512, 2048, 2, LM_DT_F32, 4, 0, GN, GN},      /* f32 scales */
+      {8, 32, LM_DT_BF16, 512, 2048, 4, LM_DT_BF16, 8, 0, PK, PK},
+      {2, 32, LM_DT_BF16, 256, 1024, 2, LM_DT_BF16, 8, 0, PK, PK},
+      {3, 64, LM_DT_BF16, 512, 2048, 2, LM_DT_BF16, 8, 0, GN, GN},
+      {4, 32, LM_DT_BF16, 100, 96, 5, LM_DT_BF16, 8, 0, TC, PK}, /* rows of 48 bytes */
+      {0, 0, LM_DT_BF16, 1000, 2048, 1, LM_DT_BF16, 8, 0, DN, DN},
+      {0, 0, LM_DT_F32, 300, 2048, 5, LM_DT_F32, 3, 0, DN, DN},
+      {0, 0, LM_DT_F16, 31, 64, 8, LM_DT_BF16, 3, 0, DN, DN},
+      {0, 0, LM_DT_BF16, 45, 37, 1, LM_DT_BF16, 3, 0, GN, GN},
+      {0, 0, LM_DT_BF16, 64, 32768, 4, LM_DT_BF16, 8, 0, DN, DN},   /* x staged one row a launch */
+      {0, 0, LM_DT_F32, 64, 65536, 1, LM_DT_F32, 4, 0, NONE, NONE}, /* x row beyond shared mem */
+  };
+  const lm_cu_switches cores = {.pdl = 1, .tensor_cores = 0, .glu_pair = 1, .q_norm = 1};
+  for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+    lm_cu_mm_p p = h200_params(C[i].bits, C[i].group, C[i].wdt, C[i].rows, C[i].cols, C[i].m,
+                               C[i].act, C[i].xpad);
+    p.accumulate = C[i].acc;
+    lm_cu_gemv_kind on = lm_cu_pick_gemv(&p, &all_on), off = lm_cu_pick_gemv(&p, &cores);
+    if (on != C[i].on || off != C[i].cores)
+      fprintf(stderr, "case %zu: q%d/g%d %lldx%lld m=%lld: %s / %s, expected %s / %s\n", i,
+              C[i].bits, C[i].group, (long long)C[i].rows, (long long)C[i].cols, (long long)C[i].m,
+              gemv_kind_name(on), gemv_kind_name(off), gemv_kind_name(C[i].on),
+              gemv_kind_name(C[i].cores));
+    assert_int_equal(on, C[i].on);
+    assert_int_equal(off, C[i].cores);
+    /* the epilogues 1 and 2 take the same kernel; a pair is lm_cu_pick_pair's */
+    p.accumulate = 0;
+    p.epi = 1;
+    p.other = p.y;
+    assert_int_equal(lm_cu_pick_gemv(&p, &all_on), C[i].on);
+    p.epi = 3;
+    p.w2 = p.w;
+    assert_int_equal(lm_cu_pick_gemv(&p, &all_on), NONE);
+  }
+  /* grouped (MoE decode): one group per (token, slot) pair, at most 65535 */
+  lm_cu_mm_p g = h200_params(4, 64, LM_DT_BF16, 704, 2816, 1, LM_DT_BF16, 8);
+  g.ids = (const int32_t *)g_at;
+  g.ids_ld = g.ids_k = g.x_div = 8;
+  g.y.rows = 8;
+  assert_int_equal(lm_cu_pick_gemv(&g, &all_on), TC);
+  assert_int_equal(lm_cu_pick_gemv(&g, &cores), PK);
+  g.y.rows = 65536;
+  assert_int_equal(lm_cu_pick_gemv(&g, &all_on), NONE);
+  /* a kernel that does not take the shape launches nothing: no device needed to see it */
+  lm_cu_mm_p q3 = h200_params(3, 64, LM_DT_BF16, 512, 2048, 1, LM_DT_BF16, 8);
+  const lm_cu_stream none = {0};
+  assert_int_equal(lm_cu_gemv(none, &q3, LM_CU_GEMV_TC), cudaErrorInvalidValue);
+  assert_int_equal(lm_cu_gemv(none, &q3, LM_CU_GEMV_PACKED), cudaErrorInvalidValue);
+  assert_int_equal(lm_cu_gemv(none, &q3, LM_CU_GEMV_NONE), cudaErrorInvalidValue);
+#undef NONE
+#undef TC
+#undef PK
+#undef DN
+#undef GN
+#endif
+}
+
+/* Gate/up pairs and MoE routes for a table of shapes, as the op layer chose them before. */
+static void t_pick_pair_moe(void **state) {
+  (void)state;
+#ifndef LM_HAVE_CUDA
+  printf("no CUDA build: skipped\n");
+  skip();
+#else
+#define SP LM_CU_PAIR_SPLIT
+#define FU LM_CU_PAIR_FUSED
+  static const struct {
+    int bits, group;
+    int64_t rows, cols, m, rows2;
+    int acc;
+    lm_cu_pair_kind on, no_pair, cores; /* switches on; glu_pair unfused; GEMV=cores */
+  } P[] = {
+      {4, 64, 2048, 2048, 1, 2048, 0, FU, SP, SP},
+      {4, 64, 2048, 2048, 8, 2048, 0, FU, SP, SP},
+      {4, 64, 2048, 2048, 9, 2048, 0, SP, SP, SP}, /* prefill */
+      {4, 32, 100, 96, 3, 100, 0, FU, SP, SP},     /* rows of 48 bytes */
+      {4, 128, 19, 384, 3, 19, 0, FU, SP, SP},
+      {4, 64, 8192, 8192, 1, 8192, 0, FU, SP, SP},   /* 2^26 weights: still fused */
+      {4, 64, 8193, 8192, 1, 8193, 0, SP, SP, SP},   /* more: two launches (31B's MLP) */
+      {4, 64, 21504, 5376, 1, 21504, 0, SP, SP, SP}, /* 31B */
+      {4, 64, 2048, 2048, 1, 2048, 1, SP, SP, SP},   /* accumulate */
+      {4, 64, 2048, 2048, 1, 1024, 0, SP, SP, SP},   /* up of another shape */
+      {8, 64, 2048, 2048, 1, 2048, 0, SP, SP, SP},   /* 8-bit */
+  };
+  const lm_cu_switches no_pair = {.pdl = 1, .tensor_cores = 1, .glu_pair = 0, .q_norm = 1},
+                       cores = {.pdl = 1, .tensor_cores = 0, .glu_pair = 1, .q_norm = 1};
+  for (size_t i = 0; i < sizeof P / sizeof *P; i++) {
+    lm_cu_mm_p p =
+        h200_params(P[i].bits, P[i].group, LM_DT_BF16, P[i].rows, P[i].cols, P[i].m, LM_DT_BF16, 8);
+    lm_cu_mm_p up = h200_params(P[i].bits, P[i].group, LM_DT_BF16, P[i].rows2, P[i].cols, P[i].m,
+                                LM_DT_BF16, 8);
+    p.epi = (int)LM_EPI_GLU_PAIR;
+    p.w2 = up.w;
+    p.accumulate = P[i].acc;
+    if (lm_cu_pick_pair(&p, &all_on) != P[i].on) fprintf(stderr, "pair case %zu\n", i);
+    assert_int_equal(lm_cu_pick_pair(&p, &all_on), P[i].on);
+    assert_int_equal(lm_cu_pick_pair(&p, &no_pair), P[i].no_pair);
+    assert_int_equal(lm_cu_pick_pair(&p, &cores), P[i].cores);
+  }
+  /* MoE: tokens, top k, expert bits, x row padding -> the route with each switch set */
+#define GA LM_CU_MOE_GATHERED
+#define GR LM_CU_MOE_GROUPED
+#define GP LM_CU_MOE_GROUPED_PAIR
+  static const struct {
+    int64_t tokens;
+    int top_k, bits;
+    int64_t xpad;
+    lm_cu_moe_kind on, no_pair, cores;
+  } M[] = {
+      {1, 8, 4, 8, GP, GR, GR},     {4, 8, 4, 8, GP, GR, GR},     {5, 8, 4, 8, GA, GA, GA},
+      {37, 8, 4, 8, GA, GA, GA},    {1, 8, 8, 8, GR, GR, GR},     {3, 2, 4, 3, GR, GR, GR},
+      {4, 16383, 4, 8, GP, GR, GR}, {4, 16384, 4, 8, GA, GA, GA}, /* 65536 pairs */
+  };
+  for (size_t i = 0; i < sizeof M / sizeof *M; i++) {
+    int64_t T = M[i].tokens, K = M[i].top_k, P_ = T * K;
+    lm_cu_mm_p pair = h200_params(M[i].bits, 64, LM_DT_BF16, 704, 2816, T, LM_DT_BF16, M[i].xpad);
+    pair.y.rows = P_;
+    pair.ids = (const int32_t *)g_at;
+    pair.ids_ld = K;
+    pair.ids_k = pair.x_div = (int)K;
+    pair.epi = (int)LM_EPI_GLU_PAIR;
+    pair.w2 = pair.w;
+    if (lm_cu_pick_moe(&pair, &all_on) != M[i].on) fprintf(stderr, "moe case %zu\n", i);
+    assert_int_equal(lm_cu_pick_moe(&pair, &all_on), M[i].on);
+    assert_int_equal(lm_cu_pick_moe(&pair, &no_pair), M[i].no_pair);
+    assert_int_equal(lm_cu_pick_moe(&pair, &cores), M[i].cores);
+  }
+#undef SP
+#undef FU
+#undef GA
+#undef GR
+#undef GP
+#endif
+}
+
+/* The attention kernel each step takes, for a table of steps, as the op layer chose it before
+ * (decode kernel tried first, the q norm applied separately where it declined). */
+static void t_pick_attn(void **state) {
+  (void)state;
+#ifndef LM_HAVE_CUDA
+  printf("no CUDA build: skipped\n");
+  skip();
+#else
+#define TI LM_CU_ATTN_TILED
+#define DE LM_CU_ATTN_DECODE
+#define NF LM_CU_ATTN_NORM_FIRST
+  static const struct {
+    int nh, nkv, hd, tiles, max_tile;
+    lm_dtype dt;
+    int64_t qpad;        /* q's row stride beyond its heads */
+    int64_t part_floats; /* the split partials scratch */
+    /* raw q off / on, each with every switch on, LUMEN_CUDA_UNFUSE=q_norm, a quantized cache */
+    lm_cu_attn_kind normed, normed_unfused, normed_quant, raw, raw_unfused, raw_quant;
+  } C[] = {
+      {8, 2, 256, 1, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF}, /* decode */
+      {8, 2, 256, 4, 1, LM_DT_F32, 0, 8 << 20, DE, DE, TI, DE, NF, NF},  /* 4 sequences */
+      {8, 1, 256, 1, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF}, /* shared-memory kernel */
+      {16, 2, 512, 2, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF},
+      {4, 1, 32, 1, 1, LM_DT_BF16, 0, 8 << 20, DE, DE, TI, DE, NF, NF},
+      {8, 2, 256, 3, 16, LM_DT_BF16, 0, 8 << 20, TI, TI, TI, NF, NF, NF}, /* prefill */
+      {8, 2, 256, 1, 2, LM_DT_BF16, 0, 8 << 20, TI, TI, TI, NF, NF, NF},
+      {2, 2, 48, 1, 1, LM_DT_BF16, 0, 8 << 20, TI, TI, TI, NF, NF, NF},  /* head dim 48 */
+      {8, 2, 256, 1, 1, LM_DT_BF16, 3, 8 << 20, TI, TI, TI, NF, NF, NF}, /* q rows unaligned */
+      {8, 2, 256, 1, 1, LM_DT_BF16, 0, 131072, TI, TI, TI, NF, NF, NF},  /* no room for counters */
+      {8, 2, 256, 1, 1, LM_DT_BF16, 0, 131073, DE, DE, TI, DE, NF, NF},  /* just enough */
+  };
+  const lm_cu_switches unfused = {.pdl = 1, .tensor_cores = 1, .glu_pair = 1, .q_norm = 0};
+  for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+    int64_t qd = (int64_t)C[i].nh * C[i].hd, kvd = (int64_t)C[i].nkv * C[i].hd;
+    int64_t T = C[i].tiles * C[i].max_tile;
+    lm_cu_t q = {.p = (void *)g_at, .rows = T, .cols = qd, .ld = qd + C[i].qpad, .dt = C[i].dt},
+            kv = {.p = (void *)g_at, .rows = T, .cols = kvd, .ld = kvd, .dt = C[i].dt};
+    lm_cu_attn_p p = {.out = q,
+                      .q = q,
+                      .k_new = kv,
+                      .v_new = kv,
+                      .n_tiles = C[i].tiles,
+                      .max_tile = C[i].max_tile,
+                      .n_heads = C[i].nh,
+                      .n_kv_heads = C[i].nkv,
+                      .head_dim = C[i].hd,
+                      .scale = 0.125f,
+                      .part_floats = C[i].part_floats};
+    lm_cu_attn_kind got[6];
+    for (int raw = 0; raw < 2; raw++) {
+      p.q_w = p.q_inv = raw ? (const float *)g_at : NULL;
+      got[3 * raw] = lm_cu_pick_attn(&p, 0, 132, &all_on);
+      got[3 * raw + 1] = lm_cu_pick_attn(&p, 0, 132, &unfused);
+      got[3 * raw + 2] = lm_cu_pick_attn(&p, 1, 132, &all_on);
+    }
+    const lm_cu_attn_kind want[6] = {C[i].normed, C[i].normed_unfused, C[i].normed_quant,
+                                     C[i].raw,    C[i].raw_unfused,    C[i].raw_quant};
+    for (int j = 0; j < 6; j++) {
+      if (got[j] != want[j]) fprintf(stderr, "attention case %zu, column %d\n", i, j);
+      assert_int_equal(got[j], want[j]);
+    }
+  }
+  /* a kernel handed a step it does not take launches nothing */
+  lm_cu_attn_p none = {.n_heads = 2, .n_kv_heads = 2, .head_dim = 48, .n_tiles = 1};
+  assert_int_equal(lm_cu_attention((lm_cu_stream){0}, &none, 132, LM_CU_ATTN_DECODE),
+                   cudaErrorInvalidValue);
+  assert_int_equal(lm_cu_attention((lm_cu_stream){0}, &none, 132, LM_CU_ATTN_NORM_FIRST),
+                   cudaErrorInvalidValue);
+#undef TI
+#undef DE
+#undef NF
+#endif
+}
+
 int main(void) {
 #define BOTH(fn) cmocka_unit_test_setup_teardown(fn, setup_f32, teardown)
 #define BF16(fn) cmocka_unit_test_setup_teardown(fn, setup_bf16, teardown)
-  const struct CMUnitTest tests[] = {BOTH(t_rmsnorm),
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_pick_gemv),
+                                     cmocka_unit_test(t_pick_pair_moe),
+                                     cmocka_unit_test(t_pick_attn),
+                                     BOTH(t_rmsnorm),
                                      BF16(t_rmsnorm),
                                      BOTH(t_elementwise),
                                      BF16(t_elementwise),

@@ -428,14 +428,22 @@ int lm_cuda_device_count(void) {
   return n;
 }
 
-/* The side-by-side switches of cuda_backend.h, read once per backend. */
-static lm_cu_switches switches_from_env(void) {
+static int env_on(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0");
+}
+
+/* Everything the backend takes from the environment (cuda_backend.h), read once, when it is
+ * created: the side-by-side switches and the profiler's settings. */
+static void read_env(lm_cuda_ctx *c) {
   const char *pdl = getenv("LUMEN_CUDA_PDL"), *gemv = getenv("LUMEN_CUDA_GEMV"),
-             *unfuse = getenv("LUMEN_CUDA_UNFUSE");
-  return (lm_cu_switches){.pdl = !(pdl && !strcmp(pdl, "0")),
-                          .tensor_cores = !(gemv && !strcmp(gemv, "cores")),
-                          .glu_pair = !(unfuse && strstr(unfuse, "glu_pair")),
-                          .q_norm = !(unfuse && strstr(unfuse, "q_norm"))};
+             *unfuse = getenv("LUMEN_CUDA_UNFUSE"), *step = getenv("LUMEN_CUDA_PROFILE_STEP");
+  c->sw = (lm_cu_switches){.pdl = !(pdl && !strcmp(pdl, "0")),
+                           .tensor_cores = !(gemv && !strcmp(gemv, "cores")),
+                           .glu_pair = !(unfuse && strstr(unfuse, "glu_pair")),
+                           .q_norm = !(unfuse && strstr(unfuse, "q_norm"))};
+  c->profile = env_on("LUMEN_CUDA_PROFILE");
+  c->prof_step = step ? atoi(step) : 0;
 }
 
 static lm_status cuda_init(lm_cuda_ctx *c, int device) {
@@ -453,9 +461,8 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   LM_CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   LM_CUBLAS(cublasCreate(&c->blas));
   LM_CUBLAS(cublasSetStream(c->blas, c->stream));
-  const lm_cu_switches sw = switches_from_env();
-  c->fuse_q_norm = sw.q_norm;
-  LM_CU(lm_cu_kernels_init(c->smem_optin, &sw));
+  c->ks = (lm_cu_stream){.stream = c->stream, .pdl = c->sw.pdl};
+  LM_CU(lm_cu_kernels_init(c->smem_optin));
   c->mm_scratch_bytes = (size_t)128 << 20;
   LM_TRY(
       lm_cuda_malloc(c, c->mm_scratch_bytes, LM_CUDA_WORKSPACE, "matmul scratch", &c->mm_scratch));
@@ -465,8 +472,7 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
   /* its tail holds the decode kernel's split counters, which must start at zero */
   LM_CU(cudaMemset(c->attn_part, 0, (size_t)c->attn_part_floats * sizeof(float)));
   c->plans_on = 1;
-  const char *prof = getenv("LUMEN_CUDA_PROFILE");
-  if (prof && *prof && strcmp(prof, "0")) {
+  if (c->profile) {
     LM_TRY(lm_cuda_prof_begin(c));
     c->plans_on = 0; /* per-op timing needs eager steps */
   }
@@ -486,8 +492,8 @@ lm_status lm_backend_cuda_create(lm_precision prec, int device, lm_backend **out
     return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   }
   be->ops = &lm_cuda_ops;
-  const char *prof = getenv("LUMEN_CUDA_PROFILE");
-  if (prof && *prof && strcmp(prof, "0")) {
+  read_env(c);
+  if (c->profile) {
     lm_cuda_profiled_ops(&c->prof_ops);
     be->ops = &c->prof_ops;
   }
@@ -565,7 +571,7 @@ static lm_status bandwidth(lm_cuda_ctx *c, int kind, double *gbs) {
     e = cudaEventRecord(e0, c->stream);
     if (e == cudaSuccess)
       e = kind ? cudaMemcpyAsync((char *)buf + half, buf, half, cudaMemcpyDeviceToDevice, c->stream)
-               : lm_cu_read_kernel(c->stream, buf, bytes, sink, c->n_sms * 8);
+               : lm_cu_read_kernel(c->ks, buf, bytes, sink, c->n_sms * 8);
     if (e == cudaSuccess) e = cudaEventRecord(e1, c->stream);
     if (e == cudaSuccess) e = cudaEventSynchronize(e1);
     if (e == cudaSuccess && i >= 2) e = cudaEventElapsedTime(&ms[i - 2], e0, e1);

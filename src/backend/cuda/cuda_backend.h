@@ -52,16 +52,18 @@ const char *lm_cuda_plan_error(lm_backend *be);
 double lm_cuda_read_bandwidth_gbs(lm_backend *be);
 double lm_cuda_copy_bandwidth_gbs(lm_backend *be);
 
-/* Environment: LUMEN_CUDA_PROFILE=1 times every op on the device (steps run eagerly, one
+/* Environment, read once by lm_backend_cuda_create (a backend keeps what it read; later
+ * changes to the environment reach only backends created after them):
+ * LUMEN_CUDA_PROFILE=1 times every op on the device (steps run eagerly, one
  * synchronization per op) and prints the per-op totals to stderr when the backend is freed.
  * LUMEN_CUDA_PROFILE_STEP=k opens the profiler range (cudaProfilerStart/Stop) around the k-th
- * decode step only, so `ncu --profile-from-start off` times one real, graph-replayed step
- * (tools/gpu/profile.sh). For side-by-side runs: LUMEN_CUDA_GEMV=cores keeps 4-bit decode
- * products on the CUDA-core GEMV instead of the tensor-core one; LUMEN_CUDA_PDL=0 launches
- * kernels without programmatic dependent launch; LUMEN_CUDA_UNFUSE, a list of names, takes
- * fused forms apart: glu_pair runs an MLP's gate and up projections as two launches and a
- * GeGLU instead of one launch, q_norm runs the q norm as its own kernel before the decode
- * attention instead of inside it. */
+ * decode step of the backend (one token per sequence) only, so `ncu --profile-from-start off` times
+ * one real, graph-replayed step (tools/gpu/profile.sh). For side-by-side runs:
+ * LUMEN_CUDA_GEMV=cores keeps 4-bit decode products on the CUDA-core GEMV instead of the
+ * tensor-core one; LUMEN_CUDA_PDL=0 launches kernels without programmatic dependent launch;
+ * LUMEN_CUDA_UNFUSE, a list of names, takes fused forms apart: glu_pair runs an MLP's gate and up
+ * projections as two launches and a GeGLU instead of one launch, q_norm runs the q norm as its own
+ * kernel before the decode attention instead of inside it. */
 
 #ifdef __cplusplus
 }

@@ -55,9 +55,10 @@ typedef struct lm_cuda_plan lm_cuda_plan;
 
 typedef struct lm_cuda_ctx {
   int device, n_sms, smem_optin;
-  int fuse_q_norm; /* the decode attention applies the q norm (LUMEN_CUDA_UNFUSE=q_norm: 0) */
+  lm_cu_switches sw; /* read from the environment once, when the backend is created */
   char name[256];
   cudaStream_t stream;
+  lm_cu_stream ks; /* the stream as the launchers take it: with sw.pdl */
   cublasHandle_t blas;
   lm_cuda_alloc *allocs;
   int n_allocs, cap_allocs;
@@ -77,9 +78,13 @@ typedef struct lm_cuda_ctx {
   int plans_on;
   int64_t plan_uses, plan_builds, plan_clock;
   char plan_error[256];   /* why the last capture was refused ("" if none was) */
+  int profile;            /* LUMEN_CUDA_PROFILE set: every op timed, steps eager */
   cudaEvent_t prof_ev[4]; /* profiling: op start/end, step start/end (NULL when off) */
   lm_cuda_prof_entry *prof;
   int n_prof;
+  int prof_step; /* LUMEN_CUDA_PROFILE_STEP: the decode step in the profiler range (0: none) */
+  int prof_seen; /* decode steps begun so far (counted only when prof_step is set) */
+  int prof_range_open;     /* cudaProfilerStart was called and its Stop is due */
   lm_backend_ops prof_ops; /* the wrapped table a profiled backend uses */
 } lm_cuda_ctx;
 

@@ -7,8 +7,6 @@
 #include "backend/cuda/cuda_internal.h"
 #include "base/status.h"
 
-#define GEMV_MAX_ROWS 8
-
 _Static_assert(LM_EPI_GLU_OTHER == 1 && LM_EPI_GLU_SELF == 2 && LM_EPI_GLU_PAIR == 3,
                "lm_cu_mm_p.epi codes");
 
@@ -46,7 +44,7 @@ static lm_status gemm_blas(lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t e, l
     int64_t nr = w->rows - r0 < chunk ? w->rows - r0 : chunk;
     const void *B = (const char *)w->data + (e * w->rows + r0) * w->row_bytes;
     if (!direct) {
-      LM_CU(lm_cu_dequant_rows(c->stream, w, e, r0, nr, c->mm_scratch, act));
+      LM_CU(lm_cu_dequant_rows(c->ks, w, e, r0, nr, c->mm_scratch, act));
       B = c->mm_scratch;
     }
     /* Row-major y[m][n] = x[m][k] · B[n][k]ᵀ is column-major yᵀ = op(B)ᵀ·xᵀ: B transposed. */
@@ -58,28 +56,19 @@ static lm_status gemm_blas(lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t e, l
   return LM_OK;
 }
 
-static int same_geometry(const lm_cu_w *a, const lm_cu_w *b) {
-  return a->n_experts == b->n_experts && a->rows == b->rows && a->cols == b->cols &&
-         a->row_bytes == b->row_bytes && a->bits == b->bits && a->group == b->group &&
-         a->wdt == b->wdt && a->sb_kind == b->sb_kind;
-}
-
-/* Gate and up of the MLP: one tensor-core launch where the kernel takes the shape (decode),
- * else the two products the epilogue is defined by. */
+/* Gate and up of the MLP: one tensor-core launch where lm_cu_pick_pair fuses the pair
+ * (decode), else the two products the epilogue is defined by. */
 static lm_status glu_pair(lm_backend *be, const lm_matmul_args *a, const lm_cuda_weight *h) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   const lm_cuda_weight *h2;
   LM_TRY(lm_cuda_weight_of(a->w2, "matmul", &h2));
-  if (a->x.rows <= GEMV_MAX_ROWS && same_geometry(&h->w, &h2->w)) {
-    lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, 0);
-    p.epi = (int)LM_EPI_GLU_PAIR;
-    p.w2 = h2->w;
-    cudaError_t e = lm_cu_gemv(c->stream, &p);
-    if (e == cudaSuccess) return LM_OK;
-    if (e != cudaErrorNotSupported)
-      return lm_cuda_fail(e, "gemv (gate/up pair)", __FILE__, __LINE__);
-  }
-  return lm_matmul_glu_pair(be, a, lm_cuda_matmul);
+  lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, 0);
+  p.epi = (int)LM_EPI_GLU_PAIR;
+  p.w2 = h2->w;
+  if (lm_cu_pick_pair(&p, &c->sw) == LM_CU_PAIR_SPLIT)
+    return lm_matmul_glu_pair(be, a, lm_cuda_matmul);
+  cudaError_t e = lm_cu_gemv(c->ks, &p, LM_CU_GEMV_TC);
+  return e == cudaSuccess ? LM_OK : lm_cuda_fail(e, "gemv (gate/up pair)", __FILE__, __LINE__);
 }
 
 lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
@@ -111,20 +100,20 @@ lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
         "CUDA matmul: a second weight goes with the GLU-pair epilogue, and only with it");
   if (a->x.rows <= 0) return LM_OK;
   if (a->epilogue == LM_EPI_GLU_PAIR) return glu_pair(be, a, h);
-  if (a->x.rows <= GEMV_MAX_ROWS) {
-    lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, a->accumulate);
-    p.epi = (int)a->epilogue;
-    p.other = lm_cuda_view(a->other);
-    cudaError_t e = lm_cu_gemv(c->stream, &p);
-    if (e == cudaSuccess) return LM_OK;
-    if (e != cudaErrorNotSupported) return lm_cuda_fail(e, "gemv", __FILE__, __LINE__);
+  lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, a->accumulate);
+  p.epi = (int)a->epilogue;
+  p.other = lm_cuda_view(a->other);
+  const lm_cu_gemv_kind kind = lm_cu_pick_gemv(&p, &c->sw);
+  if (kind != LM_CU_GEMV_NONE) {
+    cudaError_t e = lm_cu_gemv(c->ks, &p, kind);
+    return e == cudaSuccess ? LM_OK : lm_cuda_fail(e, "gemv", __FILE__, __LINE__);
   }
   LM_TRY(gemm_blas(c, h, a->expert, a->x, a->out, a->accumulate));
   if (!a->epilogue) return LM_OK;
   lm_cu_t y = lm_cuda_view(a->out), o = lm_cuda_view(a->other);
   o.rows = y.rows;
-  LM_CU(a->epilogue == LM_EPI_GLU_OTHER ? lm_cu_geglu(c->stream, y, o, y)
-                                        : lm_cu_geglu(c->stream, y, y, o));
+  LM_CU(a->epilogue == LM_EPI_GLU_OTHER ? lm_cu_geglu(c->ks, y, o, y)
+                                        : lm_cu_geglu(c->ks, y, y, o));
   return LM_OK;
 }
 
@@ -157,40 +146,57 @@ static lm_status moe_check(lm_backend *be, const lm_moe_experts_args *a, const l
   return LM_OK;
 }
 
-/* Decode: every (token, slot) pair is one group of a grouped GEMV. */
-static lm_status moe_decode(lm_cuda_ctx *c, const lm_moe_experts_args *a, const lm_cuda_weight *hg,
-                            const lm_cuda_weight *hu, const lm_cuda_weight *hd, const moe_bufs *b) {
-  int K = (int)a->ids.cols;
+/* The grouped gate/up pair of a decode step: every (token, slot) pair is one group. */
+static lm_cu_mm_p moe_pair_params(const lm_cuda_ctx *c, const lm_moe_experts_args *a,
+                                  const lm_cuda_weight *hg, const lm_cuda_weight *hu,
+                                  const moe_bufs *b) {
   lm_cu_mm_p p = gemv_params(c, hg, 0, a->x, b->g, 0);
   p.ids = a->ids.data;
   p.ids_ld = a->ids.ld;
-  p.ids_k = K;
-  p.x_div = K;
-  /* gate, up and the GeGLU in one launch where the kernel takes it, else three */
-  lm_cu_mm_p pair = p;
-  pair.epi = (int)LM_EPI_GLU_PAIR;
-  pair.w2 = hu->w;
-  cudaError_t e =
-      same_geometry(&hg->w, &hu->w) ? lm_cu_gemv(c->stream, &pair) : cudaErrorNotSupported;
-  if (e == cudaErrorNotSupported) {
-    e = lm_cu_gemv(c->stream, &p);
-    if (e == cudaSuccess) {
-      p.w = hu->w;
-      p.y = lm_cuda_view(b->u);
-      e = lm_cu_gemv(c->stream, &p);
-    }
-    if (e == cudaSuccess)
-      e = lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u));
-  }
-  if (e == cudaSuccess) {
-    p.w = hd->w;
-    p.x = lm_cuda_view(b->g);
-    p.y = lm_cuda_view(b->y);
-    p.x_div = 1;
-    e = lm_cu_gemv(c->stream, &p);
-  }
+  p.ids_k = (int)a->ids.cols;
+  p.x_div = p.ids_k;
+  p.epi = (int)LM_EPI_GLU_PAIR;
+  p.w2 = hu->w;
+  return p;
+}
+
+/* One grouped GEMV, with the kernel lm_cu_pick_gemv gives it. No GEMM takes the grouped form,
+ * so a product no decode kernel takes is an error (not a fallback). */
+static lm_status grouped_gemv(lm_cuda_ctx *c, const lm_cu_mm_p *p, const char *what) {
+  const lm_cu_gemv_kind kind = lm_cu_pick_gemv(p, &c->sw);
+  if (kind == LM_CU_GEMV_NONE)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "CUDA moe_experts: no grouped GEMV takes the %s projection (%lld x %lld, "
+                   "%d-bit, %lld pairs)",
+                   what, (long long)p->w.rows, (long long)p->w.cols, p->w.bits,
+                   (long long)p->y.rows);
+  cudaError_t e = lm_cu_gemv(c->ks, p, kind);
   return e == cudaSuccess ? LM_OK
                           : lm_cuda_fail(e, "moe_experts (grouped gemv)", __FILE__, __LINE__);
+}
+
+/* Decode: gate, up and the GeGLU in one launch (GROUPED_PAIR) or three (GROUPED), then down. */
+static lm_status moe_decode(lm_cuda_ctx *c, lm_cu_moe_kind route, lm_cu_mm_p pair,
+                            const lm_cuda_weight *hd, const moe_bufs *b) {
+  lm_cu_mm_p p = pair;
+  p.epi = 0;
+  p.w2 = (lm_cu_w){0};
+  if (route == LM_CU_MOE_GROUPED_PAIR) {
+    cudaError_t e = lm_cu_gemv(c->ks, &pair, LM_CU_GEMV_TC);
+    if (e != cudaSuccess)
+      return lm_cuda_fail(e, "moe_experts (grouped gate/up pair)", __FILE__, __LINE__);
+  } else {
+    LM_TRY(grouped_gemv(c, &p, "gate"));
+    p.w = pair.w2;
+    p.y = lm_cuda_view(b->u);
+    LM_TRY(grouped_gemv(c, &p, "up"));
+    LM_CU(lm_cu_geglu(c->ks, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u)));
+  }
+  p.w = hd->w;
+  p.x = lm_cuda_view(b->g);
+  p.y = lm_cuda_view(b->y);
+  p.x_div = 1;
+  return grouped_gemv(c, &p, "down");
 }
 
 /* Prefill: sort the pairs by expert on the device, then one gathered GEMM per projection. */
@@ -202,7 +208,7 @@ static lm_status moe_prefill(lm_cuda_ctx *c, const lm_moe_experts_args *a, const
   lm_cu_t ids = lm_cuda_view(a->ids);
   ids.rows = a->x.rows;
   ids.cols = K;
-  LM_CU(lm_cu_moe_sort(c->stream, ids, E, start, order));
+  LM_CU(lm_cu_moe_sort(c->ks, ids, E, start, order));
   lm_cu_gather_mm_p p = {.w = hg->w,
                          .x = lm_cuda_view(a->x),
                          .y = lm_cuda_view(b->g),
@@ -210,16 +216,16 @@ static lm_status moe_prefill(lm_cuda_ctx *c, const lm_moe_experts_args *a, const
                          .order = order,
                          .x_div = (int)K,
                          .max_rows = a->x.rows};
-  LM_CU(lm_cu_gemm_gathered(c->stream, &p));
+  LM_CU(lm_cu_gemm_gathered(c->ks, &p));
   p.w = hu->w;
   p.y = lm_cuda_view(b->u);
-  LM_CU(lm_cu_gemm_gathered(c->stream, &p));
-  LM_CU(lm_cu_geglu(c->stream, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u)));
+  LM_CU(lm_cu_gemm_gathered(c->ks, &p));
+  LM_CU(lm_cu_geglu(c->ks, lm_cuda_view(b->g), lm_cuda_view(b->g), lm_cuda_view(b->u)));
   p.w = hd->w;
   p.x = lm_cuda_view(b->g);
   p.y = lm_cuda_view(b->y);
   p.x_div = 1;
-  LM_CU(lm_cu_gemm_gathered(c->stream, &p));
+  LM_CU(lm_cu_gemm_gathered(c->ks, &p));
   return LM_OK;
 }
 
@@ -232,12 +238,14 @@ lm_status lm_cuda_moe_experts(lm_backend *be, const lm_moe_experts_args *a) {
   LM_TRY(lm_cuda_weight_of(a->down, "moe_experts", &hd));
   LM_TRY(moe_check(be, a, hg, hu, hd, &b));
   if (a->x.rows <= 0) return LM_OK;
-  if (a->x.rows <= 4 && a->x.rows * a->ids.cols <= 65535)
-    LM_TRY(moe_decode(c, a, hg, hu, hd, &b));
-  else
+  const lm_cu_mm_p pair = moe_pair_params(c, a, hg, hu, &b);
+  const lm_cu_moe_kind route = lm_cu_pick_moe(&pair, &c->sw);
+  if (route == LM_CU_MOE_GATHERED)
     LM_TRY(moe_prefill(c, a, hg, hu, hd, &b));
+  else
+    LM_TRY(moe_decode(c, route, pair, hd, &b));
   lm_cu_t w = lm_cuda_view(a->weights);
   w.rows = a->x.rows;
-  LM_CU(lm_cu_moe_combine(c->stream, lm_cuda_view(a->out), w, lm_cuda_view(b.y), (int)a->ids.cols));
+  LM_CU(lm_cu_moe_combine(c->ks, lm_cuda_view(a->out), w, lm_cuda_view(b.y), (int)a->ids.cols));
   return LM_OK;
 }

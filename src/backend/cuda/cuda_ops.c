@@ -46,7 +46,7 @@ lm_status lm_cuda_embed(lm_backend *be, const lm_embed_args *a) {
   if (!act_ok(be, a->out)) return bad_dtype("embed", "out", a->out);
   lm_cu_t out = lm_cuda_view(a->out);
   out.rows = c->st.n_tokens;
-  return LAUNCH(lm_cu_embed(c->stream, out, &h->w, c->st.ids, a->scale), "embed");
+  return LAUNCH(lm_cu_embed(c->ks, out, &h->w, c->st.ids, a->scale), "embed");
 }
 
 /* The fused tails: the layer scalar and the next norm after a residual add, or RoPE. */
@@ -63,7 +63,7 @@ static lm_status rmsnorm_fused(lm_backend *be, lm_cuda_ctx *c, const lm_rmsnorm_
           "CUDA rmsnorm: RoPE needs head rows (%d per token of the step), an even head dim "
           "and no residual",
           a->rope_heads);
-    return LAUNCH(lm_cu_rmsnorm_rope(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps,
+    return LAUNCH(lm_cu_rmsnorm_rope(c->ks, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps,
                                      a->rope_heads, inv, c->st.pos),
                   "rmsnorm (rope)");
   }
@@ -78,8 +78,8 @@ static lm_status rmsnorm_fused(lm_backend *be, lm_cuda_ctx *c, const lm_rmsnorm_
           (long long)a->x.rows, (long long)a->x.cols);
     next = lm_cuda_view(a->next_out);
   }
-  return LAUNCH(lm_cu_rmsnorm_res(c->stream, lm_cuda_view(a->x), w, a->eps,
-                                  lm_cuda_view(*a->residual), a->scaled, a->scale, next, nw),
+  return LAUNCH(lm_cu_rmsnorm_res(c->ks, lm_cuda_view(a->x), w, a->eps, lm_cuda_view(*a->residual),
+                                  a->scaled, a->scale, next, nw),
                 "rmsnorm (residual)");
 }
 
@@ -97,7 +97,7 @@ lm_status lm_cuda_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a) {
   if (a->rope || (a->residual && (a->scaled || a->next_out.data)))
     return rmsnorm_fused(be, c, a, w);
   lm_cu_t res = lm_cuda_view(o);
-  return LAUNCH(lm_cu_rmsnorm(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps,
+  return LAUNCH(lm_cu_rmsnorm(c->ks, lm_cuda_view(a->out), lm_cuda_view(a->x), w, a->eps,
                               a->residual ? &res : NULL),
                 "rmsnorm");
 }
@@ -114,7 +114,7 @@ lm_status lm_cuda_rope(lm_backend *be, const lm_rope_args *a) {
   LM_TRY(vector_of(a->inv_freq, a->head_dim / 2, "rope", &inv));
   if (!inv) return LM_ERRF(LM_ERR_INVALID, "CUDA rope: no inverse frequencies");
   if (!act_ok(be, a->x)) return bad_dtype("rope", "x", a->x);
-  return LAUNCH(lm_cu_rope(c->stream, lm_cuda_view(a->x), a->n_heads, a->head_dim, inv, c->st.pos),
+  return LAUNCH(lm_cu_rope(c->ks, lm_cuda_view(a->x), a->n_heads, a->head_dim, inv, c->st.pos),
                 "rope");
 }
 
@@ -127,7 +127,7 @@ lm_status lm_cuda_geglu(lm_backend *be, const lm_geglu_args *a) {
   if (!act_ok(be, a->out) || !act_ok(be, a->gate) || !act_ok(be, a->up))
     return bad_dtype("geglu", "a tensor", a->out);
   return LAUNCH(
-      lm_cu_geglu(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->gate), lm_cuda_view(a->up)),
+      lm_cu_geglu(c->ks, lm_cuda_view(a->out), lm_cuda_view(a->gate), lm_cuda_view(a->up)),
       "geglu");
 }
 
@@ -138,7 +138,7 @@ lm_status lm_cuda_add(lm_backend *be, const lm_add_args *a) {
   if (!act_ok(be, a->out) || !act_ok(be, a->a) || (a->b.data && !act_ok(be, a->b)))
     return bad_dtype("add", "a tensor", a->out);
   return LAUNCH(
-      lm_cu_add(c->stream, lm_cuda_view(a->out), lm_cuda_view(a->a), lm_cuda_view(a->b), a->scale),
+      lm_cu_add(c->ks, lm_cuda_view(a->out), lm_cuda_view(a->a), lm_cuda_view(a->b), a->scale),
       "add");
 }
 
@@ -148,7 +148,7 @@ lm_status lm_cuda_softcap(lm_backend *be, const lm_softcap_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   if (!float_act(a->x)) return bad_dtype("softcap", "x", a->x);
   if (!(a->cap > 0.0f)) return LM_ERRF(LM_ERR_INVALID, "CUDA softcap: cap %g", (double)a->cap);
-  return LAUNCH(lm_cu_softcap(c->stream, lm_cuda_view(a->x), a->cap), "softcap");
+  return LAUNCH(lm_cu_softcap(c->ks, lm_cuda_view(a->x), a->cap), "softcap");
 }
 
 lm_status lm_cuda_gather_logit_rows(lm_backend *be, const lm_gather_args *a) {
@@ -163,8 +163,7 @@ lm_status lm_cuda_gather_logit_rows(lm_backend *be, const lm_gather_args *a) {
   if (!float_act(a->x)) return bad_dtype("gather_logit_rows", "x", a->x);
   lm_cu_t out = lm_cuda_view(a->out);
   out.rows = c->st.n_logits;
-  return LAUNCH(lm_cu_gather_rows(c->stream, out, lm_cuda_view(a->x), c->st.rows),
-                "gather_logit_rows");
+  return LAUNCH(lm_cu_gather_rows(c->ks, out, lm_cuda_view(a->x), c->st.rows), "gather_logit_rows");
 }
 
 lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a) {
@@ -172,7 +171,7 @@ lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a) {
   if (a->ids.dtype != LM_DT_I32 || a->ids.rows < a->x.rows || !float_act(a->x))
     return LM_ERRF(LM_ERR_INVALID, "CUDA argmax: ids must be int32 [%lld] for an f32/bf16 input",
                    (long long)a->x.rows);
-  return LAUNCH(lm_cu_argmax(c->stream, lm_cuda_view(a->ids), lm_cuda_view(a->x)), "argmax");
+  return LAUNCH(lm_cu_argmax(c->ks, lm_cuda_view(a->ids), lm_cuda_view(a->x)), "argmax");
 }
 
 /* ---- attention and the cache append -------------------------------------------------------- */
@@ -269,13 +268,11 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
     LM_TRY(vector_of(a->q_norm, a->head_dim, "attention (q norm)", &p.q_w));
     LM_TRY(vector_of(a->q_rope, a->head_dim / 2, "attention (q rope)", &p.q_inv));
     p.q_eps = a->q_eps;
-    cudaError_t e =
-        quant || !c->fuse_q_norm ? cudaErrorNotSupported : lm_cu_attention(c->stream, &p, c->n_sms);
-    if (e != cudaErrorNotSupported) return LAUNCH(e, "attention");
-    return lm_attention_q_norm(be, a, lm_cuda_attention);
   }
-  return LAUNCH(quant ? lm_cu_kvq_attention(c->stream, &p, c->n_sms)
-                      : lm_cu_attention(c->stream, &p, c->n_sms),
+  const lm_cu_attn_kind kind = lm_cu_pick_attn(&p, quant, c->n_sms, &c->sw);
+  if (kind == LM_CU_ATTN_NORM_FIRST) return lm_attention_q_norm(be, a, lm_cuda_attention);
+  return LAUNCH(quant ? lm_cu_kvq_attention(c->ks, &p, c->n_sms)
+                      : lm_cu_attention(c->ks, &p, c->n_sms, kind),
                 "attention");
 }
 
@@ -322,7 +319,7 @@ lm_status lm_cuda_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
   if (!any_quant(c->batch, a->cache)) return LM_OK;
   LM_TRY(check_quant_caches(c->batch, a->cache, kvw, "kv_stage"));
   LM_TRY(check_stage(c->batch, a->cache, a->stage, "kv_stage"));
-  return LAUNCH(lm_cu_kvq_stage(c->stream, step_rows(c, a->k_new), step_rows(c, a->v_new),
+  return LAUNCH(lm_cu_kvq_stage(c->ks, step_rows(c, a->k_new), step_rows(c, a->v_new),
                                 lm_cuda_view(a->stage), c->st.kv, c->st.n_caches, a->cache,
                                 c->st.seq),
                 "kv_stage");
@@ -343,8 +340,7 @@ lm_status lm_cuda_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
                    (long long)t->slots);
   LM_TRY(check_quant_cache(t, w, "kv_convert"));
   lm_cu_kvdesc fd = lm_cuda_kvdesc(f), td = lm_cuda_kvdesc(t);
-  LM_TRY(LAUNCH(lm_cu_kvq_convert(c->stream, &fd, (int)f->dtype, &td, w, lm_kv_held(f)),
-                "kv_convert"));
+  LM_TRY(LAUNCH(lm_cu_kvq_convert(c->ks, &fd, (int)f->dtype, &td, w, lm_kv_held(f)), "kv_convert"));
   LM_CU(cudaStreamSynchronize(c->stream)); /* the caller frees the plain arrays next */
   return LM_OK;
 }
@@ -359,13 +355,13 @@ lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   if (any_quant(b, a->cache)) {
     LM_TRY(check_quant_caches(b, a->cache, kvw, "kv_append"));
     LM_TRY(check_stage(b, a->cache, a->stage, "kv_append"));
-    LM_TRY(LAUNCH(lm_cu_kvq_append(c->stream, kn, vn, lm_cuda_view(a->stage), c->st.kv,
-                                   c->st.n_caches, a->cache, c->st.pos, c->st.seq),
+    LM_TRY(LAUNCH(lm_cu_kvq_append(c->ks, kn, vn, lm_cuda_view(a->stage), c->st.kv, c->st.n_caches,
+                                   a->cache, c->st.pos, c->st.seq),
                   "kv_append"));
   } else {
-    LM_TRY(LAUNCH(lm_cu_kv_append(c->stream, kn, vn, c->st.kv, c->st.n_caches, a->cache, c->st.pos,
-                                  c->st.seq),
-                  "kv_append"));
+    LM_TRY(LAUNCH(
+        lm_cu_kv_append(c->ks, kn, vn, c->st.kv, c->st.n_caches, a->cache, c->st.pos, c->st.seq),
+        "kv_append"));
   }
   if (c->capturing) LM_TRY(lm_cuda_plan_note_append(c, a->cache));
   /* Positions advance once every token is written (attention reads n as "past"). */
@@ -391,7 +387,7 @@ lm_status lm_cuda_moe_route(lm_backend *be, const lm_moe_route_args *a) {
                    "CUDA moe_route: top %d of [%lld][%lld] f32 logits into int32 ids / f32 weights "
                    "(up to 1536 experts)",
                    a->top_k, (long long)a->logits.rows, (long long)a->logits.cols);
-  return LAUNCH(lm_cu_moe_route(c->stream, lm_cuda_view(a->ids), lm_cuda_view(a->weights),
+  return LAUNCH(lm_cu_moe_route(c->ks, lm_cuda_view(a->ids), lm_cuda_view(a->weights),
                                 lm_cuda_view(a->logits), a->top_k, pes),
                 "moe_route");
 }

@@ -150,16 +150,11 @@ void lm_cuda_profiled_ops(lm_backend_ops *t) {
 /* Counts decode steps; with LUMEN_CUDA_PROFILE_STEP=k the k-th one (from 1) runs inside the
  * profiler range, so ncu can time every kernel (graph nodes included) of one real step. */
 void lm_cuda_range_step(lm_cuda_ctx *c, int begin) {
-  static int want = -1, seen, open;
-  if (want < 0) {
-    const char *e = getenv("LUMEN_CUDA_PROFILE_STEP");
-    want = e ? atoi(e) : 0;
-  }
-  if (!want) return;
+  if (!c->prof_step) return;
   if (!begin) {
-    if (open) (void)cudaProfilerStop(), open = 0;
+    if (c->prof_range_open) (void)cudaProfilerStop(), c->prof_range_open = 0;
     return;
   }
   if (c->st.n_tokens != c->st.n_seqs || c->st.max_tile != 1) return;
-  if (++seen == want) (void)cudaProfilerStart(), open = 1;
+  if (++c->prof_seen == c->prof_step) (void)cudaProfilerStart(), c->prof_range_open = 1;
 }

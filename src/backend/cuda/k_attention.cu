@@ -657,10 +657,21 @@ bool aligned16(const void *p, int64_t ld, int dt) {
   return ((uintptr_t)p & 15u) == 0 && (ld * (dt == LM_CU_F32 ? 4 : 2)) % 16 == 0;
 }
 
-/* The decode kernel, when the step is one token per sequence and the layout allows its
- * vector loads; returns false to leave the step to the general kernel. */
-bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaError_t *err) {
+/* A launch of the decode kernel: its instance, grid, block and shared memory. */
+struct DecPlan {
+  dec_fn fn;
+  dim3 grid;
+  int threads, splits;
+  size_t smem;
+};
+
+/* The decode kernel's launch, when the step is one token per sequence and the layout allows
+ * its vector loads; false leaves the step to the general kernel. Host logic only. */
+bool dec_plan(const lm_cu_attn_p *p, int n_sms, DecPlan &d) {
   const int dt = p->k_new.dt;
+  if (p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0 ||
+      p->part_floats <= 2 * kCountSlots)
+    return false;
   dec_fn fn = pick_dec(p->head_dim);
   if (!fn || p->max_tile != 1 || (dt != LM_CU_BF16 && dt != LM_CU_F32) || p->q.dt != dt ||
       p->v_new.dt != dt || !aligned16(p->q.p, p->q.ld, dt) ||
@@ -687,15 +698,20 @@ bool attention_decode(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, cudaErro
   while (splits > 1 && (int64_t)p->n_tiles * p->n_heads * splits * (p->head_dim + 4) >
                            p->part_floats - kCountSlots)
     splits--;
-  int *count = (int *)(p->part + (p->part_floats - kCountSlots));
-  dim3 grid((unsigned)p->n_tiles, (unsigned)(p->n_heads / hpb), (unsigned)splits);
-  if (gqa)
-    launch(gqa, grid, 32 * hpb, gqa_smem(hpb, p->head_dim, dt == LM_CU_BF16 ? 2 : 4), s, *p, splits,
-           count);
-  else
-    launch(fn, grid, 32 * hpb, 0, s, *p, splits, count);
-  *err = cudaGetLastError();
+  d.fn = gqa ? gqa : fn;
+  d.grid = dim3((unsigned)p->n_tiles, (unsigned)(p->n_heads / hpb), (unsigned)splits);
+  d.threads = 32 * hpb;
+  d.splits = splits;
+  d.smem = gqa ? gqa_smem(hpb, p->head_dim, dt == LM_CU_BF16 ? 2 : 4) : 0;
   return true;
+}
+
+cudaError_t attention_decode(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms) {
+  DecPlan d;
+  if (!dec_plan(p, n_sms, d)) return cudaErrorInvalidValue;
+  int *count = (int *)(p->part + (p->part_floats - kCountSlots));
+  launch(d.fn, d.grid, d.threads, d.smem, s, *p, d.splits, count);
+  return cudaGetLastError();
 }
 
 typedef void (*attn_fn)(const lm_cu_attn_p, int, int);
@@ -712,7 +728,7 @@ template <bool Q> attn_fn pick(int hd) {
 /* The general kernel (any tile shape; split-K with a combine launch when the batch has fewer
  * blocks than SMs). Its partials stay clear of the decode kernel's split counters at the tail
  * of the scratch, which must outlive every launch. */
-cudaError_t attention_tiled(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, bool quant) {
+cudaError_t attention_tiled(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms, bool quant) {
   attn_fn fn = quant ? pick<true>(p->head_dim) : pick<false>(p->head_dim);
   if (!fn || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->n_tiles <= 0)
     return cudaErrorInvalidValue;
@@ -741,17 +757,23 @@ cudaError_t attention_tiled(cudaStream_t s, const lm_cu_attn_p *p, int n_sms, bo
 
 extern "C" {
 
-cudaError_t lm_cu_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
-  cudaError_t de;
-  if (p->n_kv_heads > 0 && p->n_heads % p->n_kv_heads == 0 && p->n_tiles > 0 &&
-      p->part_floats > 2 * kCountSlots && attention_decode(s, p, n_sms, &de))
-    return de;
-  if (p->q_inv) return cudaErrorNotSupported; /* the caller norms q first */
+lm_cu_attn_kind lm_cu_pick_attn(const lm_cu_attn_p *p, int quant, int n_sms,
+                                const lm_cu_switches *sw) {
+  DecPlan d;
+  const bool dec = !quant && dec_plan(p, n_sms, d);
+  if (p->q_inv) return dec && sw->q_norm ? LM_CU_ATTN_DECODE : LM_CU_ATTN_NORM_FIRST;
+  return dec ? LM_CU_ATTN_DECODE : LM_CU_ATTN_TILED;
+}
+
+cudaError_t lm_cu_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms,
+                            lm_cu_attn_kind kind) {
+  if (kind == LM_CU_ATTN_DECODE) return attention_decode(s, p, n_sms);
+  if (kind != LM_CU_ATTN_TILED || p->q_inv) return cudaErrorInvalidValue;
   return attention_tiled(s, p, n_sms, false);
 }
 
-cudaError_t lm_cu_kvq_attention(cudaStream_t s, const lm_cu_attn_p *p, int n_sms) {
-  if (p->q_inv) return cudaErrorNotSupported;
+cudaError_t lm_cu_kvq_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms) {
+  if (p->q_inv) return cudaErrorInvalidValue; /* the caller norms q first (NORM_FIRST) */
   return attention_tiled(s, p, n_sms, true);
 }
 

@@ -26,24 +26,21 @@ namespace lmcu {
  * lets the next kernel launch; so at most two kernels overlap, and a kernel may load read-only
  * data before its wait — the tensor-core GEMV issues its first weight loads there, so that DRAM
  * round trip overlaps the previous kernel's tail. In a kernel launched without the attribute
- * pdl_wait() returns at once. */
+ * (s.pdl == 0: LUMEN_CUDA_PDL=0, read by the backend) pdl_wait() returns at once. */
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 }
 
-/* Whether launch() sets the attribute (LUMEN_CUDA_PDL=0 turns it off; lm_cu_kernels_init). */
-extern bool g_pdl;
-
 template <typename... P, typename... A>
-inline cudaError_t launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+inline cudaError_t launch(void (*fn)(P...), dim3 grid, dim3 block, size_t smem, lm_cu_stream s,
                           A &&...args) {
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-  cfg.attrs = at, cfg.numAttrs = g_pdl ? 1 : 0;
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s.stream;
+  cfg.attrs = at, cfg.numAttrs = s.pdl ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, fn, static_cast<P>(args)...);
 }
 

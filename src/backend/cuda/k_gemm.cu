@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) k_gemm_gathered(const lm_cu_gather_m
 
 extern "C" {
 
-cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n,
+cudaError_t lm_cu_dequant_rows(lm_cu_stream s, const lm_cu_w *w, int64_t e, int64_t r0, int64_t n,
                                void *dst, int dt) {
   if (n <= 0) return cudaSuccess;
   if (n > 65535) return cudaErrorInvalidValue;
@@ -84,7 +84,7 @@ cudaError_t lm_cu_dequant_rows(cudaStream_t s, const lm_cu_w *w, int64_t e, int6
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_gemm_gathered(cudaStream_t s, const lm_cu_gather_mm_p *p) {
+cudaError_t lm_cu_gemm_gathered(lm_cu_stream s, const lm_cu_gather_mm_p *p) {
   int64_t ne = p->w.n_experts ? p->w.n_experts : 1, ty = (p->max_rows + kBM - 1) / kBM;
   if (p->max_rows <= 0) return cudaSuccess;
   if (ty > 65535 || ne > 65535) return cudaErrorInvalidValue;

@@ -366,65 +366,129 @@ gemv_fn pick_m(const lm_cu_w &w, Family f, int m) {
   return m == 4 ? pick<4>(w, f) : m == 2 ? pick<2>(w, f) : pick<1>(w, f);
 }
 
-/* One launch of the packed kernel for m activation rows (or the grouped rows). */
-cudaError_t launch_q(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
+/* The packed kernel's launch for m activation rows: its instance and block count (the
+ * instance is null or the count too large when the shape has no such launch). */
+struct QLaunch {
+  gemv_q_fn fn;
+  Geo g;
+  int64_t blocks;
+};
+
+QLaunch q_launch(const lm_cu_mm_p &p, int m) {
   const int64_t nchunk = p.w.cols / (128 / p.w.bits);
-  const Geo g = geo_of(p.w.rows, nchunk, m, p.grid_cap / 4 > 0 ? p.grid_cap / 4 : 1);
-  gemv_q_fn fn = pick_q(p.w.bits, p.w.group, m, g.r);
-  if (!fn) return cudaErrorNotSupported;
-  const int64_t warps = (p.w.rows + g.r - 1) / g.r, per_block = kWarps / g.ks;
-  const int64_t blocks = (warps + per_block - 1) / per_block;
-  if (blocks > 0x7fffffff) return cudaErrorNotSupported;
-  launch(fn, dim3((unsigned)blocks, gy), kThreads, 0, s, p, g.ks);
+  QLaunch q;
+  q.g = geo_of(p.w.rows, nchunk, m, p.grid_cap / 4 > 0 ? p.grid_cap / 4 : 1);
+  q.fn = pick_q(p.w.bits, p.w.group, m, q.g.r);
+  const int64_t warps = (p.w.rows + q.g.r - 1) / q.g.r, per_block = kWarps / q.g.ks;
+  q.blocks = (warps + per_block - 1) / per_block;
+  return q;
+}
+
+bool q_fits(const lm_cu_mm_p &p, int m) {
+  const QLaunch q = q_launch(p, m);
+  return q.fn && q.blocks <= 0x7fffffff;
+}
+
+/* One launch of the packed kernel for m activation rows (or the grouped rows). */
+cudaError_t launch_q(lm_cu_stream s, const lm_cu_mm_p &p, int m, unsigned gy) {
+  const QLaunch q = q_launch(p, m);
+  if (!q.fn || q.blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  launch(q.fn, dim3((unsigned)q.blocks, gy), kThreads, 0, s, p, q.g.ks);
   return cudaGetLastError();
 }
 
-/* Whether 4-bit products with bf16 activations take the tensor-core kernel (k_gemv_tc.cu);
- * off (lm_cu_switches.tensor_cores) keeps them on this file's CUDA-core kernel. */
-bool g_tensor_cores = true;
+/* Shared bytes per activation row: the dense and generic kernels stage x as f32. */
+int64_t x_smem_per_row(const lm_cu_mm_p &p, Family f) {
+  return f == kPacked ? 0 : p.w.cols * (int64_t)sizeof(float);
+}
+
+/* Activation rows of the next launch of a plain product with `left` rows still to do. */
+int window_rows(int64_t left, int64_t per_row, int64_t optin) {
+  return left >= 4 && 4 * per_row <= optin ? 4 : left >= 2 && 2 * per_row <= optin ? 2 : 1;
+}
+
+/* Whether the CUDA-core kernels of family f take every launch product p needs. */
+bool cc_takes(const lm_cu_mm_p &p, Family f) {
+  const int64_t per_row = x_smem_per_row(p, f), optin = p.smem_optin;
+  if (p.epi == 3 || per_row > optin || p.w.rows <= 0) return false;
+  if (p.ids) /* grouped: one x row per group */
+    return p.y.rows <= 65535 && (f == kPacked ? q_fits(p, 1) : pick_m(p.w, f, 1) != nullptr);
+  for (int64_t done = 0; done < p.x.rows;) {
+    const int m = window_rows(p.x.rows - done, per_row, optin);
+    if (f == kPacked ? !q_fits(p, m) : !pick_m(p.w, f, m)) return false;
+    done += m;
+  }
+  return true;
+}
+
+/* Runs product pp on the CUDA-core kernels of family f (cc_takes must have said yes). */
+cudaError_t run_cc(lm_cu_stream s, const lm_cu_mm_p *pp, Family f) {
+  const int64_t per_row = x_smem_per_row(*pp, f), optin = pp->smem_optin;
+  const int64_t pairs = (pp->w.rows + kRpw - 1) / kRpw;
+  const int64_t want = (pairs + kWarps - 1) / kWarps;
+  const unsigned gx = (unsigned)(want < pp->grid_cap ? want : pp->grid_cap);
+  if (pp->ids) {
+    if (f == kPacked) return launch_q(s, *pp, 1, (unsigned)pp->y.rows);
+    launch(pick_m(pp->w, f, 1), dim3(gx, (unsigned)pp->y.rows), kThreads, (size_t)per_row, s, *pp);
+    return cudaGetLastError();
+  }
+  for (int64_t done = 0; done < pp->x.rows;) {
+    const int m = window_rows(pp->x.rows - done, per_row, optin);
+    const lm_cu_mm_p p = rows_window(*pp, done, m);
+    cudaError_t e;
+    if (f == kPacked) {
+      e = launch_q(s, p, m, 1);
+    } else {
+      launch(pick_m(p.w, f, m), dim3(gx, 1), kThreads, (size_t)(m * per_row), s, p);
+      e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) return e;
+    done += m;
+  }
+  return cudaSuccess;
+}
+
+lm_cu_gemv_kind kind_of(Family f) {
+  return f == kPacked ? LM_CU_GEMV_PACKED : f == kDense ? LM_CU_GEMV_DENSE : LM_CU_GEMV_GENERIC;
+}
+
+bool plain_rows_ok(const lm_cu_mm_p &p) {
+  return p.ids || (p.x.rows >= 1 && p.x.rows <= LM_CU_GEMV_MAX_ROWS);
+}
+
+bool same_geometry(const lm_cu_w &a, const lm_cu_w &b) {
+  return a.n_experts == b.n_experts && a.rows == b.rows && a.cols == b.cols &&
+         a.row_bytes == b.row_bytes && a.bits == b.bits && a.group == b.group && a.wdt == b.wdt &&
+         a.sb_kind == b.sb_kind;
+}
 
 } // namespace
 
 extern "C" {
 
-cudaError_t lm_cu_gemv(cudaStream_t s, const lm_cu_mm_p *pp) {
-  if (g_tensor_cores) {
-    cudaError_t e = lm_cu_gemv_tc(s, pp);
-    if (e != cudaErrorNotSupported) return e;
-  }
-  if (pp->epi == 3) return cudaErrorNotSupported; /* a gate/up pair: only the tensor-core kernel */
-  lm_cu_mm_p p = *pp;
-  const Family f = family_of(p.w, p.x);
-  /* shared bytes per activation row: the dense and generic kernels stage x as f32 */
-  const int64_t per_row = f == kPacked ? 0 : p.w.cols * (int64_t)sizeof(float);
-  const int64_t optin = p.smem_optin;
-  cudaError_t e;
-  if (per_row > optin || p.w.rows <= 0) return cudaErrorNotSupported;
-  const int64_t pairs = (p.w.rows + kRpw - 1) / kRpw;
-  const int64_t want = (pairs + kWarps - 1) / kWarps;
-  const unsigned gx = (unsigned)(want < p.grid_cap ? want : p.grid_cap);
-  if (p.ids) { /* grouped: one x row per group */
-    if (p.y.rows > 65535) return cudaErrorNotSupported;
-    if (f == kPacked) return launch_q(s, p, 1, (unsigned)p.y.rows);
-    gemv_fn fn = pick_m(p.w, f, 1);
-    launch(fn, dim3(gx, (unsigned)p.y.rows), kThreads, (size_t)per_row, s, p);
-    return cudaGetLastError();
-  }
-  for (int64_t done = 0; done < pp->x.rows;) {
-    int64_t left = pp->x.rows - done;
-    int m = left >= 4 && 4 * per_row <= optin ? 4 : left >= 2 && 2 * per_row <= optin ? 2 : 1;
-    p = rows_window(*pp, done, m);
-    if (f == kPacked) {
-      if ((e = launch_q(s, p, m, 1)) != cudaSuccess) return e;
-    } else {
-      gemv_fn fn = pick_m(p.w, f, m);
-      if (!fn) return cudaErrorNotSupported;
-      launch(fn, dim3(gx, 1), kThreads, (size_t)(m * per_row), s, p);
-      if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    }
-    done += m;
-  }
-  return cudaSuccess;
+/* In order of preference: the tensor cores where they take the product (unless
+ * LUMEN_CUDA_GEMV=cores), else the CUDA-core family of the weight's layout, else none. */
+lm_cu_gemv_kind lm_cu_pick_gemv(const lm_cu_mm_p *p, const lm_cu_switches *sw) {
+  if (p->epi == 3 || !plain_rows_ok(*p)) return LM_CU_GEMV_NONE;
+  if (sw->tensor_cores && lm_cu_gemv_tc_takes(p)) return LM_CU_GEMV_TC;
+  const Family f = family_of(p->w, p->x);
+  return cc_takes(*p, f) ? kind_of(f) : LM_CU_GEMV_NONE;
+}
+
+/* Only the tensor-core kernel fuses a pair, so LUMEN_CUDA_GEMV=cores splits pairs as well. */
+lm_cu_pair_kind lm_cu_pick_pair(const lm_cu_mm_p *p, const lm_cu_switches *sw) {
+  if (p->epi != 3 || !sw->tensor_cores || !sw->glu_pair || !plain_rows_ok(*p) ||
+      !same_geometry(p->w, p->w2))
+    return LM_CU_PAIR_SPLIT;
+  return lm_cu_gemv_tc_takes(p) ? LM_CU_PAIR_FUSED : LM_CU_PAIR_SPLIT;
+}
+
+cudaError_t lm_cu_gemv(lm_cu_stream s, const lm_cu_mm_p *pp, lm_cu_gemv_kind kind) {
+  if (kind == LM_CU_GEMV_TC) return lm_cu_gemv_tc(s, pp);
+  const Family f = family_of(pp->w, pp->x);
+  if (kind == LM_CU_GEMV_NONE || kind != kind_of(f) || !plain_rows_ok(*pp) || !cc_takes(*pp, f))
+    return cudaErrorInvalidValue;
+  return run_cc(s, pp, f);
 }
 
 static cudaError_t set_smem(gemv_fn fn, int bytes) {
@@ -433,8 +497,7 @@ static cudaError_t set_smem(gemv_fn fn, int bytes) {
             : cudaSuccess;
 }
 
-cudaError_t lm_cu_gemv_init(int max_smem_optin, int tensor_cores, int glu_pair) {
-  g_tensor_cores = tensor_cores != 0;
+cudaError_t lm_cu_gemv_init(int max_smem_optin) {
   static const int dts[] = {LM_CU_F32, LM_CU_BF16, LM_CU_F16};
   cudaError_t e = cudaSuccess;
   for (int d = 0; d < 3; d++) {
@@ -445,7 +508,7 @@ cudaError_t lm_cu_gemv_init(int max_smem_optin, int tensor_cores, int glu_pair) 
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<1>, max_smem_optin);
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<2>, max_smem_optin);
   if (e == cudaSuccess) e = set_smem(&k_gemv_generic<4>, max_smem_optin);
-  if (e == cudaSuccess) e = lm_cu_gemv_tc_init(max_smem_optin, glu_pair);
+  if (e == cudaSuccess) e = lm_cu_gemv_tc_init(max_smem_optin);
   return e;
 }
 

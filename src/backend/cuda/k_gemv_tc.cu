@@ -27,8 +27,6 @@ using namespace lmcu;
 
 namespace {
 
-bool g_glu_pair = true; /* off (lm_cu_switches.glu_pair): gate/up pairs fall back to two products */
-
 constexpr uint32_t kOnes = 0x3F803F80u; /* bf16x2 (1, 1) */
 
 /* d += a · b for one m16n8k16 tile: a = 4 bf16x2 registers (rows g/g+8, k 2t.., 2t+8..),
@@ -227,7 +225,7 @@ template <int P> tc_fn pick_wg(int W, int group) {
   return W == 16 ? pick_g<16, P>(group) : W == 8 ? pick_g<8, P>(group) : pick_g<4, P>(group);
 }
 
-bool tc_takes(const lm_cu_mm_p &p) {
+bool tc_layout(const lm_cu_mm_p &p) {
   const int G = p.w.group;
   if (p.w.bits != 4 || (G != 32 && G != 64 && G != 128) || p.w.sb_kind != LM_CU_SB_BF16 ||
       p.x.dt != LM_CU_BF16)
@@ -235,30 +233,44 @@ bool tc_takes(const lm_cu_mm_p &p) {
   /* a pair: one launch instead of two (and a GeGLU), which E4B, 12B and 26B-A4B decode gain
    * 4-5% from; on 31B's 21504x5376 products the halved loads in flight per matrix cost more
    * than the launch saves (docs/perf/NOTES.md, v5), so products that large run as two */
-  if (p.epi == 3 && (!g_glu_pair || p.accumulate || ((uintptr_t)p.w2.data & 15u) != 0 ||
-                     p.w.rows * p.w.cols > (1ll << 26)))
+  if (p.epi == 3 &&
+      (p.accumulate || ((uintptr_t)p.w2.data & 15u) != 0 || p.w.rows * p.w.cols > (1ll << 26)))
     return false;
   /* a lane loads G/8 bytes of a row per group; x is staged in 16-byte pieces */
   return p.w.cols % G == 0 && p.w.row_bytes % 16 == 0 && ((uintptr_t)p.w.data & 15u) == 0 &&
          ((uintptr_t)p.x.p & 15u) == 0 && (p.x.ld * 2) % 16 == 0;
 }
 
-/* One launch of the register kernel for m activation rows (or gy groups of one row). A block
- * is one 16-row tile; its warp count W is the largest of 16, 8, 4 with which every tile's
- * block is resident at once (32 warps per SM at 64 registers), so a launch is one wave with
- * the most loads in flight; matrices too large for that take W = 4. x's staging (at most 24 KB
- * for W = 4, so that 8 blocks fit an SM, else 40 KB) sets the chunk kc: whole groups for
- * every warp. */
-cudaError_t launch_tc(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
-  const int64_t tiles = (p.w.rows + 15) / 16, n_sms = p.grid_cap / 4 > 0 ? p.grid_cap / 4 : 1;
-  const int64_t blocks = tiles * gy, slots = 32 * n_sms;
-  const int W = blocks * 16 <= slots ? 16 : blocks * 8 <= slots ? 8 : 4;
-  const int64_t G = p.w.group, xs = W == 4 ? 24 * 1024 : 40 * 1024;
-  const int64_t fit = (xs / (2 * m) - 8) / (G * W) * (G * W), kc = p.w.cols < fit ? p.w.cols : fit;
-  if (kc < G || tiles > 0x7fffffff) return cudaErrorNotSupported;
-  const size_t smem = (size_t)m * (size_t)(kc + 8) * 2;
-  const tc_fn fn = p.epi == 3 ? pick_wg<2>(W, (int)G) : pick_wg<1>(W, (int)G);
-  launch(fn, dim3((unsigned)tiles, gy), 32 * W, smem, s, p, m, (int)kc);
+/* The geometry of one launch of the register kernel for m activation rows (or gy groups of
+ * one row). A block is one 16-row tile; its warp count W is the largest of 16, 8, 4 with which
+ * every tile's block is resident at once (32 warps per SM at 64 registers), so a launch is one
+ * wave with the most loads in flight; matrices too large for that take W = 4. x's staging (at
+ * most 24 KB for W = 4, so that 8 blocks fit an SM, else 40 KB) sets the chunk kc: whole
+ * groups for every warp. False when the shape has no such launch. */
+struct TcGeo {
+  int64_t tiles, kc;
+  int w;
+};
+
+bool tc_geo(const lm_cu_mm_p &p, int m, unsigned gy, TcGeo &g) {
+  const int64_t n_sms = p.grid_cap / 4 > 0 ? p.grid_cap / 4 : 1;
+  g.tiles = (p.w.rows + 15) / 16;
+  const int64_t blocks = g.tiles * gy, slots = 32 * n_sms;
+  g.w = blocks * 16 <= slots ? 16 : blocks * 8 <= slots ? 8 : 4;
+  const int64_t G = p.w.group, xs = g.w == 4 ? 24 * 1024 : 40 * 1024;
+  const int64_t fit = (xs / (2 * m) - 8) / (G * g.w) * (G * g.w);
+  g.kc = p.w.cols < fit ? p.w.cols : fit;
+  return g.kc >= G && g.tiles <= 0x7fffffff;
+}
+
+/* One launch (tc_geo must have said yes). */
+cudaError_t launch_tc(lm_cu_stream s, const lm_cu_mm_p &p, int m, unsigned gy) {
+  TcGeo g;
+  if (!tc_geo(p, m, gy, g)) return cudaErrorInvalidValue;
+  const size_t smem = (size_t)m * (size_t)(g.kc + 8) * 2;
+  const int G = p.w.group;
+  const tc_fn fn = p.epi == 3 ? pick_wg<2>(g.w, G) : pick_wg<1>(g.w, G);
+  launch(fn, dim3((unsigned)g.tiles, gy), 32 * g.w, smem, s, p, m, (int)g.kc);
   return cudaGetLastError();
 }
 
@@ -267,8 +279,7 @@ cudaError_t launch_tc(cudaStream_t s, const lm_cu_mm_p &p, int m, unsigned gy) {
 /* A pair with W = 16 holds 16 KB of partial sums next to up to 40 KB of x: above the 48 KB a
  * launch gets without asking. (The pair stages x in the same chunks as a single product, so
  * the two agree bit for bit.) */
-extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin, int glu_pair) {
-  g_glu_pair = glu_pair != 0;
+extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin) {
   cudaError_t e = cudaSuccess;
   for (int G : {32, 64, 128}) {
     const tc_fn fn = pick_wg<2>(16, G);
@@ -283,10 +294,18 @@ extern "C" cudaError_t lm_cu_gemv_tc_init(int max_smem_optin, int glu_pair) {
   return e;
 }
 
-extern "C" cudaError_t lm_cu_gemv_tc(cudaStream_t s, const lm_cu_mm_p *pp) {
-  if (!tc_takes(*pp) || pp->w.rows <= 0) return cudaErrorNotSupported;
-  if (pp->ids)
-    return pp->y.rows > 65535 ? cudaErrorNotSupported : launch_tc(s, *pp, 1, (unsigned)pp->y.rows);
+extern "C" int lm_cu_gemv_tc_takes(const lm_cu_mm_p *pp) {
+  TcGeo g;
+  if (!tc_layout(*pp) || pp->w.rows <= 0) return 0;
+  if (pp->ids) return pp->y.rows <= 65535 && tc_geo(*pp, 1, (unsigned)pp->y.rows, g);
+  for (int64_t done = 0; done < pp->x.rows; done += 8)
+    if (!tc_geo(*pp, (int)(pp->x.rows - done < 8 ? pp->x.rows - done : 8), 1, g)) return 0;
+  return 1;
+}
+
+extern "C" cudaError_t lm_cu_gemv_tc(lm_cu_stream s, const lm_cu_mm_p *pp) {
+  if (!lm_cu_gemv_tc_takes(pp)) return cudaErrorInvalidValue;
+  if (pp->ids) return launch_tc(s, *pp, 1, (unsigned)pp->y.rows);
   for (int64_t done = 0; done < pp->x.rows; done += 8) {
     const int m = (int)(pp->x.rows - done < 8 ? pp->x.rows - done : 8);
     cudaError_t e = launch_tc(s, rows_window(*pp, done, m), m, 1);

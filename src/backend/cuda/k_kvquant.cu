@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads)
 
 extern "C" {
 
-cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
+cudaError_t lm_cu_kvq_stage(lm_cu_stream s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
                             const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
   dim3 grid((unsigned)blocks_for(2 * (k_new.cols / kMinGroup), kThreads), (unsigned)k_new.rows);
@@ -174,7 +174,7 @@ cudaError_t lm_cu_kvq_stage(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
+cudaError_t lm_cu_kvq_append(lm_cu_stream s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
                              const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *pos,
                              const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
@@ -185,7 +185,7 @@ cudaError_t lm_cu_kvq_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, lm_cu
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_kvq_convert(cudaStream_t s, const lm_cu_kvdesc *from, int dt,
+cudaError_t lm_cu_kvq_convert(lm_cu_stream s, const lm_cu_kvdesc *from, int dt,
                               const lm_cu_kvdesc *to, int64_t w, int64_t held) {
   if (held <= 0) return cudaSuccess;
   int64_t blocks = blocks_for(held * 2 * (w / to->group), kThreads);

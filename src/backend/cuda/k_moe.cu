@@ -125,7 +125,16 @@ __global__ void __launch_bounds__(kThreads) k_combine(lm_cu_t out, lm_cu_t w, lm
 
 extern "C" {
 
-cudaError_t lm_cu_moe_route(cudaStream_t s, lm_cu_t ids, lm_cu_t weights, lm_cu_t logits, int top_k,
+/* Decode (up to 4 tokens, and at most 65535 pairs: a grid's y extent) runs grouped GEMVs, one
+ * group per (token, slot) pair reading its expert off the device ids; more tokens run
+ * gathered GEMMs over the pairs sorted by expert. */
+lm_cu_moe_kind lm_cu_pick_moe(const lm_cu_mm_p *pair, const lm_cu_switches *sw) {
+  const int64_t tokens = pair->x.rows, top_k = pair->ids_k;
+  if (tokens > 4 || tokens * top_k > 65535) return LM_CU_MOE_GATHERED;
+  return lm_cu_pick_pair(pair, sw) == LM_CU_PAIR_FUSED ? LM_CU_MOE_GROUPED_PAIR : LM_CU_MOE_GROUPED;
+}
+
+cudaError_t lm_cu_moe_route(lm_cu_stream s, lm_cu_t ids, lm_cu_t weights, lm_cu_t logits, int top_k,
                             const float *per_expert_scale) {
   if (logits.rows <= 0) return cudaSuccess;
   size_t smem = (size_t)kWarps * (size_t)logits.cols * sizeof(float);
@@ -135,7 +144,7 @@ cudaError_t lm_cu_moe_route(cudaStream_t s, lm_cu_t ids, lm_cu_t weights, lm_cu_
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32_t *start,
+cudaError_t lm_cu_moe_sort(lm_cu_stream s, lm_cu_t ids, int64_t n_experts, int32_t *start,
                            int32_t *order) {
   size_t smem = (size_t)(n_experts + kSortChunk) * sizeof(int32_t);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;
@@ -143,7 +152,7 @@ cudaError_t lm_cu_moe_sort(cudaStream_t s, lm_cu_t ids, int64_t n_experts, int32
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_moe_combine(cudaStream_t s, lm_cu_t out, lm_cu_t weights, lm_cu_t y, int top_k) {
+cudaError_t lm_cu_moe_combine(lm_cu_stream s, lm_cu_t out, lm_cu_t weights, lm_cu_t y, int top_k) {
   if (out.rows <= 0) return cudaSuccess;
   launch(k_combine, dim3((unsigned)((out.cols + kThreads - 1) / kThreads), (unsigned)out.rows),
          kThreads, 0, s, out, weights, y, top_k);

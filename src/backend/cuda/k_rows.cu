@@ -381,7 +381,7 @@ bool norm_vec_ok(const lm_cu_t &x, const float *w) {
   return x.cols % 8 == 0 && x.cols / 8 <= 4 * kRowThreads && vec_ok(x) && ((uintptr_t)w & 15u) == 0;
 }
 
-cudaError_t launch_norm_vec(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+cudaError_t launch_norm_vec(lm_cu_stream s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
                             lm_cu_t res, int has_res, NormTail tail) {
   const int64_t nv = x.cols / 8;
   const int per = (int)((nv + kRowThreads - 1) / kRowThreads); /* vectors per thread, 1..4 */
@@ -400,20 +400,16 @@ cudaError_t launch_norm_vec(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float 
 
 } // namespace
 
-namespace lmcu {
-bool g_pdl = true;
-}
-
 extern "C" {
 
-cudaError_t lm_cu_embed(cudaStream_t s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids,
+cudaError_t lm_cu_embed(lm_cu_stream s, lm_cu_t out, const lm_cu_w *w, const int32_t *ids,
                         float scale) {
   if (out.rows <= 0) return cudaSuccess;
   launch(k_embed, grid2(out.cols, out.rows), kRowThreads, 0, s, out, *w, ids, scale);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+cudaError_t lm_cu_rmsnorm(lm_cu_stream s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
                           const lm_cu_t *residual) {
   if (x.rows <= 0) return cudaSuccess;
   lm_cu_t res = residual ? *residual : lm_cu_t{};
@@ -426,7 +422,7 @@ cudaError_t lm_cu_rmsnorm(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float eps,
+cudaError_t lm_cu_rmsnorm_res(lm_cu_stream s, lm_cu_t x, const float *w, float eps,
                               lm_cu_t residual, int scaled, float scale, lm_cu_t next,
                               const float *next_w) {
   if (x.rows <= 0) return cudaSuccess;
@@ -441,7 +437,7 @@ cudaError_t lm_cu_rmsnorm_res(cudaStream_t s, lm_cu_t x, const float *w, float e
   return e;
 }
 
-cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
+cudaError_t lm_cu_rmsnorm_rope(lm_cu_stream s, lm_cu_t out, lm_cu_t x, const float *w, float eps,
                                int heads, const float *inv_freq, const int32_t *pos) {
   if (x.rows <= 0) return cudaSuccess;
   const int64_t hd = x.cols;
@@ -465,7 +461,7 @@ cudaError_t lm_cu_rmsnorm_rope(cudaStream_t s, lm_cu_t out, lm_cu_t x, const flo
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq,
+cudaError_t lm_cu_rope(lm_cu_stream s, lm_cu_t x, int n_heads, int head_dim, const float *inv_freq,
                        const int32_t *pos) {
   int64_t n = x.rows * n_heads * (head_dim / 2);
   if (n <= 0) return cudaSuccess;
@@ -474,37 +470,37 @@ cudaError_t lm_cu_rope(cudaStream_t s, lm_cu_t x, int n_heads, int head_dim, con
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_geglu(cudaStream_t s, lm_cu_t out, lm_cu_t gate, lm_cu_t up) {
+cudaError_t lm_cu_geglu(lm_cu_stream s, lm_cu_t out, lm_cu_t gate, lm_cu_t up) {
   if (out.rows <= 0) return cudaSuccess;
   launch(k_geglu, grid2(out.cols, out.rows), kRowThreads, 0, s, out, gate, up);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_add(cudaStream_t s, lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
+cudaError_t lm_cu_add(lm_cu_stream s, lm_cu_t out, lm_cu_t a, lm_cu_t b, float scale) {
   if (out.rows <= 0) return cudaSuccess;
   launch(k_add, grid2(out.cols, out.rows), kRowThreads, 0, s, out, a, b, scale);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_softcap(cudaStream_t s, lm_cu_t x, float cap) {
+cudaError_t lm_cu_softcap(lm_cu_stream s, lm_cu_t x, float cap) {
   if (x.rows <= 0) return cudaSuccess;
   launch(k_softcap, grid2(x.cols, x.rows), kRowThreads, 0, s, x, cap);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_gather_rows(cudaStream_t s, lm_cu_t out, lm_cu_t x, const int32_t *rows) {
+cudaError_t lm_cu_gather_rows(lm_cu_stream s, lm_cu_t out, lm_cu_t x, const int32_t *rows) {
   if (out.rows <= 0) return cudaSuccess;
   launch(k_gather, grid2(out.cols, out.rows), kRowThreads, 0, s, out, x, rows);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_argmax(cudaStream_t s, lm_cu_t ids, lm_cu_t x) {
+cudaError_t lm_cu_argmax(lm_cu_stream s, lm_cu_t ids, lm_cu_t x) {
   if (x.rows <= 0) return cudaSuccess;
   launch(k_argmax, (unsigned)x.rows, kArgThreads, 0, s, ids, x);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv,
+cudaError_t lm_cu_kv_append(lm_cu_stream s, lm_cu_t k_new, lm_cu_t v_new, const lm_cu_kvdesc *kv,
                             int n_caches, int cache, const int32_t *pos, const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
   launch(k_kv_append, grid2(k_new.cols, k_new.rows), kRowThreads, 0, s, k_new, v_new, kv, n_caches,
@@ -512,18 +508,17 @@ cudaError_t lm_cu_kv_append(cudaStream_t s, lm_cu_t k_new, lm_cu_t v_new, const 
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_read_kernel(cudaStream_t s, const void *buf, size_t bytes, unsigned *sink,
+cudaError_t lm_cu_read_kernel(lm_cu_stream s, const void *buf, size_t bytes, unsigned *sink,
                               int blocks) {
   launch(k_read, (unsigned)blocks, kRowThreads, 0, s, (const uint4 *)buf, bytes / 16, sink);
   return cudaGetLastError();
 }
 
-cudaError_t lm_cu_gemv_init(int max_smem_optin, int tensor_cores, int glu_pair);
+cudaError_t lm_cu_gemv_init(int max_smem_optin);
 cudaError_t lm_cu_attn_init(int max_smem_optin);
 
-cudaError_t lm_cu_kernels_init(int max_smem_optin, const lm_cu_switches *sw) {
-  lmcu::g_pdl = sw->pdl != 0;
-  cudaError_t e = lm_cu_gemv_init(max_smem_optin, sw->tensor_cores, sw->glu_pair);
+cudaError_t lm_cu_kernels_init(int max_smem_optin) {
+  cudaError_t e = lm_cu_gemv_init(max_smem_optin);
   return e != cudaSuccess ? e : lm_cu_attn_init(max_smem_optin);
 }
 
