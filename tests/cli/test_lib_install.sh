@@ -25,6 +25,13 @@ for f in bin/lumen lib/liblumen.a lib/liblumen.so lib/liblumen.so.0 include/lume
 done
 cmp -s include/lumen.h "$P/include/lumen.h" || fail "installed lumen.h differs from the tree's"
 readelf -d "$P/lib/liblumen.so" | grep -q 'SONAME.*\[liblumen\.so\.0\]' || fail "no SONAME liblumen.so.0"
+# The installed library loads the OpenBLAS the build linked (and tested), not another variant.
+blas=$(sed -n 's/^OPENBLAS_LIBRARY_DIRS:INTERNAL=//p' "$B/CMakeCache.txt" | sed 's:/*$::')
+case "$blas" in
+  "" | /usr/lib | /usr/lib/x86_64-linux-gnu) ;;
+  *) readelf -d "$P/lib/liblumen.so" | grep -E 'R(UN)?PATH' | grep -q "$blas" ||
+    fail "installed liblumen.so has no run path to $blas" ;;
+esac
 
 # Exports: the functions the header declares (the version script's list), nothing else.
 declared=$(sed -n 's/^ *\(lm_[a-z0-9_]*\);$/\1/p' "$B/lumen.map" | sort)
