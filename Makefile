@@ -1,11 +1,14 @@
 # lumen — top-level commands. `make` builds build/lumen; `make test` runs every test
-# (a normal build and an ASan+UBSan build of the unit tests); `make demo` runs lumen.
+# (a normal build and an ASan+UBSan build of the unit tests); `make demo` runs lumen;
+# `make install PREFIX=…` installs bin/lumen, lib/liblumen.{a,so}, include/lumen.h and
+# lib/pkgconfig/lumen.pc (DESTDIR=… stages the tree elsewhere, as packagers do).
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+PREFIX     ?= /usr/local
 
-.PHONY: all deps configure build test test-fast test-asan format-check demo fuzz clean
+.PHONY: all deps configure build install test test-fast test-asan format-check demo fuzz clean
 
 all: build
 
@@ -17,6 +20,9 @@ $(BUILD)/CMakeCache.txt: | deps
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
+
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 $(BUILD_ASAN)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DLUMEN_SANITIZE=ON -DLUMEN_CUDA=OFF >/dev/null
