@@ -36,7 +36,8 @@ demo: build
 fuzz: deps
 	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLUMEN_FUZZ=ON -DLUMEN_CUDA=OFF >/dev/null
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
-	@echo "fuzz targets in build-fuzz/ (run e.g. build-fuzz/fuzz_safetensors -max_total_time=60)"
+	@echo "fuzz targets in build-fuzz/ (run e.g. build-fuzz/fuzz_safetensors -max_total_time=60;"
+	@echo "  seeds: build-fuzz/fuzz_jinja -max_len=65536 CORPUS_DIR tests/fuzz/seeds/jinja)"
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz

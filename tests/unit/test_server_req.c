@@ -136,6 +136,15 @@ static const bad_case bad_cases[] = {
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}", 400,
      "chat_template_kwargs"},
     {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"messages\":"
+     "[{\"role\":\"evil\",\"content\":\"x\"}]}}",
+     400, "chat_template_kwargs"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"bos_"
+     "token\":"
+     "\"<bos>\"}}",
+     400, "chat_template_kwargs"},
+    {'c',
      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_"
      "thinking\":1}}",
      400, "chat_template_kwargs.enable_thinking"},
