@@ -117,9 +117,19 @@ static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
   LM_TRY(cfg_int(c, "global_head_dim", 0, 512, &m->global_head_dim));
   LM_TRY(cfg_range(c, "global_head_dim", m->global_head_dim, 2, 8192));
   LM_TRY(cfg_num(c, "rms_norm_eps", 1e-6, &m->rms_eps));
+  /* the context limit sizes every cache: 0, negative or beyond 16M positions is a broken file */
+  LM_TRY(cfg_int(c, "max_position_embeddings", 0, 0, &m->max_positions));
+  const json_t *mp = cfg_get(c, "max_position_embeddings");
+  if (mp && !json_is_null(mp))
+    LM_TRY(cfg_range(c, "max_position_embeddings", m->max_positions, 1, LM_CFG_MAX_POSITIONS));
   LM_TRY(cfg_int(c, "sliding_window", 0, unified ? 1024 : 512, &m->sliding_window));
-  LM_TRY(cfg_range(c, "sliding_window", m->sliding_window, 1, (int64_t)1 << 32));
+  LM_TRY(cfg_range(c, "sliding_window", m->sliding_window, 1,
+                   m->max_positions > 0 ? m->max_positions : LM_CFG_MAX_POSITIONS));
   LM_TRY(cfg_num(c, "final_logit_softcapping", 0.0, &m->final_softcap));
+  if (!(m->final_softcap >= 0 && m->final_softcap < 1e30))
+    return LM_ERRF(LM_ERR_CORRUPT,
+                   "%s: field 'final_logit_softcapping' = %g must be 0 (none) or positive", c->name,
+                   m->final_softcap);
   LM_TRY(cfg_int(c, "vocab_size_per_layer_input", 0, 262144, &m->ple_vocab));
   LM_TRY(cfg_int(c, "hidden_size_per_layer_input", 0, 256, &m->ple_dim));
   LM_TRY(cfg_range(c, "hidden_size_per_layer_input", m->ple_dim, 0, 1 << 16));
