@@ -132,8 +132,10 @@ static enum MHD_Result send_reply(conn_state *cs, lm_srv_reply *rp) {
   return ok;
 }
 
-static enum MHD_Result send_error(conn_state *cs, int status, const char *code, const char *fmt,
-                                  long long x) {
+/* Answers from this layer (the body cap) are counted here; the routes' answers in on_request. */
+static enum MHD_Result send_error(conn_state *cs, const char *url, int status, const char *code,
+                                  const char *fmt, long long x) {
+  lm_srv_metrics_request(&cs->srv->metrics, lm_srv_metrics_endpoint(url), status);
   lm_srv_err e;
   lm_srv_err_set(&e, status, "invalid_request_error", code, NULL, fmt, x);
   lm_srv_reply rp = {0};
@@ -165,8 +167,8 @@ static enum MHD_Result append_body(conn_state *cs, const char *data, size_t n) {
 }
 
 /* First call: headers only. A declared body over the cap is refused before it is read. */
-static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const char *method,
-                                  void **con_cls) {
+static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const char *url,
+                                  const char *method, void **con_cls) {
   conn_state *cs = calloc(1, sizeof *cs);
   if (!cs) return MHD_NO;
   cs->srv = s;
@@ -177,7 +179,7 @@ static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const 
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (cl && strtoll(cl, NULL, 10) > s->o.max_body) {
     cs->too_big = 1;
-    return send_error(cs, 413, "request_too_large",
+    return send_error(cs, url, 413, "request_too_large",
                       "the request body exceeds the limit of %lld bytes", (long long)s->o.max_body);
   }
   return MHD_YES;
@@ -189,7 +191,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   (void)version;
   lm_server *s = cls;
   conn_state *cs = *con_cls;
-  if (!cs) return on_headers(s, c, method, con_cls);
+  if (!cs) return on_headers(s, c, url, method, con_cls);
   if (*upload_size) {
     enum MHD_Result r = append_body(cs, upload, *upload_size);
     *upload_size = 0;
@@ -197,7 +199,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   if (cs->status) return MHD_YES; /* already answered (413 at the headers) */
   if (cs->too_big)
-    return send_error(cs, 413, "request_too_large",
+    return send_error(cs, url, 413, "request_too_large",
                       "the request body exceeds the limit of %lld bytes", (long long)s->o.max_body);
   lm_srv_http_req rq = {.srv = s,
                         .method = method,
