@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 #include "kv/kv_snapshot.h"
 
 static const char magic[8] = {'L', 'M', 'K', 'V', 'S', 'T', 'A', 'T'};
@@ -665,19 +666,12 @@ static lm_status restore_set(const uint8_t *map, const lm_kv_state_info *in, lm_
 
 /* Maps path read-only; *size 0 means an empty file (no mapping). */
 static lm_status map_file(const char *path, const uint8_t **map, uint64_t *size) {
-  int fd = open(path, O_RDONLY);
+  int fd;
   *map = NULL;
   *size = 0;
-  if (fd < 0)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: %s", path, strerror(errno));
   struct stat stt;
-  lm_status s = LM_OK;
-  if (fstat(fd, &stt))
-    s = LM_ERRF(LM_ERR_IO, "%s: %s", path, strerror(errno));
-  else if (S_ISDIR(stt.st_mode))
-    s = LM_ERRF(LM_ERR_IO, "%s: is a directory, not a KV state file", path);
-  else if (!S_ISREG(stt.st_mode))
-    s = LM_ERRF(LM_ERR_IO, "%s: not a regular file", path);
+  lm_status s = lm_file_open_regular(path, &fd, &stt);
+  if (s) return lm_err_prefix(s, "KV state file");
   *map = NULL;
   *size = s ? 0 : (uint64_t)stt.st_size;
   if (!s && *size) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 
 const char *lm_layer_type_name(lm_layer_type t) {
   return t == LM_LAYER_FULL ? "full_attention" : "sliding_attention";
@@ -413,8 +414,8 @@ done:
 
 lm_status lm_config_load(const char *path, lm_model_config *out) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return LM_ERRF(LM_ERR_IO, "%s: cannot open", path);
+  FILE *f;
+  LM_TRY(lm_file_fopen_regular(path, &f));
   char *buf = NULL;
   long n = -1;
   if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= (64l << 20) &&

@@ -8,6 +8,7 @@
 
 #include "base/rng.h"
 #include "base/status.h"
+#include "io/file_util.h"
 
 #define PHI 0x9e3779b97f4a7c15ull /* 2^64 / golden ratio */
 #define K1 0xc2b2ae3d27d4eb4full
@@ -115,10 +116,9 @@ uint64_t lm_hash64(const void *data, size_t n, uint64_t seed) {
 
 /* Absorbs a whole file as one field (config files: kilobytes; capped at 100 MB). */
 static lm_status hash_file(lm_hasher *h, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO,
-                   "%s: cannot open for the model fingerprint: %s", path, strerror(errno));
+  FILE *f;
+  lm_status os = lm_file_fopen_regular(path, &f);
+  if (os) return lm_err_prefix(os, "model fingerprint");
   lm_status s = LM_OK;
   char *buf = NULL;
   long len = -1;

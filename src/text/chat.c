@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 #include "text/jinja.h"
 
 struct lm_chat_template {
@@ -18,11 +19,8 @@ struct lm_chat_template {
 
 /* Reads a whole file; LM_ERR_NOT_FOUND when it does not exist. */
 static lm_status read_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (errno == ENOENT) return LM_ERRF(LM_ERR_NOT_FOUND, "%s: not found", path);
-    return LM_ERRF(LM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  }
+  FILE *f;
+  LM_TRY(lm_file_fopen_regular(path, &f));
   lm_jbuf b = {0};
   b.cap_limit = LM_CHAT_MAX_FILE;
   char chunk[65536];
