@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -531,6 +533,37 @@ static void sync_dir(const char *path) {
   free(copy);
 }
 
+/* NAME.tmp-XXXXXX, the temporary name of a save in progress. */
+static int is_tmp_name(const char *name) {
+  size_t n = strlen(name);
+  if (n < 12 || memcmp(name + n - 11, ".tmp-", 5)) return 0;
+  for (size_t i = n - 6; i < n; i++)
+    if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+          (name[i] >= '0' && name[i] <= '9')))
+      return 0;
+  return 1;
+}
+
+/* Removes the temporary files that interrupted saves left in path's directory. A save in
+ * progress holds an exclusive lock on its file, so a file whose lock can be taken has no writer
+ * any more. Best effort: a file that cannot be examined is left alone. */
+static void remove_stale_tmp(const char *path) {
+  char *copy = strdup(path);
+  DIR *d = copy ? opendir(dirname(copy)) : NULL;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (!is_tmp_name(e->d_name)) continue;
+    int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) continue;
+    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && !flock(fd, LOCK_EX | LOCK_NB))
+      (void)unlinkat(dirfd(d), e->d_name, 0);
+    close(fd);
+  }
+  if (d) closedir(d);
+  free(copy);
+}
+
 lm_status lm_kv_state_save(const char *path, const uint8_t fp[LM_FINGERPRINT_BYTES],
                            const lm_kv_set *kv, const int32_t *tokens, int64_t n) {
   lm_kv_state_info in = {0};
@@ -540,9 +573,12 @@ lm_status lm_kv_state_save(const char *path, const uint8_t fp[LM_FINGERPRINT_BYT
   int fd = -1;
   if (!s && snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp)
     s = LM_ERRF(LM_ERR_INVALID, "KV state: path too long");
+  if (!s) remove_stale_tmp(path);
   if (!s && (fd = mkstemp(tmp)) < 0)
     s = LM_ERRF(LM_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
                 strerror(errno));
+  if (!s && flock(fd, LOCK_EX | LOCK_NB)) /* held until close: marks the save as live */
+    s = LM_ERRF(LM_ERR_IO, "%s: cannot lock: %s", tmp, strerror(errno));
   if (!s) s = write_all(fd, tmp, kv, &in);
   if (fd >= 0 && close(fd) && !s)
     s = LM_ERRF(LM_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));

@@ -9,9 +9,15 @@ D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
+# the temporary files of saves that were interrupted (killed mid-write) go with the next save
+# to the directory; other files stay
+printf 'half' >"$D/s.lms.tmp-Ab3xYz"
+printf 'half' >"$D/other.lms.tmp-000000"
+printf 'keep' >"$D/notes.tmp-1"
 a=$("$LUMEN" run "$M" "Recite Psalm 23." --seed 3 -n 16 --save-state "$D/s.lms" 2>"$D/a.err")
 [ -s "$D/s.lms" ] || fail "no state file written"
-ls "$D" | grep -q tmp && fail "a temporary file was left behind"
+ls "$D" | grep -q 'lms.tmp' && fail "a temporary file was left behind: $(ls "$D")"
+[ -f "$D/notes.tmp-1" ] || fail "an unrelated file was removed"
 b=$("$LUMEN" run "$M" "Recite Psalm 23." --seed 3 -n 16 --load-state "$D/s.lms" 2>"$D/b.err")
 [ "$a" = "$b" ] || fail "restored session differs: '$a' vs '$b'"
 grep -q "prefill 1 tok" "$D/b.err" || fail "the restored prompt was prefilled again: $(cat "$D/b.err")"
