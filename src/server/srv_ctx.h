@@ -30,6 +30,7 @@ struct lm_server {
   char *bos, *eos; /* token strings for the template */
   lm_kv_spec *specs;
   int64_t weight_bytes, workspace_bytes, kv_budget, max_ctx;
+  size_t longest_piece; /* the vocabulary's longest piece in bytes (srv_size.h; set at start) */
   lm_srv_sched *sched;
   lm_srv_metrics metrics;
   struct MHD_Daemon *d;

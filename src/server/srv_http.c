@@ -8,6 +8,7 @@
  * sequence cancelled within ~100 ms instead of when the next write fails. A stream quiet for 10 s
  * (a long prefill, a full queue) gets an SSE comment as a keep-alive. */
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -19,8 +20,10 @@
 
 #include "base/status.h"
 #include "server/srv_route.h"
+#include "server/srv_size.h"
 
 #define LM_SRV_PING_S 10.0
+#define LM_SRV_TRIM_BYTES ((size_t)1 << 20)
 
 typedef struct conn_state {
   lm_server *srv;
@@ -177,11 +180,15 @@ static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const 
   snprintf(cs->method, sizeof cs->method, "%s", method);
   *con_cls = cs;
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-  if (cl && strtoll(cl, NULL, 10) > s->o.max_body) {
+  long long declared = cl ? strtoll(cl, NULL, 10) : 0;
+  if (declared > s->o.max_body) {
     cs->too_big = 1;
     return send_error(cs, url, 413, "request_too_large",
                       "the request body exceeds the limit of %lld bytes", (long long)s->o.max_body);
   }
+  if (declared > 0 && !(cs->body = malloc((size_t)declared + 1)))
+    return MHD_NO; /* exact size: no doubling copies of a large body */
+  cs->cap = declared > 0 ? (size_t)declared + 1 : 0;
   return MHD_YES;
 }
 
@@ -231,9 +238,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   if (s->o.log_requests)
     fprintf(stderr, "lumen: %s %d %.3fs%s\n", cs->method, cs->status, now_s() - cs->t0,
             code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+  int big = cs->cap >= LM_SRV_TRIM_BYTES;
   free(cs->body);
   free(cs);
   *con_cls = NULL;
+  /* a large request's buffers (body, parsed JSON, rendering) are freed by now, but glibc keeps
+   * freed memory in the thread's arena: give it back so a burst of refusals leaves no RSS */
+  if (big) malloc_trim(0);
 }
 
 static void on_log(void *cls, const char *fmt, va_list ap) {
@@ -264,6 +275,7 @@ lm_status lm_srv_http_start(lm_server *s) {
   struct sockaddr_storage sa;
   int v6 = 0;
   LM_TRY(resolve(s->host, s->o.port, &sa, &v6));
+  s->longest_piece = lm_srv_longest_piece(s->tok); /* for the prompt-size refusal */
   /* MHD's idle timeout also runs while a handler waits for a long non-streamed answer: keep it
    * above the request deadline (none when requests have none) */
   unsigned idle = s->o.timeout_s > 0 ? (unsigned)s->o.timeout_s + 60u : 0u;

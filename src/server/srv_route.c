@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/srv_gen.h"
+#include "server/srv_size.h"
 
 void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype, char *text) {
   rp->status = text ? status : 500;
@@ -148,7 +149,13 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
     return;
   }
   json_t *body;
-  if (lm_srv_parse_body(rq->body ? rq->body : "", rq->len, &body, &e)) {
+  if (lm_srv_size_check_body(rq->srv, rq->len, &e) ||
+      lm_srv_parse_body(rq->body ? rq->body : "", rq->len, &body, &e)) {
+    lm_srv_reply_error(rp, &e, hit->anthropic);
+    return;
+  }
+  if (lm_srv_size_check_prompt(rq->srv, body, &e)) {
+    json_decref(body);
     lm_srv_reply_error(rp, &e, hit->anthropic);
     return;
   }
