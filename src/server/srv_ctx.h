@@ -13,6 +13,7 @@
 #include "text/tokenizer.h"
 
 struct MHD_Daemon;
+struct lm_srv_http;
 
 struct lm_server {
   lm_server_opts o;
@@ -34,6 +35,7 @@ struct lm_server {
   lm_srv_sched *sched;
   lm_srv_metrics metrics;
   struct MHD_Daemon *d;
+  struct lm_srv_http *http; /* the HTTP layer's connections and parked requests (srv_http.c) */
   int port;
   double t_start;           /* monotonic seconds */
   long long t_created;      /* unix seconds of the start */

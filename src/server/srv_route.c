@@ -36,15 +36,19 @@ void lm_srv_reply_stream(lm_srv_reply *rp, lm_srv_stream *st) {
   rp->stream = st;
 }
 
-int lm_srv_wait(const lm_srv_http_req *rq, lm_srv_gen *g) {
-  for (;;) {
-    int r = lm_srv_gen_pump(g, 50);
-    if (r) return r;
-    if (rq->gone && rq->gone(rq->gone_ctx)) {
-      lm_srv_chan_cancel(g->ch);
-      return 0;
-    }
+void lm_srv_reply_later(lm_srv_reply *rp, lm_srv_gen *g, void *obj,
+                        void (*answer)(void *obj, int r, lm_srv_reply *rp),
+                        void (*drop)(void *obj)) {
+  lm_srv_later *l = malloc(sizeof *l);
+  if (!l) {
+    lm_srv_chan_cancel(g->ch);
+    drop(obj);
+    lm_srv_reply_text(rp, 500, "application/json", NULL);
+    return;
   }
+  *l = (lm_srv_later){.g = g, .obj = obj, .answer = answer, .drop = drop};
+  rp->status = 200;
+  rp->later = l;
 }
 
 /* ---- authentication -------------------------------------------------------------------------- */
