@@ -4,11 +4,17 @@
  *     in each API's error shape; 16 concurrent 8 MB prompts raise the peak RSS by at most
  *     512 MB and leave at most 64 MB behind (not measured under ASan, whose allocator keeps
  *     freed memory in quarantine);
- *   - chat_template_kwargs cannot set the server's own template variables. */
+ *   - chat_template_kwargs cannot set the server's own template variables;
+ *   - slow clients: 80 connections that trickle a header line every 300 ms against a cap of 32
+ *     connections, while a normal client gets every answer (/health, /v1/models, a chat
+ *     completion); each trickling connection is closed by the request deadline (10 s) however
+ *     it keeps sending. Bounded: about 12 s, loopback only. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 
 #include "test_server_util.h"
@@ -172,11 +178,112 @@ static void t_reserved_kwargs(void **state) {
   }
 }
 
+/* ---- slow clients ------------------------------------------------------------------------------
+ */
+
+#define N_DRIP 80
+
+typedef struct drip {
+  int port;
+  int fd[N_DRIP];
+  double t_open[N_DRIP];
+  double t_closed[N_DRIP]; /* when the server closed it (0: still open) */
+  double until;
+} drip;
+
+/* Non-blocking check: the server closed the socket (EOF or reset). */
+static int peer_closed(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0) return 0;
+  char b[512];
+  ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+  return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* One header line every 300 ms on each open connection, until d->until. */
+static void *drip_main(void *arg) {
+  drip *d = arg;
+  while (test_now() < d->until) {
+    for (int i = 0; i < N_DRIP; i++) {
+      if (d->t_closed[i] > 0) continue;
+      if (peer_closed(d->fd[i])) {
+        d->t_closed[i] = test_now();
+        continue;
+      }
+      (void)send(d->fd[i], "X-Slow: 1\r\n", 11, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    usleep(300000);
+  }
+  return NULL;
+}
+
+static void t_slow_clients(void **state) {
+  (void)state;
+  test_server k;
+  lm_server_opts o;
+  lm_server_opts_init(&o);
+  o.parallel = 2;
+  o.kv_budget_bytes = 2 << 20;
+  o.max_connections = 32;
+  assert_int_equal(test_server_start(&k, &o), 0);
+  drip *d = calloc(1, sizeof *d);
+  assert_non_null(d);
+  d->port = k.port;
+  for (int i = 0; i < N_DRIP; i++) {
+    d->fd[i] = http_connect(k.port, 1);
+    assert_true(d->fd[i] >= 0);
+    d->t_open[i] = test_now();
+    const char *head = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    (void)send(d->fd[i], head, strlen(head), MSG_NOSIGNAL);
+  }
+  d->until = test_now() + 12.5;
+  pthread_t th;
+  pthread_create(&th, NULL, drip_main, d);
+  /* the normal client, for 4 s */
+  const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}";
+  int served = 0;
+  double t_end = test_now() + 4.0;
+  while (test_now() < t_end) {
+    http_resp r;
+    assert_int_equal(http_get(k.port, "/health", &r), 0);
+    assert_int_equal(r.status, 200);
+    http_resp_free(&r);
+    assert_int_equal(http_get(k.port, "/v1/models", &r), 0);
+    assert_int_equal(r.status, 200);
+    http_resp_free(&r);
+    assert_int_equal(http_post(k.port, "/v1/chat/completions", chat, &r), 0);
+    assert_int_equal(r.status, 200);
+    http_resp_free(&r);
+    served += 3;
+  }
+  pthread_join(th, NULL);
+  int open_left = 0;
+  double worst = 0;
+  for (int i = 0; i < N_DRIP; i++) {
+    if (!d->t_closed[i] && peer_closed(d->fd[i])) d->t_closed[i] = test_now();
+    if (!d->t_closed[i])
+      open_left++;
+    else if (d->t_closed[i] - d->t_open[i] > worst)
+      worst = d->t_closed[i] - d->t_open[i];
+    close(d->fd[i]);
+  }
+  fprintf(stderr,
+          "slow clients: %d answers served, %d trickling connections still open, the "
+          "longest lived %.1f s\n",
+          served, open_left, worst);
+  assert_true(served >= 3);
+  assert_int_equal(open_left, 0); /* the request deadline closed every one */
+  assert_true(worst < 12.5);
+  free(d);
+  test_server_stop(&k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(t_prompt_size),
       cmocka_unit_test(t_prompt_memory),
       cmocka_unit_test(t_reserved_kwargs),
+      cmocka_unit_test(t_slow_clients),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
