@@ -5,7 +5,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-fast test-asan demo fuzz clean
+.PHONY: all deps configure build test test-fast test-asan demo fuzz soak clean
 
 all: build
 
@@ -29,6 +29,12 @@ test-asan: deps $(BUILD_ASAN)/CMakeCache.txt
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L unit
 
 test: test-fast test-asan
+
+# Not part of `make test`: a server under mixed valid, malformed, abandoned and slow traffic for
+# SOAK_MINUTES (2); RSS and descriptors must stay bounded and every valid request be answered.
+SOAK_MINUTES ?= 2
+soak: build
+	python3 tests/soak/soak.py --lumen $(BUILD)/lumen --minutes $(SOAK_MINUTES)
 
 demo: build
 	bash scripts/demo.sh $(BUILD)/lumen
