@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 PREFIX     ?= /usr/local
 
-.PHONY: all deps configure build install test test-fast test-asan format-check demo fuzz clean
+.PHONY: all deps configure build install test test-fast test-asan format-check demo fuzz soak clean
 
 all: build
 
@@ -39,13 +39,20 @@ format-check: deps
 
 test: format-check test-fast test-asan
 
+# Not part of `make test`: a server under mixed valid, malformed, abandoned and slow traffic for
+# SOAK_MINUTES (2); RSS and descriptors must stay bounded and every valid request be answered.
+SOAK_MINUTES ?= 2
+soak: build
+	python3 tests/soak/soak.py --lumen $(BUILD)/lumen --minutes $(SOAK_MINUTES)
+
 demo: build
 	bash scripts/demo.sh $(BUILD)/lumen
 
 fuzz: deps
 	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLUMEN_FUZZ=ON -DLUMEN_CUDA=OFF >/dev/null
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
-	@echo "fuzz targets in build-fuzz/ (run e.g. build-fuzz/fuzz_safetensors -max_total_time=60)"
+	@echo "fuzz targets in build-fuzz/ (run e.g. build-fuzz/fuzz_safetensors -max_total_time=60;"
+	@echo "  seeds: build-fuzz/fuzz_jinja -max_len=65536 CORPUS_DIR tests/fuzz/seeds/jinja)"
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz

@@ -162,6 +162,8 @@ typedef struct lm_checkpoint_info {
   const int32_t *stop_ids;
   const lm_sampling *defaults; /* generation_config.json's sampling (neutral when absent) */
   int64_t default_max_tokens;  /* generation_config.json's max_new_tokens (0: not set) */
+  size_t longest_piece; /* bytes of the vocabulary's longest token (0: no tokenizer): a text of B
+                           bytes is at least B / longest_piece tokens */
 } lm_checkpoint_info;
 
 /* Describes the checkpoint; the pointers stay valid while it is open. Thread-safe. */

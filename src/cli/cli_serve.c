@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
+#include "io/file_util.h"
 #include "server/server.h"
 
 static const char *const usage =
@@ -47,8 +48,12 @@ static const char *const usage =
     "  --max-body BYTES         request body limit (8388608)\n"
     "  --api-key KEY            require 'Authorization: Bearer KEY' (or x-api-key) on every "
     "endpoint but /health\n"
+    "                           (visible in ps: prefer --api-key-file FILE, its first line, or\n"
+    "                           the LUMEN_API_KEY environment variable)\n"
     "  --model-id NAME          the id /v1/models reports (the directory name)\n"
-    "  --max-connections N      simultaneous HTTP connections (256)\n"
+    "  --max-connections N      simultaneous HTTP connections (256); when full, the oldest one\n"
+    "                           still sending its request is dropped for a newcomer; a request\n"
+    "                           must arrive within 10 s of connecting (or of the last answer)\n"
     "  --log-requests           one line per request on stderr (alias -v)\n"
     "  --kv-quant MODE          KV cache precision: off (default), 4, 8 or config "
     "(kv_config.json)\n"
@@ -86,13 +91,16 @@ enum {
   O_PRESET,
   O_TOKENIZER,
   O_BITS,
-  O_WSEED
+  O_WSEED,
+  O_KEYFILE
 };
 
 typedef struct serve_opts {
   lm_server_opts so;
   lm_cli_sampling samp;
   const char *model, *preset, *tokenizer;
+  const char *key_file;
+  char *key; /* read from key_file or LUMEN_API_KEY (owned) */
   int bits;
   unsigned long long wseed;
 } serve_opts;
@@ -144,6 +152,7 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case O_MODEL: o->model = arg; return 0;
   case O_HOST: o->so.host = arg; return 0;
   case O_KEY: o->so.api_key = arg; return 0;
+  case O_KEYFILE: o->key_file = arg; return 0;
   case O_ID: o->so.model_id = arg; return 0;
   case 'v':
   case O_LOG: o->so.log_requests = 1; return 0;
@@ -177,6 +186,7 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
                           {"timeout", 1, 0, O_TIMEOUT},
                           {"max-body", 1, 0, O_MAXBODY},
                           {"api-key", 1, 0, O_KEY},
+                          {"api-key-file", 1, 0, O_KEYFILE},
                           {"model-id", 1, 0, O_ID},
                           {"max-connections", 1, 0, O_MAXCONN},
                           {"log-requests", 0, 0, O_LOG},
@@ -192,7 +202,7 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
                           {"weight-seed", 1, 0, O_WSEED},
                           {"verbose", 0, 0, 'v'},
                           {"help", 0, 0, 'h'}};
-  int n = 29;
+  int n = 30;
   if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
   *done = 0;
   optind = 1;
@@ -219,6 +229,41 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
     *done = 1;
     return 2;
   }
+  return 0;
+}
+
+/* The first line of FILE, without its line end; a regular file of at most 4 KiB. */
+static int read_key_file(const char *path, char **out) {
+  FILE *f;
+  if (lm_file_fopen_regular(path, &f)) return lm_cli_fail("--api-key-file");
+  char buf[4097];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  int big = n == sizeof buf - 1 && fgetc(f) != EOF;
+  fclose(f);
+  buf[n] = '\0';
+  buf[strcspn(buf, "\r\n")] = '\0';
+  if (big || !buf[0]) {
+    fprintf(stderr, "lumen serve: --api-key-file %s: %s\n", path,
+            big ? "larger than 4 KiB" : "the first line is empty");
+    return 1;
+  }
+  *out = strdup(buf);
+  return *out ? 0 : lm_cli_fail("--api-key-file");
+}
+
+/* The key: --api-key, else --api-key-file, else LUMEN_API_KEY (none of them: no key). */
+static int api_key(serve_opts *o) {
+  if (o->so.api_key && o->key_file) {
+    fprintf(stderr, "lumen serve: give --api-key or --api-key-file, not both\n");
+    return 2;
+  }
+  if (o->key_file) {
+    int r = read_key_file(o->key_file, &o->key);
+    if (r) return r;
+  } else if (!o->so.api_key && getenv("LUMEN_API_KEY") && *getenv("LUMEN_API_KEY")) {
+    if (!(o->key = strdup(getenv("LUMEN_API_KEY")))) return lm_cli_fail("LUMEN_API_KEY");
+  }
+  if (o->key) o->so.api_key = o->key;
   return 0;
 }
 
@@ -292,6 +337,7 @@ int lm_cli_serve(int argc, char **argv) {
   o.bits = 4;
   lm_cli_sampling_init(&o.samp);
   int done = 0, rc = parse(&o, argc, argv, &done);
+  if (!done && (rc = api_key(&o)) != 0) done = 1;
   if (!done) {
     sigset_t set;
     sigemptyset(&set);
@@ -302,5 +348,6 @@ int lm_cli_serve(int argc, char **argv) {
     rc = serve(&o, &set);
   }
   lm_cli_sampling_free(&o.samp);
+  free(o.key);
   return rc;
 }

@@ -31,7 +31,8 @@ struct lm_checkpoint {
   int32_t n_keep;
   char *bos, *eos; /* token strings for the template */
   int64_t max_positions;
-  atomic_int engines; /* engines on this checkpoint (at most one) */
+  size_t longest_piece; /* bytes of the longest token piece */
+  atomic_int engines;   /* engines on this checkpoint (at most one) */
 };
 
 struct lm_engine {

@@ -67,6 +67,16 @@ static void parser_tokens(lm_checkpoint *ck) {
     if (ct[i] >= 0) ck->keep[ck->n_keep++] = ct[i];
 }
 
+static size_t longest_piece(const lm_tokenizer *tok) {
+  size_t best = 1;
+  int32_t n = lm_tokenizer_vocab_size(tok);
+  for (int32_t i = 0; i < n; i++) {
+    size_t k = 0;
+    if (lm_tokenizer_piece(tok, i, &k) && k > best) best = k;
+  }
+  return best;
+}
+
 /* The text side: tokenizer (optional), template, generation defaults, stop ids. */
 static lm_status load_text(lm_checkpoint *ck, const char *tok_dir) {
   if (tok_dir && file_exists(tok_dir, "tokenizer.json")) {
@@ -76,6 +86,7 @@ static lm_status load_text(lm_checkpoint *ck, const char *tok_dir) {
                      lm_tokenizer_vocab_size(ck->tok), (long long)ck->m->cfg.vocab_size);
     if (lm_chat_template_load(tok_dir, &ck->tmpl))
       return lm_err_prefix(LM_ERR_CORRUPT, "chat template");
+    ck->longest_piece = longest_piece(ck->tok);
   }
   if (ck->dir) LM_TRY(lm_gen_config_load(ck->dir, &ck->gc));
   LM_TRY(lm_gen_stop_ids(ck->m->cfg.eos_ids, ck->m->cfg.n_eos, &ck->gc,
@@ -173,7 +184,8 @@ void lm_checkpoint_describe(const lm_checkpoint *ck, lm_checkpoint_info *info) {
                                .n_stop_ids = ck->n_stop_ids,
                                .stop_ids = ck->stop_ids,
                                .defaults = &ck->gc.sampling,
-                               .default_max_tokens = ck->gc.max_new_tokens};
+                               .default_max_tokens = ck->gc.max_new_tokens,
+                               .longest_piece = ck->longest_piece};
 }
 
 /* ---- text ------------------------------------------------------------------------------------ */

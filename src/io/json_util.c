@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 
 /* Reads exactly len bytes from fd into buf, retrying on EINTR and short reads. */
 static lm_status lm_read_all(int fd, char *buf, size_t len, const char *path) {
@@ -38,21 +39,11 @@ lm_status lm_json_load_buf(const char *buf, size_t len, const char *name, json_t
 
 lm_status lm_json_load_file(const char *path, uint64_t max_bytes, json_t **out) {
   if (max_bytes == 0) max_bytes = LM_JSON_MAX_BYTES;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open: %s", path,
-                   strerror(errno));
+  int fd;
+  struct stat st;
+  LM_TRY(lm_file_open_regular(path, &fd, &st));
   lm_status s = LM_OK;
   char *buf = NULL;
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    s = LM_ERRF(LM_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    goto done;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    s = LM_ERRF(LM_ERR_IO, "%s: not a regular file", path);
-    goto done;
-  }
   if ((uint64_t)st.st_size > max_bytes) {
     s = LM_ERRF(LM_ERR_CORRUPT,
                 "%s: file is %lld bytes, more than the %llu-byte limit for a JSON file", path,

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 #include "io/json_util.h"
 
 /* ---- message helpers --------------------------------------------------------------------------
@@ -398,18 +399,11 @@ struct lm_safetensors {
 
 /* Opens, maps and parses one file. */
 static lm_status lm_st_map_file(const char *path, lm_st_map *m) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open: %s", path,
-                   strerror(errno));
+  int fd;
   struct stat st;
+  LM_TRY(lm_file_open_regular(path, &fd, &st));
   lm_status s = LM_OK;
-  if (fstat(fd, &st) != 0)
-    s = LM_ERRF(LM_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-  else if (!S_ISREG(st.st_mode))
-    s = LM_ERRF(LM_ERR_IO, "%s: not a regular file", path);
-  else if ((uint64_t)st.st_size > SIZE_MAX)
-    s = LM_ERRF(LM_ERR_IO, "%s: too large to map", path);
+  if ((uint64_t)st.st_size > SIZE_MAX) s = LM_ERRF(LM_ERR_IO, "%s: too large to map", path);
   if (s == LM_OK && st.st_size > 0) {
     m->base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m->base == MAP_FAILED) {

@@ -8,11 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 #include "kv/kv_snapshot.h"
 
 static const char magic[8] = {'L', 'M', 'K', 'V', 'S', 'T', 'A', 'T'};
@@ -530,6 +533,37 @@ static void sync_dir(const char *path) {
   free(copy);
 }
 
+/* NAME.tmp-XXXXXX, the temporary name of a save in progress. */
+static int is_tmp_name(const char *name) {
+  size_t n = strlen(name);
+  if (n < 12 || memcmp(name + n - 11, ".tmp-", 5)) return 0;
+  for (size_t i = n - 6; i < n; i++)
+    if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+          (name[i] >= '0' && name[i] <= '9')))
+      return 0;
+  return 1;
+}
+
+/* Removes the temporary files that interrupted saves left in path's directory. A save in
+ * progress holds an exclusive lock on its file, so a file whose lock can be taken has no writer
+ * any more. Best effort: a file that cannot be examined is left alone. */
+static void remove_stale_tmp(const char *path) {
+  char *copy = strdup(path);
+  DIR *d = copy ? opendir(dirname(copy)) : NULL;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (!is_tmp_name(e->d_name)) continue;
+    int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) continue;
+    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && !flock(fd, LOCK_EX | LOCK_NB))
+      (void)unlinkat(dirfd(d), e->d_name, 0);
+    close(fd);
+  }
+  if (d) closedir(d);
+  free(copy);
+}
+
 lm_status lm_kv_state_save(const char *path, const uint8_t fp[LM_FINGERPRINT_BYTES],
                            const lm_kv_set *kv, const int32_t *tokens, int64_t n) {
   lm_kv_state_info in = {0};
@@ -539,9 +573,12 @@ lm_status lm_kv_state_save(const char *path, const uint8_t fp[LM_FINGERPRINT_BYT
   int fd = -1;
   if (!s && snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp)
     s = LM_ERRF(LM_ERR_INVALID, "KV state: path too long");
+  if (!s) remove_stale_tmp(path);
   if (!s && (fd = mkstemp(tmp)) < 0)
     s = LM_ERRF(LM_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
                 strerror(errno));
+  if (!s && flock(fd, LOCK_EX | LOCK_NB)) /* held until close: marks the save as live */
+    s = LM_ERRF(LM_ERR_IO, "%s: cannot lock: %s", tmp, strerror(errno));
   if (!s) s = write_all(fd, tmp, kv, &in);
   if (fd >= 0 && close(fd) && !s)
     s = LM_ERRF(LM_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
@@ -665,19 +702,12 @@ static lm_status restore_set(const uint8_t *map, const lm_kv_state_info *in, lm_
 
 /* Maps path read-only; *size 0 means an empty file (no mapping). */
 static lm_status map_file(const char *path, const uint8_t **map, uint64_t *size) {
-  int fd = open(path, O_RDONLY);
+  int fd;
   *map = NULL;
   *size = 0;
-  if (fd < 0)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: %s", path, strerror(errno));
   struct stat stt;
-  lm_status s = LM_OK;
-  if (fstat(fd, &stt))
-    s = LM_ERRF(LM_ERR_IO, "%s: %s", path, strerror(errno));
-  else if (S_ISDIR(stt.st_mode))
-    s = LM_ERRF(LM_ERR_IO, "%s: is a directory, not a KV state file", path);
-  else if (!S_ISREG(stt.st_mode))
-    s = LM_ERRF(LM_ERR_IO, "%s: not a regular file", path);
+  lm_status s = lm_file_open_regular(path, &fd, &stt);
+  if (s) return lm_err_prefix(s, "KV state file");
   *map = NULL;
   *size = s ? 0 : (uint64_t)stt.st_size;
   if (!s && *size) {

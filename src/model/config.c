@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 
 const char *lm_layer_type_name(lm_layer_type t) {
   return t == LM_LAYER_FULL ? "full_attention" : "sliding_attention";
@@ -117,9 +118,19 @@ static lm_status cfg_scalars(const cfg_ctx *c, lm_model_config *m) {
   LM_TRY(cfg_int(c, "global_head_dim", 0, 512, &m->global_head_dim));
   LM_TRY(cfg_range(c, "global_head_dim", m->global_head_dim, 2, 8192));
   LM_TRY(cfg_num(c, "rms_norm_eps", 1e-6, &m->rms_eps));
+  /* the context limit sizes every cache: 0, negative or beyond 16M positions is a broken file */
+  LM_TRY(cfg_int(c, "max_position_embeddings", 0, 0, &m->max_positions));
+  const json_t *mp = cfg_get(c, "max_position_embeddings");
+  if (mp && !json_is_null(mp))
+    LM_TRY(cfg_range(c, "max_position_embeddings", m->max_positions, 1, LM_CFG_MAX_POSITIONS));
   LM_TRY(cfg_int(c, "sliding_window", 0, unified ? 1024 : 512, &m->sliding_window));
-  LM_TRY(cfg_range(c, "sliding_window", m->sliding_window, 1, (int64_t)1 << 32));
+  LM_TRY(cfg_range(c, "sliding_window", m->sliding_window, 1,
+                   m->max_positions > 0 ? m->max_positions : LM_CFG_MAX_POSITIONS));
   LM_TRY(cfg_num(c, "final_logit_softcapping", 0.0, &m->final_softcap));
+  if (!(m->final_softcap >= 0 && m->final_softcap < 1e30))
+    return LM_ERRF(LM_ERR_CORRUPT,
+                   "%s: field 'final_logit_softcapping' = %g must be 0 (none) or positive", c->name,
+                   m->final_softcap);
   LM_TRY(cfg_int(c, "vocab_size_per_layer_input", 0, 262144, &m->ple_vocab));
   LM_TRY(cfg_int(c, "hidden_size_per_layer_input", 0, 256, &m->ple_dim));
   LM_TRY(cfg_range(c, "hidden_size_per_layer_input", m->ple_dim, 0, 1 << 16));
@@ -403,8 +414,8 @@ done:
 
 lm_status lm_config_load(const char *path, lm_model_config *out) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) return LM_ERRF(LM_ERR_IO, "%s: cannot open", path);
+  FILE *f;
+  LM_TRY(lm_file_fopen_regular(path, &f));
   char *buf = NULL;
   long n = -1;
   if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= (64l << 20) &&

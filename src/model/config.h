@@ -32,14 +32,18 @@ typedef struct lm_rope_config {
   int dim;                      /* head dim the table is built for */
 } lm_rope_config;
 
+/* The largest context a config may declare (16M positions). */
+#define LM_CFG_MAX_POSITIONS ((int64_t)1 << 24)
+
 typedef struct lm_model_config {
   char model_type[48];      /* top-level model_type (gemma4, gemma4_unified, gemma4_text, ...) */
   char text_model_type[48]; /* text_config's model_type (or the top-level one when flat) */
   int64_t vocab_size, hidden, n_layers, n_heads, n_kv_heads, head_dim, global_head_dim;
   int64_t ffn_dim;
   double rms_eps;
-  int64_t sliding_window;
-  double final_softcap;       /* 0: none */
+  int64_t max_positions;  /* max_position_embeddings (0: absent), at most LM_CFG_MAX_POSITIONS */
+  int64_t sliding_window; /* at most max_positions */
+  double final_softcap;   /* 0: none */
   int64_t ple_vocab, ple_dim; /* ple_dim 0: no per-layer embeddings */
   int k_eq_v, n_kv_shared, double_wide, moe;
   int64_t n_experts, top_k, moe_dim;

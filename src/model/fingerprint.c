@@ -2,12 +2,17 @@
 #include "model/fingerprint.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/rng.h"
 #include "base/status.h"
+#include "io/file_util.h"
 
 #define PHI 0x9e3779b97f4a7c15ull /* 2^64 / golden ratio */
 #define K1 0xc2b2ae3d27d4eb4full
@@ -115,10 +120,9 @@ uint64_t lm_hash64(const void *data, size_t n, uint64_t seed) {
 
 /* Absorbs a whole file as one field (config files: kilobytes; capped at 100 MB). */
 static lm_status hash_file(lm_hasher *h, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO,
-                   "%s: cannot open for the model fingerprint: %s", path, strerror(errno));
+  FILE *f;
+  lm_status os = lm_file_fopen_regular(path, &f);
+  if (os) return lm_err_prefix(os, "model fingerprint");
   lm_status s = LM_OK;
   char *buf = NULL;
   long len = -1;
@@ -148,18 +152,116 @@ static void hash_quant(lm_hasher *h, const lm_quant_config *q) {
   }
 }
 
-static void hash_safetensors(lm_hasher *h, const lm_safetensors *st) {
+/* ---- the weights' digest, cached by file identity ------------------------------------------ */
+
+/* Where digests are kept: $LUMEN_CACHE_DIR, else $XDG_CACHE_HOME/lumen, else ~/.cache/lumen
+ * (each + /weights-digest). 0 when none can be named. */
+static int cache_dir(char *buf, size_t n) {
+  const char *d = getenv("LUMEN_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+  int k = d && *d   ? snprintf(buf, n, "%s/weights-digest", d)
+          : x && *x ? snprintf(buf, n, "%s/lumen/weights-digest", x)
+          : h && *h ? snprintf(buf, n, "%s/.cache/lumen/weights-digest", h)
+                    : -1;
+  return k > 0 && (size_t)k < n;
+}
+
+static int mkdirs(char *path) { /* mkdir -p, modifying path in place temporarily */
+  for (char *p = path + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      int bad = mkdir(path, 0700) && errno != EEXIST;
+      *p = '/';
+      if (bad) return -1;
+    }
+  return mkdir(path, 0700) && errno != EEXIST ? -1 : 0;
+}
+
+/* The cache entry of a file: its device, inode, size, and modification and change times to the
+ * nanosecond. Rewriting the file in place changes the times; replacing it changes the inode. */
+static int cache_path(const struct stat *st, uint64_t hlen, char *buf, size_t n) {
+  char dir[4096];
+  if (!cache_dir(dir, sizeof dir)) return 0;
+  int k = snprintf(buf, n, "%s/%llx-%llx-%llx-%llx.%09ld-%llx.%09ld-%llx", dir,
+                   (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+                   (unsigned long long)st->st_size, (unsigned long long)st->st_mtim.tv_sec,
+                   st->st_mtim.tv_nsec, (unsigned long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec,
+                   (unsigned long long)hlen);
+  return k > 0 && (size_t)k < n;
+}
+
+static int cache_get(const char *path, uint8_t out[32]) {
+  int fd;
+  if (lm_file_open_regular(path, &fd, NULL)) {
+    lm_err_clear();
+    return 0;
+  }
+  ssize_t k = read(fd, out, 32);
+  close(fd);
+  return k == 32;
+}
+
+/* Best effort: a cache that cannot be written only costs the next load a re-hash. */
+static void cache_put(const char *path, const uint8_t d[32]) {
+  char tmp[4200], dir[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp ||
+      !cache_dir(dir, sizeof dir) || mkdirs(dir))
+    return;
+  int fd = mkstemp(tmp);
+  if (fd < 0) return;
+  int ok = write(fd, d, 32) == 32;
+  ok = !close(fd) && ok;
+  if (!ok || rename(tmp, path)) unlink(tmp);
+}
+
+/* The digest of one safetensors file's data section (everything after its header): read once per
+ * file version, then taken from the cache. */
+static lm_status data_digest(const lm_st_file *f, uint8_t out[32]) {
+  int fd;
+  struct stat st;
+  lm_status s = lm_file_open_regular(f->path, &fd, &st);
+  if (s) return lm_err_prefix(s, "model fingerprint");
+  uint64_t start = 8 + f->header_len, size = (uint64_t)st.st_size;
+  char cp[4400];
+  int cached = cache_path(&st, f->header_len, cp, sizeof cp);
+  if (cached && cache_get(cp, out)) {
+    close(fd);
+    return LM_OK;
+  }
+  lm_hasher h;
+  lm_hasher_init(&h, 0x77656967687473ull); /* "weights" */
+  if (size > start) {
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      close(fd);
+      return LM_ERRF(LM_ERR_IO, "%s: cannot map for the model fingerprint: %s", f->path,
+                     strerror(errno));
+    }
+    (void)madvise(p, (size_t)size, MADV_SEQUENTIAL);
+    lm_hasher_field(&h, (const uint8_t *)p + start, (size_t)(size - start));
+    munmap(p, (size_t)size);
+  }
+  close(fd);
+  lm_hasher_final(&h, out);
+  if (cached) cache_put(cp, out);
+  return LM_OK;
+}
+
+static lm_status hash_safetensors(lm_hasher *h, const lm_safetensors *st) {
   size_t n = st ? lm_st_file_count(st) : 0;
   lm_hasher_u64(h, n);
   for (size_t i = 0; i < n; i++) {
     const lm_st_file *f = lm_st_file_at(st, i);
+    uint8_t d[32];
     lm_hasher_u64(h, f->size);
     lm_hasher_field(h, f->header_json, (size_t)f->header_len);
+    LM_TRY(data_digest(f, d));
+    lm_hasher_field(h, d, sizeof d);
   }
+  return LM_OK;
 }
 
 lm_status lm_model_fingerprint(const lm_model *m, uint8_t out[LM_FINGERPRINT_BYTES]) {
-  static const char tag_ckpt[] = "lumen model fingerprint v1: checkpoint";
+  static const char tag_ckpt[] = "lumen model fingerprint v2: checkpoint";
   static const char tag_synth[] = "lumen model fingerprint v1: synthetic";
   lm_hasher h;
   lm_hasher_init(&h, 0);
@@ -175,7 +277,7 @@ lm_status lm_model_fingerprint(const lm_model *m, uint8_t out[LM_FINGERPRINT_BYT
     lm_hasher_field(&h, tag_ckpt, sizeof tag_ckpt - 1);
     LM_TRY(hash_file(&h, path));
     hash_quant(&h, &m->quant);
-    hash_safetensors(&h, m->st);
+    LM_TRY(hash_safetensors(&h, m->st));
   }
   lm_hasher_final(&h, out);
   return LM_OK;

@@ -16,11 +16,14 @@
  * It detects accidental corruption (flipped bits, truncation, stale files); it is NOT a defence
  * against someone crafting a file on purpose. The loaders' bounds checks do not rely on it.
  *
- * The model fingerprint identifies "the same weights and graph" without reading the weights:
+ * The model fingerprint identifies "the same weights and graph":
  *   checkpoint: config.json's bytes, the parsed quantization map (defaults + every per-module
  *               override in order), and for every safetensors file (in the set's order) its size,
- *               header length and header bytes. File names and directories do not enter, so a
- *               moved or copied checkpoint keeps its fingerprint.
+ *               header length, header bytes and the digest of its data section. The data digest
+ *               reads every weight byte once per file version, then is kept under
+ *               $LUMEN_CACHE_DIR (else $XDG_CACHE_HOME/lumen, else ~/.cache/lumen) keyed by the
+ *               file's device, inode, size, mtime and ctime. File names and directories do not
+ *               enter, so a moved or copied checkpoint keeps its fingerprint.
  *   synthetic:  the preset file's bytes, bits, group and seed.
  * Every field is length-prefixed and the two forms are domain-separated. */
 #ifndef LM_MODEL_FINGERPRINT_H
@@ -53,7 +56,7 @@ void lm_hasher_final(const lm_hasher *h, uint8_t out[32]);
 uint64_t lm_hash64(const void *data, size_t n, uint64_t seed);
 
 /* out gets the model's fingerprint (see above). Errors: LM_ERR_IO / LM_ERR_NOT_FOUND when
- * config.json (or a synthetic model's preset) cannot be read. */
+ * config.json (or a synthetic model's preset) or a weights file cannot be read. */
 lm_status lm_model_fingerprint(const lm_model *m, uint8_t out[LM_FINGERPRINT_BYTES]);
 
 /* The first 8 bytes as 16 lowercase hex digits (for messages): buf needs 17 bytes. */

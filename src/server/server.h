@@ -1,10 +1,10 @@
 /* server.h — lumen's OpenAI-compatible HTTP server (`lumen serve`).
  *
  * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages (Anthropic), GET
- * /v1/models, GET /health, GET /stats, GET /metrics. HTTP on libmicrohttpd (a thread per
- * connection, blocking only on that request's events), JSON on jansson. The server is a client of
- * the public API (lumen.h): it maps the protocols onto requests of one engine, whose scheduler
- * runs every sequence in one continuously re-formed batch.
+ * /v1/models, GET /health, GET /stats, GET /metrics. HTTP on libmicrohttpd (a pool of epoll
+ * threads; a generation parks its connection instead of holding a thread), JSON on jansson. The
+ * server is a client of the public API (lumen.h): it maps the protocols onto requests of one
+ * engine, whose scheduler runs every sequence in one continuously re-formed batch.
  *
  * Lifetime: create (puts the checkpoint on its backend as an engine: the cache plan, the KV budget,
  * the scheduler thread), start (binds and serves), free (stops: open requests end as cancelled).

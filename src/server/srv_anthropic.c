@@ -392,6 +392,21 @@ static ant *ant_new(lm_server *s, const lm_srv_params *p) {
   return a;
 }
 
+/* The non-streamed reply, once the generation has ended (lm_srv_later). */
+static void answer(void *u, int r, lm_srv_reply *rp) {
+  ant *a = u;
+  lm_srv_err e;
+  if (r < 0)
+    lm_srv_reply_error(rp, &(lm_srv_err){.http = 500, .message = "output failed"}, 1);
+  else if (lm_srv_gen_error(a->g, &e))
+    lm_srv_reply_error(rp, &e, 1);
+  else
+    lm_srv_reply_json(rp, 200, message_body(a));
+  ant_free(a);
+}
+
+static void drop(void *u) { ant_free(u); }
+
 static void run(const lm_srv_http_req *rq, lm_srv_params *p, lm_srv_reply *rp) {
   lm_srv_err e;
   ant *a = ant_new(rq->srv, p);
@@ -415,16 +430,7 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, lm_srv_reply *rp) {
     lm_srv_reply_stream(rp, &a->base);
     return;
   }
-  int r = lm_srv_wait(rq, a->g);
-  if (r == 0)
-    rp->dropped = 1;
-  else if (r < 0)
-    lm_srv_reply_error(rp, &(lm_srv_err){.http = 500, .message = "output failed"}, 1);
-  else if (lm_srv_gen_error(a->g, &e))
-    lm_srv_reply_error(rp, &e, 1);
-  else
-    lm_srv_reply_json(rp, 200, message_body(a));
-  ant_free(a);
+  lm_srv_reply_later(rp, a->g, a, answer, drop);
 }
 
 void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp) {

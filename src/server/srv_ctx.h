@@ -9,6 +9,7 @@
 #include "server/srv_metrics.h"
 
 struct MHD_Daemon;
+struct lm_srv_http;
 
 struct lm_server {
   lm_server_opts o;
@@ -19,6 +20,7 @@ struct lm_server {
   lm_engine_info ei;
   lm_sampling defaults;
   struct MHD_Daemon *d;
+  struct lm_srv_http *http; /* the HTTP layer's connections and parked requests (srv_http.c) */
   int port;
   double t_start;           /* monotonic seconds */
   long long t_created;      /* unix seconds of the start */

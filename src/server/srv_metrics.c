@@ -19,7 +19,8 @@ static const char *const ep_names[LM_SRV_EP_N] = {"/v1/chat/completions",
                                                   "/stats",
                                                   "/metrics",
                                                   "other"};
-static const char *const class_names[6] = {"2xx", "400", "401", "404", "429", "5xx"};
+static const char *const class_names[LM_SRV_STATUS_CLASSES] = {"2xx", "400", "401", "404", "405",
+                                                               "413", "429", "4xx", "5xx"};
 
 void lm_srv_metrics_init(lm_srv_metrics *m) {
   memset(m, 0, sizeof *m);
@@ -36,12 +37,16 @@ lm_srv_ep lm_srv_metrics_endpoint(const char *path) {
 }
 
 static int status_class(int status) {
-  if (status < 400) return 0;
-  if (status == 401 || status == 403) return 2;
-  if (status == 404 || status == 405) return 3;
-  if (status == 413 || status == 429) return 4;
-  if (status >= 500) return 5;
-  return 1;
+  switch (status) {
+  case 400: return 1;
+  case 401:
+  case 403: return 2;
+  case 404: return 3;
+  case 405: return 4;
+  case 413: return 5;
+  case 429: return 6;
+  default: return status < 400 ? 0 : status >= 500 ? 8 : 7;
+  }
 }
 
 void lm_srv_metrics_request(lm_srv_metrics *m, lm_srv_ep ep, int status) {
@@ -175,7 +180,7 @@ char *lm_srv_metrics_render(lm_srv_metrics *m, const lm_engine_stats *st) {
   put(&b, "# HELP lumen_requests_total HTTP requests, by endpoint and status class.\n"
           "# TYPE lumen_requests_total counter\n");
   for (int e = 0; e < LM_SRV_EP_N; e++)
-    for (int c = 0; c < 6; c++)
+    for (int c = 0; c < LM_SRV_STATUS_CLASSES; c++)
       if (m->requests[e][c])
         put(&b, "lumen_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", ep_names[e],
             class_names[c], (unsigned long long)m->requests[e][c]);

@@ -30,9 +30,13 @@ typedef struct lm_srv_hist {
   double recent[LM_SRV_SAMPLES]; /* ring of the latest samples (percentiles in /stats) */
 } lm_srv_hist;
 
+enum { LM_SRV_STATUS_CLASSES = 9 };
+
 typedef struct lm_srv_metrics {
   pthread_mutex_t mu;
-  uint64_t requests[LM_SRV_EP_N][6]; /* by status class: 2xx, 400, 401/403, 404/405, 413/429, 5xx */
+  /* by status class: 2xx, 400, 401/403, 404, 405, 413, 429, other 4xx (499: the client left), 5xx
+   */
+  uint64_t requests[LM_SRV_EP_N][LM_SRV_STATUS_CLASSES];
   uint64_t prompt_tokens, cached_tokens, completion_tokens;
   lm_srv_hist ttft, latency;
 } lm_srv_metrics;

@@ -253,7 +253,24 @@ static oai *oai_new(lm_server *s, int chat, const lm_srv_params *p) {
   return o;
 }
 
-/* Runs a parsed request: starts the generation, then streams it or waits for the whole body. */
+/* The non-streamed reply, once the generation has ended (lm_srv_later). */
+static void answer(void *u, int r, lm_srv_reply *rp) {
+  oai *o = u;
+  lm_srv_err e;
+  if (r < 0)
+    lm_srv_reply_error(
+        rp, &(lm_srv_err){.http = 500, .type = "server_error", .message = "output failed"}, 0);
+  else if (lm_srv_gen_error(o->g, &e))
+    lm_srv_reply_error(rp, &e, 0);
+  else
+    lm_srv_reply_json(rp, 200, o->chat ? chat_body(o) : completion_body(o));
+  oai_free(o);
+}
+
+static void drop(void *u) { oai_free(u); }
+
+/* Runs a parsed request: starts the generation, then streams it or has the HTTP layer wait for
+ * the whole body without holding a thread. */
 static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, lm_srv_reply *rp) {
   lm_srv_err e;
   oai *o = oai_new(rq->srv, chat, p);
@@ -277,17 +294,7 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, int chat, lm_srv_re
     lm_srv_reply_stream(rp, &o->base);
     return;
   }
-  int r = lm_srv_wait(rq, o->g);
-  if (r == 0)
-    rp->dropped = 1;
-  else if (r < 0)
-    lm_srv_reply_error(
-        rp, &(lm_srv_err){.http = 500, .type = "server_error", .message = "output failed"}, 0);
-  else if (lm_srv_gen_error(o->g, &e))
-    lm_srv_reply_error(rp, &e, 0);
-  else
-    lm_srv_reply_json(rp, 200, chat ? chat_body(o) : completion_body(o));
-  oai_free(o);
+  lm_srv_reply_later(rp, o->g, o, answer, drop);
 }
 
 void lm_srv_openai_chat(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp) {

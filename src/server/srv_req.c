@@ -444,6 +444,14 @@ static int parse_kwargs(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   if (kw && !json_is_null(kw) && !json_is_object(kw))
     return lm_srv_err_bad(e, "chat_template_kwargs", "chat_template_kwargs must be an object");
   p->kwargs = kw && json_is_object(kw) ? json_deep_copy(kw) : json_object();
+  const char *key;
+  json_t *val;
+  json_object_foreach(p->kwargs, key, val) {
+    if (lm_chat_reserved_var(key))
+      return lm_srv_err_bad(e, "chat_template_kwargs",
+                            "chat_template_kwargs.%.64s is set by the server, not the request",
+                            key);
+  }
   const json_t *et = json_object_get(p->kwargs, "enable_thinking");
   if (et && !json_is_boolean(et))
     return lm_srv_err_bad(e, "chat_template_kwargs.enable_thinking",

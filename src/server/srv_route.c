@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/srv_gen.h"
+#include "server/srv_size.h"
 
 void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype, char *text) {
   rp->status = text ? status : 500;
@@ -35,15 +36,19 @@ void lm_srv_reply_stream(lm_srv_reply *rp, lm_srv_stream *st) {
   rp->stream = st;
 }
 
-int lm_srv_wait(const lm_srv_http_req *rq, lm_srv_gen *g) {
-  for (;;) {
-    int r = lm_srv_gen_pump(g, 50);
-    if (r) return r;
-    if (rq->gone && rq->gone(rq->gone_ctx)) {
-      lm_request_cancel(g->r);
-      return 0;
-    }
+void lm_srv_reply_later(lm_srv_reply *rp, lm_srv_gen *g, void *obj,
+                        void (*answer)(void *obj, int r, lm_srv_reply *rp),
+                        void (*drop)(void *obj)) {
+  lm_srv_later *l = malloc(sizeof *l);
+  if (!l) {
+    lm_request_cancel(g->r);
+    drop(obj);
+    lm_srv_reply_text(rp, 500, "application/json", NULL);
+    return;
   }
+  *l = (lm_srv_later){.g = g, .obj = obj, .answer = answer, .drop = drop};
+  rp->status = 200;
+  rp->later = l;
 }
 
 /* ---- authentication -------------------------------------------------------------------------- */
@@ -148,7 +153,13 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
     return;
   }
   json_t *body;
-  if (lm_srv_parse_body(rq->body ? rq->body : "", rq->len, &body, &e)) {
+  if (lm_srv_size_check_body(rq->srv, rq->len, &e) ||
+      lm_srv_parse_body(rq->body ? rq->body : "", rq->len, &body, &e)) {
+    lm_srv_reply_error(rp, &e, hit->anthropic);
+    return;
+  }
+  if (lm_srv_size_check_prompt(rq->srv, body, &e)) {
+    json_decref(body);
     lm_srv_reply_error(rp, &e, hit->anthropic);
     return;
   }

@@ -21,6 +21,18 @@ typedef struct lm_srv_http_req {
   void *gone_ctx;
 } lm_srv_http_req;
 
+/* A non-streamed answer still being generated. The HTTP layer parks the connection (no thread
+ * waits for it), polls g without blocking, and once it has ended asks answer() for the reply; if
+ * the client leaves first, drop() is called instead. Either frees obj. */
+struct lm_srv_gen;
+struct lm_srv_reply;
+typedef struct lm_srv_later {
+  struct lm_srv_gen *g;
+  void *obj;
+  void (*answer)(void *obj, int r, struct lm_srv_reply *rp); /* r: 1 ended, -1 sink failure */
+  void (*drop)(void *obj);
+} lm_srv_later;
+
 typedef struct lm_srv_reply {
   int status;
   const char *ctype; /* static string */
@@ -30,6 +42,7 @@ typedef struct lm_srv_reply {
   const char *allow;     /* 405: the Allow header */
   int auth_challenge;    /* 401: add WWW-Authenticate */
   int dropped;           /* the client left: send nothing */
+  lm_srv_later *later;   /* owned: the answer comes when the generation ends */
 } lm_srv_reply;
 
 /* Dispatches one request. Never fails: every problem becomes an error reply. */
@@ -50,9 +63,10 @@ void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm
 /* GET /stats (srv_stats.c). */
 json_t *lm_srv_stats_json(lm_server *s);
 
-/* Waits for g to end (non-streamed responses), noticing a client that leaves. Returns 1 when
- * it ended, 0 when the client left (g was cancelled), -1 on a sink failure. */
-struct lm_srv_gen;
-int lm_srv_wait(const lm_srv_http_req *rq, struct lm_srv_gen *g);
+/* A reply that comes when g ends (see lm_srv_later). On failure (out of memory) rp is a 500 and
+ * drop(obj) has been called. */
+void lm_srv_reply_later(lm_srv_reply *rp, struct lm_srv_gen *g, void *obj,
+                        void (*answer)(void *obj, int r, lm_srv_reply *rp),
+                        void (*drop)(void *obj));
 
 #endif

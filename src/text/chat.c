@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "io/file_util.h"
 #include "text/jinja.h"
 
 struct lm_chat_template {
@@ -18,11 +19,8 @@ struct lm_chat_template {
 
 /* Reads a whole file; LM_ERR_NOT_FOUND when it does not exist. */
 static lm_status read_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (errno == ENOENT) return LM_ERRF(LM_ERR_NOT_FOUND, "%s: not found", path);
-    return LM_ERRF(LM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  }
+  FILE *f;
+  LM_TRY(lm_file_fopen_regular(path, &f));
   lm_jbuf b = {0};
   b.cap_limit = LM_CHAT_MAX_FILE;
   char chunk[65536];
@@ -150,6 +148,33 @@ static lm_status set_var(lm_jarena *a, lm_jv vars, const char *name, lm_jv v) {
   return lm_jv_dict_set(a, vars, k, v);
 }
 
+int lm_chat_reserved_var(const char *name) {
+  static const char *const own[] = {"messages",     "tools",     "add_generation_prompt",
+                                    "bos_token",    "eos_token", "range",
+                                    "namespace",    "dict",      "raise_exception",
+                                    "strftime_now", "loop",      "caller",
+                                    "true",         "false",     "none",
+                                    "True",         "False",     "None"};
+  for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+    if (!strcmp(name, own[i])) return 1;
+  return 0;
+}
+
+/* Extra variables: never one the renderer owns, and only those the template reads (others could
+ * not change the prompt, so they are dropped). */
+static lm_status set_kwargs(lm_jarena *a, const lm_jinja_template *tpl, lm_jv vars, lm_jv kw) {
+  if (kw.kind != LM_JV_DICT) return LM_OK;
+  for (size_t i = 0; i < kw.u.d->n; i++) {
+    lm_jv k = kw.u.d->k[i];
+    if (k.kind != LM_JV_STR) continue;
+    if (lm_chat_reserved_var(k.u.s->s))
+      return LM_ERRF(LM_ERR_INVALID, "chat: template variable '%.64s' is set by the server",
+                     k.u.s->s);
+    if (lm_jinja_refers_to(tpl, k.u.s->s)) LM_TRY(lm_jv_dict_set(a, vars, k, kw.u.d->v[i]));
+  }
+  return LM_OK;
+}
+
 lm_status lm_chat_render_values(const lm_chat_template *t, lm_jarena *a, lm_jv messages,
                                 lm_jv tools, lm_jv kwargs, int add_generation_prompt,
                                 const char *bos_token, const char *eos_token, char **out) {
@@ -167,10 +192,8 @@ lm_status lm_chat_render_values(const lm_chat_template *t, lm_jarena *a, lm_jv m
   LM_TRY(set_var(a, vars, "add_generation_prompt", lm_jv_bool(add_generation_prompt)));
   LM_TRY(set_var(a, vars, "bos_token", bos));
   LM_TRY(set_var(a, vars, "eos_token", eos));
-  if (kwargs.kind == LM_JV_DICT)
-    for (size_t i = 0; i < kwargs.u.d->n; i++)
-      LM_TRY(lm_jv_dict_set(a, vars, kwargs.u.d->k[i], kwargs.u.d->v[i]));
   const lm_jinja_template *tpl = t->tool_use && lm_jv_truthy(tools) ? t->tool_use : t->main;
+  LM_TRY(set_kwargs(a, tpl, vars, kwargs));
   return lm_jinja_render(tpl, a, vars, NULL, out, NULL);
 }
 

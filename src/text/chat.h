@@ -38,13 +38,19 @@ void lm_chat_template_free(lm_chat_template *t);
  * …], tool_calls, tool_call_id, name, reasoning_content | reasoning}); tools:    JSON array of tool
  * schemas, or NULL (the template sees None); kwargs:   JSON object of extra template variables
  * (e.g. {"enable_thinking": true}), or NULL; bos_token / eos_token: the tokenizer's strings (NULL =
- * ""). The template sees messages, tools, add_generation_prompt, bos_token, eos_token, then every
- * kwargs entry (which may override those). Nothing is normalized here: call lm_chat_normalize()
- * first. On LM_OK *out is malloc'd (free() it). A template error (raise_exception, bad input shape,
- * a runaway loop) is LM_ERR_INVALID with the template line/column in lm_errmsg(). */
+ * ""). The template sees messages, tools, add_generation_prompt, bos_token, eos_token, then the
+ * kwargs entries the template refers to (lm_jinja_refers_to; a name of lm_chat_reserved_var()
+ * is LM_ERR_INVALID: a request must not replace the messages, tools or special tokens). Nothing is
+ * normalized here: call lm_chat_normalize() first. On LM_OK *out is malloc'd (free() it). A
+ * template error (raise_exception, bad input shape, a runaway loop) is LM_ERR_INVALID with the
+ * template line/column in lm_errmsg(). */
 lm_status lm_chat_render(const lm_chat_template *t, const json_t *messages, const json_t *tools,
                          const json_t *kwargs, int add_generation_prompt, const char *bos_token,
                          const char *eos_token, char **out);
+
+/* 1 for the variables the renderer or the interpreter provides (messages, tools, bos_token,
+ * eos_token, add_generation_prompt, the builtins), which kwargs may not set. */
+int lm_chat_reserved_var(const char *name);
 
 /* The same over interpreter values built in `arena` (e.g. by lm_jv_parse_json(), which keeps
  * integers beyond 64 bits that jansson cannot hold). tools/kwargs may be LM_JV_UNDEF or None. */

@@ -60,6 +60,9 @@ lm_status lm_jinja_compile(const char *src, size_t len, const lm_jinja_options *
                            lm_jinja_template **out);
 void lm_jinja_free(lm_jinja_template *t);
 
+/* 1 when the template reads or assigns a variable of this name anywhere (0 for NULL). */
+int lm_jinja_refers_to(const lm_jinja_template *t, const char *name);
+
 /* Renders with the variables of `vars` (a DICT value, or UNDEF for none) visible as globals, next
  * to the builtins (range, namespace, dict, raise_exception, strftime_now). Temporary values are
  * allocated in `arena` (the caller frees it; it may hold vars too). limits NULL =

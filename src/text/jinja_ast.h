@@ -113,6 +113,7 @@ struct lm_jnode {
   int op;
   int negated;
   int line, col;
+  int height; /* longest path to a leaf in this expression (parse-time depth bound) */
   lm_jv lit;
   const char *name;
   lm_jnode *a, *b, *c, *d;

@@ -625,7 +625,7 @@ static lm_status eval_unary(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
   return LM_OK;
 }
 
-static lm_status eval(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
+static lm_status eval_node(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
   lm_jv a, b;
   lm_jcall c;
   int r;
@@ -679,6 +679,20 @@ static lm_status eval(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
     return LM_OK;
   default: return locate(x, n, LM_ERRF(LM_ERR_INVALID, "statement used as an expression"));
   }
+}
+
+/* Every nested evaluation passes here, so the stack an expression uses is bounded before it
+ * recurses (the parser bounds one tree's height; this also covers trees nested through macro
+ * calls, whose bodies evaluate under their caller's expression). */
+static lm_status eval(lm_jctx *x, const lm_jnode *n, lm_jv *out) {
+  if (x->edepth >= LM_JINJA_MAX_EVAL_DEPTH)
+    return locate(
+        x, n,
+        LM_ERRF(LM_ERR_INVALID, "expressions nested deeper than %d", LM_JINJA_MAX_EVAL_DEPTH));
+  x->edepth++;
+  lm_status s = eval_node(x, n, out);
+  x->edepth--;
+  return s;
 }
 
 /* ---- statements ----------------------------------------------------------------------------- */

@@ -15,12 +15,17 @@ typedef struct lm_jframe {
   lm_jv *vals;
 } lm_jframe;
 
+/* Nested evaluations per render: a few hundred bytes of stack each, so 1024 stay well inside a
+ * thread's stack even under a sanitizer. */
+#define LM_JINJA_MAX_EVAL_DEPTH 1024
+
 typedef struct lm_jctx {
   lm_jarena *a;
   lm_jbuf *out; /* where text goes now: the result, or a capture (set block, macro call) */
   lm_jinja_limits lim;
   uint64_t steps;
   int depth;
+  int edepth;       /* expressions being evaluated, nested (LM_JINJA_MAX_EVAL_DEPTH) */
   int located;      /* the pending error message already names a template position */
   int flow;         /* LM_JFLOW_* after break/continue until the enclosing loop consumes it */
   lm_jframe *frame; /* innermost scope: names resolve from here outwards */

@@ -5,7 +5,8 @@
  * filters `|f` and tests `is t` binding tightest. So `a | trim | length > 0` is `(a|trim|length) >
  * 0` and `x ~ y | upper` upper-cases only y. Filters and tests are resolved here, so an unknown one
  * fails when the template loads, as in jinja2. Nesting is capped so hostile input cannot exhaust
- * the stack. */
+ * the stack: recursion by depth, and the trees that loops build (`1 + 1 + ...`, `x|f|f|...`)
+ * by their height, which the evaluator would otherwise walk recursively. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,8 @@
 #include "text/jinja_ast.h"
 
 #define LM_JPARSE_MAX_DEPTH 100
+/* Height of one expression tree; chat templates stay below 20. */
+#define LM_JPARSE_MAX_HEIGHT 256
 
 typedef struct parser {
   lm_jarena *a;
@@ -146,6 +149,17 @@ static lm_status enter(parser *P) {
   return LM_OK;
 }
 
+/* n gets child as an operand: n's height grows past it, within the cap. */
+static lm_status grow(parser *P, lm_jnode *n, const lm_jnode *child) {
+  if (child && child->height + 1 > n->height) n->height = child->height + 1;
+  if (n->height > LM_JPARSE_MAX_HEIGHT)
+    return LM_ERRF(LM_ERR_INVALID,
+                   "template syntax error at line %d col %d: expression nested deeper than %d "
+                   "(operators, filters or calls)",
+                   n->line, n->col, LM_JPARSE_MAX_HEIGHT);
+  return LM_OK;
+}
+
 /* Call arguments after '(': positional, then name=value. */
 static lm_status parse_args(parser *P, lm_jnode *call) {
   nvec pos = {0}, kw = {0};
@@ -162,10 +176,11 @@ static lm_status parse_args(parser *P, lm_jnode *call) {
       const char *name;
       if ((s = expect_name(P, &name)) != LM_OK) break;
       P->i++;
-      if ((s = parse_expr(P, 1, &e)) == LM_OK) s = nvec_push(&kw, e, name);
+      if ((s = parse_expr(P, 1, &e)) == LM_OK && (s = grow(P, call, e)) == LM_OK)
+        s = nvec_push(&kw, e, name);
     } else if (kw.n) {
       s = perr(P, cur(P), "positional argument after keyword argument%s", NULL);
-    } else if ((s = parse_expr(P, 1, &e)) == LM_OK) {
+    } else if ((s = parse_expr(P, 1, &e)) == LM_OK && (s = grow(P, call, e)) == LM_OK) {
       s = nvec_push(&pos, e, NULL);
     }
   }
@@ -307,6 +322,7 @@ static lm_status parse_postfix(parser *P, lm_jnode **node) {
     } else {
       return LM_OK;
     }
+    LM_TRY(grow(P, n, *node));
     *node = n;
   }
 }
@@ -323,6 +339,7 @@ static lm_status parse_filter(parser *P, lm_jnode *operand, lm_jnode **out) {
     return LM_ERRF(LM_ERR_UNSUPPORTED, "template error at line %d col %d: unknown filter '%s'",
                    t->line, t->col, n->name);
   n->a = operand;
+  LM_TRY(grow(P, n, operand));
   if (accept_op(P, "(")) LM_TRY(parse_args(P, n));
   *out = n;
   return LM_OK;
@@ -339,6 +356,7 @@ static lm_status parse_test(parser *P, lm_jnode *operand, lm_jnode **out) {
     return LM_ERRF(LM_ERR_UNSUPPORTED, "template error at line %d col %d: unknown test '%s'",
                    t->line, t->col, n->name);
   n->a = operand;
+  LM_TRY(grow(P, n, operand));
   const lm_jtok *c = cur(P);
   if (accept_op(P, "(")) {
     LM_TRY(parse_args(P, n));
@@ -370,6 +388,7 @@ static lm_status parse_filter_expr(parser *P, lm_jnode **node) {
       lm_jnode *n;
       LM_TRY(new_node(P, LM_JN_CALL, t, &n));
       n->a = *node;
+      LM_TRY(grow(P, n, *node));
       LM_TRY(parse_args(P, n));
       *node = n;
     } else {
@@ -386,6 +405,7 @@ static lm_status parse_unary(parser *P, int with_filter, lm_jnode **out) {
     LM_TRY(new_node(P, LM_JN_UNARY, t, out));
     (*out)->op = t->s[0];
     LM_TRY(parse_unary(P, 0, &(*out)->a));
+    LM_TRY(grow(P, *out, (*out)->a));
   } else {
     LM_TRY(parse_primary(P, out));
   }
@@ -401,7 +421,8 @@ static lm_status binop(parser *P, const lm_jtok *at, int type, int op, lm_jnode 
   (*out)->op = op;
   (*out)->a = a;
   (*out)->b = b;
-  return LM_OK;
+  LM_TRY(grow(P, *out, a));
+  return grow(P, *out, b);
 }
 
 static lm_status parse_pow(parser *P, lm_jnode **out) {

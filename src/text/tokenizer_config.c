@@ -6,6 +6,7 @@
  * at the front / the EOS at the end on or off; bos_token / eos_token name the tokens. */
 #include <string.h>
 
+#include "io/file_util.h"
 #include "text/tokenizer_impl.h"
 
 /* A token named in the config: "text", {"content": "text", ...} or null. */
@@ -78,7 +79,10 @@ lm_status lm_tok_apply_config(lm_tokenizer *t, const char *config_path) {
   lm_status s = LM_OK;
   if (config_path) {
     json_error_t e;
-    cfg = json_load_file(config_path, JSON_ALLOW_NUL, &e);
+    FILE *f;
+    LM_TRY(lm_file_fopen_regular(config_path, &f));
+    cfg = json_loadf(f, JSON_ALLOW_NUL, &e);
+    fclose(f);
     if (!cfg)
       return LM_ERRF(LM_ERR_CORRUPT, "%s: invalid JSON at line %d: %s", config_path, e.line,
                      e.text);

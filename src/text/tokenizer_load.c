@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/file_util.h"
 #include "text/tokenizer_impl.h"
 #include "text/utf8.h"
 
@@ -18,15 +19,11 @@
  * matters at 33 MB), or reads it where mapping is impossible. */
 lm_status lm_tok_file_open(const char *path, lm_tok_file *f) {
   memset(f, 0, sizeof *f);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return LM_ERRF(errno == ENOENT ? LM_ERR_NOT_FOUND : LM_ERR_IO, "%s: cannot open: %s", path,
-                   strerror(errno));
+  int fd;
   struct stat st;
+  LM_TRY(lm_file_open_regular(path, &fd, &st));
   lm_status s = LM_OK;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    s = LM_ERRF(LM_ERR_IO, "%s: not a regular file", path);
-  else if ((uint64_t)st.st_size > LM_TOK_MAX_FILE)
+  if ((uint64_t)st.st_size > LM_TOK_MAX_FILE)
     s = LM_ERRF(LM_ERR_UNSUPPORTED, "%s: %lld bytes is larger than the 2 GiB limit", path,
                 (long long)st.st_size);
   size_t n = s == LM_OK ? (size_t)st.st_size : 0;

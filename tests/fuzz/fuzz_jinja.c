@@ -1,6 +1,11 @@
 /* fuzz_jinja.c — libFuzzer target for the template interpreter: any bytes as a template must
  * compile or fail with a status, and a compiled template must render or fail within tight limits
- * against a chat-shaped context. Also runs the exact JSON reader on the same bytes. */
+ * against a chat-shaped context. Also runs the exact JSON reader on the same bytes.
+ *
+ * Seeds in tests/fuzz/seeds/jinja/ hold chains just past the parser's height cap (operators,
+ * filters, calls, tests, subscripts) and macro recursion past the evaluation cap, so mutations
+ * start at the limits rather than having to grow 300-term chains by chance: run with
+ * `build-fuzz/fuzz_jinja -max_len=65536 CORPUS_DIR tests/fuzz/seeds/jinja`. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

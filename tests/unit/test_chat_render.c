@@ -495,10 +495,35 @@ static void t_render_errors(void **state) {
   assert_int_equal(lm_chat_render(t, msgs, NULL, msgs, 0, NULL, NULL, &out),
                    LM_ERR_INVALID); /* kwargs not an object */
   assert_int_equal(lm_chat_render(NULL, msgs, NULL, NULL, 0, NULL, NULL, &out), LM_ERR_INVALID);
-  json_t *kw = parse("{\"messages\": [{\"content\": \"overridden\"}]}");
+  /* kwargs cannot replace what the server renders with */
+  static const char *const owned[] = {
+      "messages", "tools", "bos_token", "eos_token", "add_generation_prompt", "raise_exception"};
+  for (size_t i = 0; i < sizeof owned / sizeof *owned; i++) {
+    char js[128];
+    snprintf(js, sizeof js, "{\"%s\": [{\"content\": \"overridden\"}]}", owned[i]);
+    json_t *bad = parse(js);
+    assert_int_equal(lm_chat_render(t, msgs, NULL, bad, 0, NULL, NULL, &out), LM_ERR_INVALID);
+    assert_null(out);
+    assert_non_null(strstr(lm_errmsg(), owned[i]));
+    json_decref(bad);
+  }
+  lm_chat_template_free(t);
+  /* only the variables the template refers to reach it */
+  assert_int_equal(
+      lm_chat_template_from_string("{{ a is defined }}{{ b is defined }}{% set c = 1 %}", &t),
+      LM_OK);
+  json_t *kw = parse("{\"a\": 1, \"b\": 2, \"zz\": 3}");
   assert_int_equal(lm_chat_render(t, msgs, NULL, kw, 0, NULL, NULL, &out), LM_OK);
-  assert_string_equal(out, "overridden");
+  assert_string_equal(out, "TrueTrue");
   free(out);
+  lm_chat_template_free(t);
+  assert_int_equal(lm_chat_template_from_string("{{ zz is defined }}{{ a is defined }}", &t),
+                   LM_OK);
+  json_t *kw2 = parse("{\"a\": 1}");
+  assert_int_equal(lm_chat_render(t, msgs, NULL, kw2, 0, NULL, NULL, &out), LM_OK);
+  assert_string_equal(out, "FalseTrue");
+  free(out);
+  json_decref(kw2);
   lm_chat_template_free(t);
   assert_int_equal(lm_chat_template_from_string("{% for %}", &t), LM_ERR_CORRUPT);
   assert_null(t);

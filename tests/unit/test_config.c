@@ -134,6 +134,15 @@ static void t_bad(void **st) {
       {"{\"model_type\":\"gemma4_text\",\"vocab_size\":64,\"hidden_size\":-5}", "outside",
        LM_ERR_CORRUPT},
       {"{" BASE ",\"use_bidirectional_attention\":\"all\"}", "encoder", LM_ERR_UNSUPPORTED},
+      /* bounds where the values are read: a hostile config must not size allocations */
+      {"{" BASE ",\"sliding_window\":4294967296}", "'sliding_window'", LM_ERR_CORRUPT},
+      {"{" BASE ",\"max_position_embeddings\":4096,\"sliding_window\":8192}", "'sliding_window'",
+       LM_ERR_CORRUPT},
+      {"{" BASE ",\"max_position_embeddings\":0}", "'max_position_embeddings'", LM_ERR_CORRUPT},
+      {"{" BASE ",\"max_position_embeddings\":-1}", "'max_position_embeddings'", LM_ERR_CORRUPT},
+      {"{" BASE ",\"max_position_embeddings\":4611686018427387904}", "'max_position_embeddings'",
+       LM_ERR_CORRUPT},
+      {"{" BASE ",\"final_logit_softcapping\":-30.0}", "'final_logit_softcapping'", LM_ERR_CORRUPT},
       {"{" BASE
        ",\"num_kv_shared_layers\":3,\"layer_types\":[\"full_attention\",\"sliding_attention\","
        "\"sliding_attention\",\"full_attention\"]}",

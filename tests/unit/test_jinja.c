@@ -644,6 +644,51 @@ static void t_limits(void **state) {
   assert_int_equal(render(blocks, NULL, &out), LM_ERR_CORRUPT);
 }
 
+/* Repeats unit n times between head and tail, on line 3 of the template. */
+static char *chain(const char *head, const char *unit, int n, const char *tail) {
+  size_t hu = strlen(head), uu = strlen(unit), tu = strlen(tail);
+  char *s = malloc(2 + hu + uu * (size_t)n + tu + 1);
+  assert_non_null(s);
+  memcpy(s, "\n\n", 2);
+  memcpy(s + 2, head, hu);
+  for (int i = 0; i < n; i++)
+    memcpy(s + 2 + hu + uu * (size_t)i, unit, uu);
+  strcpy(s + 2 + hu + uu * (size_t)n, tail);
+  return s;
+}
+
+/* Loops in the grammar build trees as tall as the chain is long; walking one recursively used to
+ * overflow the stack. They are refused when the template loads, naming the line. */
+static void t_long_chains(void **state) {
+  (void)state;
+  static const char *const units[][3] = {{"{{ 1", " + 1", " }}"},    {"{{ 'a'", "|upper", " }}"},
+                                         {"{{ x", ".a", " }}"},      {"{{ 'a'", " ~ 'a'", " }}"},
+                                         {"{{ 1", " and 1", " }}"},  {"{{ 1", " < 2", " }}"},
+                                         {"{{ range", "(1)", " }}"}, {"{{ x", "[0]", " }}"},
+                                         {"{{ 2", " ** 1", " }}"},   {"{{ 1", " is number", " }}"}};
+  for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+    char *src = chain(units[i][0], units[i][1], 40000, units[i][2]);
+    char *out;
+    assert_int_equal(render(src, NULL, &out), LM_ERR_INVALID);
+    assert_null(out);
+    assert_non_null(strstr(lm_errmsg(), "line 3"));
+    assert_non_null(strstr(lm_errmsg(), "nested deeper than"));
+    free(src);
+  }
+  /* ordinary chains still render */
+  char *src = chain("{{ 0", " + 1", 200, " }}"), *out;
+  assert_int_equal(render(src, NULL, &out), LM_OK);
+  assert_string_equal(out, "\n\n200");
+  free(out);
+  free(src);
+  /* nesting through macro calls is bounded while it evaluates, before the stack runs out */
+  src = chain("{% macro f(n) %}{{ f(n + 1) ~ 0", " ~ 0", 100, " }}{% endmacro %}{{ f(0) }}");
+  assert_int_equal(render(src, NULL, &out), LM_ERR_INVALID);
+  assert_non_null(strstr(lm_errmsg(), "expressions nested deeper than"));
+  assert_non_null(strstr(lm_errmsg(), "line 3"));
+  free(src);
+}
+
 static void t_json_reader(void **state) {
   (void)state;
   lm_jarena *a;
@@ -712,6 +757,7 @@ int main(void) {
       cmocka_unit_test(t_whitespace_options),
       cmocka_unit_test(t_errors),
       cmocka_unit_test(t_limits),
+      cmocka_unit_test(t_long_chains),
       cmocka_unit_test(t_json_reader),
       cmocka_unit_test(t_thread_safe_reuse),
   };

@@ -601,6 +601,15 @@ static void t_errors(void **state) {
                     &(err_case){.type = "invalid_request_error", .code = "request_too_large"});
   http_resp_free(&r);
   free(huge);
+  /* the 413 and the 405 above are counted as what they were */
+  assert_int_equal(http_get(S.port, "/metrics", &r), 0);
+  assert_non_null(
+      strstr(r.body, "lumen_requests_total{endpoint=\"/v1/chat/completions\",status=\"413\"} 1\n"));
+  assert_non_null(
+      strstr(r.body, "lumen_requests_total{endpoint=\"/v1/chat/completions\",status=\"405\"} 1\n"));
+  assert_non_null(
+      strstr(r.body, "lumen_requests_total{endpoint=\"/v1/models\",status=\"405\"} 1\n"));
+  http_resp_free(&r);
   /* the server is still fine */
   assert_int_equal(http_get(S.port, "/health", &r), 0);
   assert_int_equal(r.status, 200);

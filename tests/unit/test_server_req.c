@@ -136,6 +136,15 @@ static const bad_case bad_cases[] = {
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}", 400,
      "chat_template_kwargs"},
     {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"messages\":"
+     "[{\"role\":\"evil\",\"content\":\"x\"}]}}",
+     400, "chat_template_kwargs"},
+    {'c',
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"bos_"
+     "token\":"
+     "\"<bos>\"}}",
+     400, "chat_template_kwargs"},
+    {'c',
      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_"
      "thinking\":1}}",
      400, "chat_template_kwargs.enable_thinking"},
@@ -373,6 +382,8 @@ static void t_metrics(void **state) {
   lm_srv_metrics_init(&m);
   lm_srv_metrics_request(&m, lm_srv_metrics_endpoint("/v1/chat/completions"), 200);
   lm_srv_metrics_request(&m, lm_srv_metrics_endpoint("/nope"), 404);
+  lm_srv_metrics_request(&m, lm_srv_metrics_endpoint("/v1/models"), 405);
+  lm_srv_metrics_request(&m, lm_srv_metrics_endpoint("/v1/messages"), 413);
   lm_srv_metrics_generation(&m, 10, 4, 20, 0.03, 0.5);
   lm_srv_metrics_generation(&m, 10, 0, 20, 0.2, 1.5);
   assert_float_equal(lm_srv_metrics_percentile(&m, &m.ttft, 0), 0.03, 1e-9);
@@ -382,6 +393,8 @@ static void t_metrics(void **state) {
   assert_non_null(
       strstr(t, "lumen_requests_total{endpoint=\"/v1/chat/completions\",status=\"2xx\"} 1\n"));
   assert_non_null(strstr(t, "lumen_requests_total{endpoint=\"other\",status=\"404\"} 1\n"));
+  assert_non_null(strstr(t, "lumen_requests_total{endpoint=\"/v1/models\",status=\"405\"} 1\n"));
+  assert_non_null(strstr(t, "lumen_requests_total{endpoint=\"/v1/messages\",status=\"413\"} 1\n"));
   assert_non_null(strstr(t, "lumen_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"));
   assert_non_null(strstr(t, "lumen_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
   assert_non_null(strstr(t, "lumen_completion_tokens_total 40\n"));
