@@ -10,6 +10,7 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "engine/api_impl.h"
+#include "text/utf8.h"
 
 typedef struct qevent { /* an event waiting to be taken; its strings are owned */
   lm_event ev;
@@ -29,8 +30,8 @@ struct lm_request {
   size_t n_content, cap_content;
   lm_tok_event *raw; /* a batch taken from the channel, raw[i_raw..n_raw) not processed yet */
   size_t n_raw, i_raw;
-  int ended;      /* the channel has ended (fin valid) */
-  int done;       /* LM_EVENT_DONE has been produced */
+  int ended; /* the channel has ended (fin valid) */
+  int done;  /* LM_EVENT_DONE has been produced */
   lm_finish fin;
   qevent *q; /* pending events q[q_head..q_n) */
   size_t q_head, q_n, q_cap;
@@ -320,7 +321,8 @@ static lm_status chat_prompt(lm_request *r, const lm_request_options *o, int32_t
   lm_status s = forced_call(ck, o, &forced);
   if (!s && forced) {
     char *full = malloc(strlen(prompt) + strlen(forced) + 1);
-    if (!full) s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
+    if (!full)
+      s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
     else {
       strcat(strcpy(full, prompt), forced);
       free(prompt);
@@ -342,12 +344,14 @@ static lm_status build_prompt(lm_request *r, const lm_request_options *o, int32_
   int given = (o->messages_json != NULL) + (o->prompt != NULL) + (o->ids != NULL);
   if (given != 1)
     return LM_ERRF(LM_ERR_INVALID, "a request needs exactly one of messages, prompt and ids");
-  if (o->messages_json) LM_TRY(chat_prompt(r, o, ids, n));
+  if (o->messages_json)
+    LM_TRY(chat_prompt(r, o, ids, n));
   else if (o->prompt)
     LM_TRY(lm_checkpoint_tokenize(r->e->ck, o->prompt, strlen(o->prompt), 1, ids, n));
   else {
     if (o->n_ids < 1) return LM_ERRF(LM_ERR_INVALID, "the prompt is empty");
-    if (!(*ids = malloc((size_t)o->n_ids * sizeof **ids))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+    if (!(*ids = malloc((size_t)o->n_ids * sizeof **ids)))
+      return LM_ERRF(LM_ERR_NOMEM, "out of memory");
     memcpy(*ids, o->ids, (size_t)o->n_ids * sizeof **ids);
     *n = o->n_ids;
   }
@@ -361,6 +365,24 @@ static lm_status build_prompt(lm_request *r, const lm_request_options *o, int32_
 
 /* ---- submitting ------------------------------------------------------------------------------ */
 
+/* Every id the request names (prompt, logit bias, suppressed ids) must be in the vocabulary. */
+static lm_status check_ids(const lm_request *r, const lm_job *j) {
+  int64_t V = r->e->ck->m->cfg.vocab_size;
+  for (int64_t i = 0; i < j->n_ids; i++)
+    if (j->ids[i] < 0 || j->ids[i] >= V)
+      return LM_ERRF(LM_ERR_INVALID, "prompt token %lld: id %d is outside the vocabulary (%lld)",
+                     (long long)i, j->ids[i], (long long)V);
+  for (int32_t i = 0; i < j->sampling.n_bias; i++)
+    if (j->sampling.bias[i].id >= V)
+      return LM_ERRF(LM_ERR_INVALID, "logit bias %d: id %d is outside the vocabulary (%lld)", i,
+                     j->sampling.bias[i].id, (long long)V);
+  for (int32_t i = 0; i < j->sampling.n_suppress; i++)
+    if (j->sampling.suppress[i] >= V)
+      return LM_ERRF(LM_ERR_INVALID, "suppressed id %d is outside the vocabulary (%lld)",
+                     j->sampling.suppress[i], (long long)V);
+  return LM_OK;
+}
+
 static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j) {
   if (o->max_tokens < 0) return LM_ERRF(LM_ERR_INVALID, "max_tokens must be >= 0");
   if (o->logprobs > LM_TOP_LOGPROBS_MAX)
@@ -371,6 +393,7 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
   if (!o->has_seed)
     j->sampling.seed = lm_mix64(atomic_fetch_add(&r->e->seq, 1) ^ (uint64_t)(now_s() * 1e9)) >> 1;
   LM_TRY(lm_sampling_validate(&j->sampling));
+  LM_TRY(check_ids(r, j));
   if (o->n_stop) {
     if (!r->e->ck->tok) return LM_ERRF(LM_ERR_INVALID, "stop strings need a tokenizer");
     if (!(j->stops = calloc((size_t)o->n_stop, sizeof *j->stops)))
@@ -378,6 +401,8 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
     for (; j->n_stops < o->n_stop; j->n_stops++) {
       const char *st = o->stop[j->n_stops];
       if (!st || !*st) return LM_ERRF(LM_ERR_INVALID, "stop string %d is empty", j->n_stops);
+      if (!lm_utf8_valid(st, strlen(st)))
+        return LM_ERRF(LM_ERR_INVALID, "stop string %d is not valid UTF-8", j->n_stops);
       if (!(j->stops[j->n_stops] = strdup(st))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
     }
   }
