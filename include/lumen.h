@@ -289,8 +289,8 @@ lm_status lm_engine_save_state(lm_engine *e, const int32_t *ids, int64_t n, cons
 
 /* Loads a state file into the prefix cache: a later request whose ids begin with the saved tokens
  * reuses them. *ids (may be NULL; the caller's, lm_free) gets the saved tokens. Errors:
- * LM_ERR_IO, LM_ERR_CORRUPT, LM_ERR_INVALID (another model or cache plan, more tokens than the
- * context), LM_ERR_NOMEM. Thread-safe. */
+ * LM_ERR_NOT_FOUND (no such file), LM_ERR_IO, LM_ERR_CORRUPT, LM_ERR_INVALID (another model or
+ * cache plan, more tokens than the context), LM_ERR_NOMEM. Thread-safe. */
 lm_status lm_engine_load_state(lm_engine *e, const char *path, int32_t **ids, int64_t *n);
 
 /* Teacher-forced logits: feeds ids[0..n) through a fresh context and writes the logits of every

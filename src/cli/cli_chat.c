@@ -78,7 +78,7 @@ static void reset_conversation(chat *c) {
 
 /* Tokens to feed for the rendered conversation: when the render starts with the text the context
  * already holds, only the rest (the cached tokens stay exactly as generated, and nothing needs to
- * roll back); else all of it, for lm_gen_sync to match against the cache token by token. */
+ * roll back); else all of it, for the engine's prefix cache to match token by token. */
 static int turn_ids(chat *c, const char *prompt, int32_t **ids, size_t *n, int *sync) {
   size_t k = c->ctx_text ? strlen(c->ctx_text) : 0;
   *sync = !(k && !strncmp(prompt, c->ctx_text, k) && prompt[k]);

@@ -365,6 +365,24 @@ static lm_status build_prompt(lm_request *r, const lm_request_options *o, int32_
 
 /* ---- submitting ------------------------------------------------------------------------------ */
 
+/* Every id the request names (prompt, logit bias, suppressed ids) must be in the vocabulary. */
+static lm_status check_ids(const lm_request *r, const lm_job *j) {
+  int64_t V = r->e->ck->m->cfg.vocab_size;
+  for (int64_t i = 0; i < j->n_ids; i++)
+    if (j->ids[i] < 0 || j->ids[i] >= V)
+      return LM_ERRF(LM_ERR_INVALID, "prompt token %lld: id %d is outside the vocabulary (%lld)",
+                     (long long)i, j->ids[i], (long long)V);
+  for (int32_t i = 0; i < j->sampling.n_bias; i++)
+    if (j->sampling.bias[i].id >= V)
+      return LM_ERRF(LM_ERR_INVALID, "logit bias %d: id %d is outside the vocabulary (%lld)", i,
+                     j->sampling.bias[i].id, (long long)V);
+  for (int32_t i = 0; i < j->sampling.n_suppress; i++)
+    if (j->sampling.suppress[i] >= V)
+      return LM_ERRF(LM_ERR_INVALID, "suppressed id %d is outside the vocabulary (%lld)",
+                     j->sampling.suppress[i], (long long)V);
+  return LM_OK;
+}
+
 static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j) {
   if (o->max_tokens < 0) return LM_ERRF(LM_ERR_INVALID, "max_tokens must be >= 0");
   if (o->logprobs > LM_TOP_LOGPROBS_MAX)
@@ -375,11 +393,7 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
   if (!o->has_seed)
     j->sampling.seed = lm_mix64(atomic_fetch_add(&r->e->seq, 1) ^ (uint64_t)(now_s() * 1e9)) >> 1;
   LM_TRY(lm_sampling_validate(&j->sampling));
-  int64_t V = r->e->ck->m->cfg.vocab_size;
-  for (int32_t i = 0; i < j->sampling.n_bias; i++)
-    if (j->sampling.bias[i].id >= V)
-      return LM_ERRF(LM_ERR_INVALID, "logit bias: id %d is outside the vocabulary (%lld)",
-                     j->sampling.bias[i].id, (long long)V);
+  LM_TRY(check_ids(r, j));
   if (o->n_stop) {
     if (!r->e->ck->tok) return LM_ERRF(LM_ERR_INVALID, "stop strings need a tokenizer");
     if (!(j->stops = calloc((size_t)o->n_stop, sizeof *j->stops)))

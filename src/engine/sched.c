@@ -554,6 +554,8 @@ static void sample_rows(lm_sched *s, const lm_batch *b, int greedy, int32_t *ids
     ids[r] = greedy
                  ? s->g_ids[r]
                  : lm_seq_sample(&s->slots[s->row_slot[r]], &s->env, s->logits + (int64_t)r * V, t);
+    /* the message is per thread: keep it from the thread that sampled the row */
+    if (ids[r] < 0) snprintf(s->row_err[r], LM_ROW_ERR, "%s", lm_errmsg());
   }
 }
 
@@ -570,9 +572,10 @@ static void accept_rows(lm_sched *s, const lm_batch *b, const int32_t *ids, doub
     int i = s->row_slot[r];
     lm_seq *q = &s->slots[i];
     if (lm_seq_prefilling(q)) q->t_prefilled = now;
-    lm_status st =
-        ids[r] < 0 ? LM_ERR_INVALID : lm_seq_accept(q, &s->env, ids[r], &s->toks[r], now);
-    if (st) lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
+    if (ids[r] < 0)
+      lm_seq_end(q, LM_FIN_ERROR, s->row_err[r], now);
+    else if (lm_seq_accept(q, &s->env, ids[r], &s->toks[r], now))
+      lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
     if (q->fin.kind) release_slot(s, i, 1);
   }
 }

@@ -1,7 +1,7 @@
 /* seq.h — one running sequence of the scheduler: its caches, its context (prompt + sampled
  * ids), its sampler, detokenizer and stop-string matcher, and the rules that end it.
  *
- * Invariant (as in engine/generate.c): the caches hold hist[0 .. kv_len) and kv_len <= n_hist;
+ * Invariant: the caches hold hist[0 .. kv_len) and kv_len <= n_hist;
  * what lies between is fed by the next step — prompt chunks while prefilling, then the single
  * pending token (the last one sampled) while decoding. A sampled stop id is not added to hist. */
 #ifndef LM_ENGINE_SEQ_H
