@@ -41,6 +41,10 @@ static lm_status cpu_end_step(lm_backend *be) {
   return LM_OK;
 }
 
+static lm_status cpu_run_step(lm_backend *be, const lm_step_fn *st) {
+  return lm_cpu_team_step(lm_cpu_team_of(be), st->batch->n_tokens, st->issue, st->arg);
+}
+
 static void cpu_destroy(lm_backend *be) {
   if (!be) return;
   free(be->ctx);
@@ -75,12 +79,17 @@ const lm_backend_ops lm_cpu_ops = {
     .moe_route = lm_cpu_moe_route,
     .moe_experts = lm_cpu_moe_experts,
     .argmax = lm_cpu_argmax,
+    .run_step = cpu_run_step,
 };
 
 lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out) {
   *out = NULL;
   lm_backend *be = calloc(1, sizeof *be);
-  lm_cpu_ctx *ctx = calloc(1, sizeof *ctx);
+  lm_cpu_ctx *ctx = aligned_alloc(64, (sizeof *ctx + 63) & ~(size_t)63);
+  if (ctx) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->team.enable = ctx->team.adapt = 1;
+  }
   if (!be || !ctx) {
     free(be);
     free(ctx);
