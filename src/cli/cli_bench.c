@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/cpu_team.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "cli/cli.h"
@@ -462,6 +463,13 @@ int lm_cli_bench(int argc, char **argv) {
              (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / bw);
   }
   printf(o.json ? "]}\n" : "");
+  if (!strcmp(be->ops->name, "cpu")) {
+    lm_cpu_team_stats ts = lm_cpu_team_stats_of(be);
+    fprintf(stderr,
+            "bench: cpu decode steps: %lld as one region, %lld of them on one thread (%.1f ms a "
+            "step on one thread, %.1f on the whole team)\n",
+            (long long)ts.steps, (long long)ts.one_steps, 1e3 * ts.sec_one, 1e3 * ts.sec_all);
+  }
 #ifdef LM_HAVE_CUDA
   if (!strcmp(be->ops->name, "cuda")) {
     int64_t uses, builds;

@@ -45,6 +45,17 @@ static lm_status cpu_run_step(lm_backend *be, const lm_step_fn *st) {
   return lm_cpu_team_step(lm_cpu_team_of(be), st->batch->n_tokens, st->issue, st->arg);
 }
 
+void lm_cpu_team_config(lm_backend *be, int enable, int adapt) {
+  lm_cpu_team *t = lm_cpu_team_of(be);
+  t->enable = enable;
+  t->adapt = adapt;
+}
+
+lm_cpu_team_stats lm_cpu_team_stats_of(const lm_backend *be) {
+  const lm_cpu_team_adapt *a = &((const lm_cpu_ctx *)be->ctx)->team.ad;
+  return (lm_cpu_team_stats){a->steps, a->one_steps, a->sec[0], a->sec[1]};
+}
+
 static void cpu_destroy(lm_backend *be) {
   if (!be) return;
   free(be->ctx);

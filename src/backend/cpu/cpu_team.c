@@ -105,6 +105,7 @@ static void lm_cpu_team_record(lm_cpu_team *t, int one, double sec) {
   double *m = &a->sec[one ? 0 : 1];
   *m = *m > 0 ? 0.5 * *m + 0.5 * sec : sec;
   a->steps++;
+  a->one_steps += one;
   if (a->sec[0] > 0 && a->sec[1] > 0) a->one = a->sec[0] < LM_CPU_ONE_MARGIN * a->sec[1];
 }
 
@@ -129,6 +130,6 @@ lm_status lm_cpu_team_step(lm_cpu_team *t, int64_t T, lm_status (*issue)(void *)
   }
   double dt = omp_get_wtime() - t0;
   t->level = 0;
-  if (T == 1 && s == LM_OK && full > 1 && t->adapt) lm_cpu_team_record(t, nt == 1, dt);
+  if (T == 1 && s == LM_OK) lm_cpu_team_record(t, nt == 1, dt);
   return s;
 }

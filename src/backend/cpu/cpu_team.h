@@ -25,9 +25,10 @@ typedef struct lm_cpu_team_slot {
 /* The adaptive team size: mean seconds per decode step of each size, and when to try the
  * other one. */
 typedef struct lm_cpu_team_adapt {
-  double sec[2]; /* [0]: one thread, [1]: the full team; 0 until measured */
-  int64_t steps; /* decode steps run */
-  int one;       /* the team currently runs with one thread */
+  double sec[2];     /* [0]: one thread, [1]: the full team; 0 until measured */
+  int64_t steps;     /* decode steps run */
+  int64_t one_steps; /* of which with one thread */
+  int one;           /* the team currently runs with one thread */
 } lm_cpu_team_adapt;
 
 typedef struct lm_cpu_team {
@@ -59,6 +60,17 @@ void lm_cpu_team_run(lm_cpu_team *t, int64_t n, int par, lm_cpu_chunk_fn fn, voi
  * OpenMP region of its own, so that fn's own regions and team calls run on that thread alone),
  * its status returned to every thread. Outside: fn(arg). */
 lm_status lm_cpu_team_solo(lm_cpu_team *t, int region, lm_status (*fn)(void *), void *arg);
+
+/* Settings and counters of a CPU backend's team (tests, `lumen bench`). enable 0: steps run
+ * as separate ops, each with its own regions, as prefill does; adapt 0: always the full team. */
+struct lm_backend;
+void lm_cpu_team_config(struct lm_backend *be, int enable, int adapt);
+typedef struct lm_cpu_team_stats {
+  int64_t steps;           /* decode steps (one token) run as a team */
+  int64_t one_steps;       /* of which with one thread */
+  double sec_one, sec_all; /* mean seconds per step of each size, as the adaptation saw them */
+} lm_cpu_team_stats;
+lm_cpu_team_stats lm_cpu_team_stats_of(const struct lm_backend *be);
 
 /* A step of T tokens: issue(arg) on every thread of a team of the adapted size, when T is at
  * most LM_CPU_TEAM_MAX_T and the team is enabled, else issue(arg) here. Returns the calling
