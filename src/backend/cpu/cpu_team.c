@@ -14,10 +14,11 @@
  * spinning would only keep the core from it (or from whoever the OS runs instead). */
 #define LM_CPU_SPIN 1024
 /* The adaptive size: how often the size not in use is tried, in decode steps, and the margin
- * by which one thread must beat the team to be kept. */
-#define LM_CPU_PROBE_TEAM 16
+ * by which the size not in use must beat the one in use to take over (step times on a loaded
+ * machine swing by tens of percent from step to step). */
+#define LM_CPU_PROBE_TEAM 32
 #define LM_CPU_PROBE_ONE 64
-#define LM_CPU_ONE_MARGIN 0.9
+#define LM_CPU_SWITCH_MARGIN 0.85
 
 static void lm_cpu_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -106,7 +107,9 @@ static void lm_cpu_team_record(lm_cpu_team *t, int one, double sec) {
   *m = *m > 0 ? 0.5 * *m + 0.5 * sec : sec;
   a->steps++;
   a->one_steps += one;
-  if (a->sec[0] > 0 && a->sec[1] > 0) a->one = a->sec[0] < LM_CPU_ONE_MARGIN * a->sec[1];
+  if (a->sec[0] > 0 && a->sec[1] > 0)
+    a->one = a->one ? !(a->sec[1] < LM_CPU_SWITCH_MARGIN * a->sec[0])
+                    : a->sec[0] < LM_CPU_SWITCH_MARGIN * a->sec[1];
 }
 
 lm_status lm_cpu_team_step(lm_cpu_team *t, int64_t T, lm_status (*issue)(void *), void *arg) {
