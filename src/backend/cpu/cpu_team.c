@@ -6,13 +6,18 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 
 /* Pauses before a waiting thread starts yielding its core: a phase's last chunk normally
  * finishes within a few microseconds; a longer wait means its owner is off its core, and
- * spinning would only keep the core from it (or from whoever the OS runs instead). */
+ * spinning would only keep the core from it (or from whoever the OS runs instead). After
+ * LM_CPU_YIELDS yields the waiter sleeps in short naps, so that a long wait (its owner
+ * descheduled for a timeslice) leaves the core to the machine's other work. */
 #define LM_CPU_SPIN 1024
+#define LM_CPU_YIELDS 64
+#define LM_CPU_NAP_NS 50000
 /* The adaptive size: how often the size not in use is tried, in decode steps, and the margin
  * by which the size not in use must beat the one in use to take over (step times on a loaded
  * machine swing by tens of percent from step to step). */
@@ -30,10 +35,14 @@ int lm_cpu_team_active(const lm_cpu_team *t) { return t->level && omp_get_level(
 
 static void lm_cpu_team_wait(lm_cpu_team *t, int64_t end) {
   for (int spin = 0; atomic_load_explicit(&t->done, memory_order_acquire) < end; spin++) {
-    if (spin < LM_CPU_SPIN)
+    if (spin < LM_CPU_SPIN) {
       lm_cpu_pause();
-    else
+    } else if (spin < LM_CPU_SPIN + LM_CPU_YIELDS) {
       sched_yield();
+    } else {
+      nanosleep(&(struct timespec){.tv_nsec = LM_CPU_NAP_NS}, NULL);
+      spin = LM_CPU_SPIN + LM_CPU_YIELDS; /* no overflow on very long waits */
+    }
   }
 }
 

@@ -4,8 +4,8 @@
  * from one counter until none are left, and a phase ends when all its chunks are done, not
  * when all threads have arrived. So a thread the OS has taken off its core between phases
  * holds nobody up: it finds the phases it missed already done and catches up. Waits spin
- * briefly, then yield the core. The team's size adapts: decode steps are timed, and where one
- * thread turns out faster than the whole team (a shared machine) the team shrinks to one,
+ * briefly, then yield the core, then nap. The team's size adapts: decode steps are timed, and where
+ * one thread turns out faster than the whole team (a shared machine) the team shrinks to one,
  * trying the full team again from time to time. */
 #ifndef LM_BACKEND_CPU_TEAM_H
 #define LM_BACKEND_CPU_TEAM_H
