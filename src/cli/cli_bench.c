@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/cpu_team.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "cli/cli.h"
@@ -26,7 +27,8 @@ static const char *bench_help =
     "\n"
     "Measures prefill tok/s at given prompt lengths and decode tok/s at given context lengths\n"
     "(median of --reps after --warmup runs), the bytes a decode step reads, the achieved GB/s and\n"
-    "its share of the measured memory read bandwidth.\n"
+    "its share of the measured memory read bandwidth (CPU: the best of 15 passes of a read probe,\n"
+    "printed with the median and slowest pass).\n"
     "\n"
     "  --preset FILE       config.json-shaped geometry (e.g. ../shared/presets/gemma4-e2b.json):\n"
     "                      random weights from the seeded counter generator\n"
@@ -314,10 +316,12 @@ static int bench_state(const lm_model *m, lm_backend *be, const bench_opts *o, c
   return r.max_diff == 0 ? 0 : 1;
 }
 
-/* The backend's own read bandwidth (and copy bandwidth where it measures one), GB/s. */
-static double backend_bandwidth(lm_backend *be, const bench_opts *o, double *copy, char *info,
-                                size_t n) {
+/* The backend's own read bandwidth (and copy bandwidth where it measures one), GB/s; spread:
+ * the median and slowest of the CPU probe's passes (0 where the backend has no spread). */
+static double backend_bandwidth(lm_backend *be, const bench_opts *o, double *copy, double spread[2],
+                                char *info, size_t n) {
   *copy = 0;
+  spread[0] = spread[1] = 0;
 #ifdef LM_HAVE_CUDA
   if (!strcmp(be->ops->name, "cuda")) {
     lm_cuda_mem_report(be, info, n);
@@ -326,7 +330,10 @@ static double backend_bandwidth(lm_backend *be, const bench_opts *o, double *cop
   }
 #endif
   lm_cpu_kernels_info(info, n);
-  return lm_cpu_read_bandwidth_gbs(o->be.threads);
+  lm_cpu_bw bw = lm_cpu_read_bandwidth(o->be.threads);
+  spread[0] = bw.median;
+  spread[1] = bw.worst;
+  return bw.best;
 }
 
 int lm_cli_bench(int argc, char **argv) {
@@ -360,7 +367,7 @@ int lm_cli_bench(int argc, char **argv) {
   }
   fprintf(stderr, "bench: weights prepared for %s in %.1f s\n", be->ops->name, lm_cli_now() - t0);
   char isa[512];
-  double copy_bw, bw = backend_bandwidth(be, &o, &copy_bw, isa, sizeof isa);
+  double copy_bw, spread[2], bw = backend_bandwidth(be, &o, &copy_bw, spread, isa, sizeof isa);
   int64_t maxlen = 1;
   for (int64_t i = 0; i < np; i++)
     maxlen = plist[i] > maxlen ? plist[i] : maxlen;
@@ -379,14 +386,18 @@ int lm_cli_bench(int argc, char **argv) {
     goto done;
   }
   if (o.json)
-    printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,\"copy_bandwidth_"
-           "gbs\":%.2f,"
-           "\"params\":%lld,\"weight_bytes\":%lld,\"prefill\":[",
-           be->ops->name, isa, bw, copy_bw, (long long)m->n_params, (long long)m->weight_bytes);
+    printf("{\"backend\":\"%s\",\"kernels\":\"%s\",\"read_bandwidth_gbs\":%.2f,"
+           "\"read_bandwidth_median_gbs\":%.2f,\"read_bandwidth_slowest_gbs\":%.2f,"
+           "\"copy_bandwidth_gbs\":%.2f,\"params\":%lld,\"weight_bytes\":%lld,\"prefill\":[",
+           be->ops->name, isa, bw, spread[0], spread[1], copy_bw, (long long)m->n_params,
+           (long long)m->weight_bytes);
   else
     printf("backend %s (%s), measured read bandwidth %.1f GB/s\nmodel: %lld parameters, %lld "
            "weight bytes\n",
            be->ops->name, isa, bw, (long long)m->n_params, (long long)m->weight_bytes);
+  if (!o.json && spread[1] > 0)
+    printf("read bandwidth: best pass %.1f GB/s, median %.1f, slowest %.1f (spread %.0f%%)\n", bw,
+           spread[0], spread[1], 100.0 * (bw - spread[1]) / bw);
   if (!o.json && copy_bw > 0) printf("measured copy bandwidth %.1f GB/s (read + write)\n", copy_bw);
   for (int64_t i = 0; i < np; i++) {
     lm_forward *f = NULL;
@@ -453,6 +464,13 @@ int lm_cli_bench(int argc, char **argv) {
              (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / bw);
   }
   printf(o.json ? "]}\n" : "");
+  if (!strcmp(be->ops->name, "cpu")) {
+    lm_cpu_team_stats ts = lm_cpu_team_stats_of(be);
+    fprintf(stderr,
+            "bench: cpu decode steps: %lld as one region, %lld of them on one thread (%.1f ms a "
+            "step on one thread, %.1f on the whole team)\n",
+            (long long)ts.steps, (long long)ts.one_steps, 1e3 * ts.sec_one, 1e3 * ts.sec_all);
+  }
 #ifdef LM_HAVE_CUDA
   if (!strcmp(be->ops->name, "cuda")) {
     int64_t uses, builds;

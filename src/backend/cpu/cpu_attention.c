@@ -62,7 +62,7 @@ static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot,
  * each key row is read (or dequantized) once for all of them. Keys: cache positions [lo, n),
  * then the chunk's tokens [c_lo, t] of the same sequence. */
 static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int g,
-                       int r0, int r1) {
+                       int r0, int r1, int32_t pos_t) {
   int hd = a->head_dim, nr = r1 - r0;
   int64_t p = c->n + (t - t0), lo = 0, c_lo = t0;
   if (a->window) {
@@ -72,7 +72,14 @@ static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, i
   int64_t first = lm_kv_first_held(c);
   if (lo < first) lo = first; /* cannot happen for a well-formed step; never read evicted slots */
   int group = a->n_heads / a->n_kv_heads;
-  const float *q = lm_cpu_row(a->q, t) + ((int64_t)g * group + r0) * hd;
+  float *qw = lm_cpu_row(a->q, t) + ((int64_t)g * group + r0) * hd;
+  if (a->q_rope) { /* a team's fused q norm: these heads, as the rmsnorm op with RoPE */
+    for (int r = 0; r < nr; r++)
+      lm_cpu_rmsnorm_row(qw + r * hd, qw + r * hd, a->q_norm ? a->q_norm->data : NULL, hd, a->q_eps,
+                         0);
+    lm_cpu_rope_token(qw, hd, nr, hd, pos_t, a->q_rope->data, 0);
+  }
+  const float *q = qw;
   float acc[nr * hd], kb[hd], vb[hd];
   attn_acc st[nr];
   memset(acc, 0, sizeof acc);
@@ -100,25 +107,43 @@ static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, i
  * are contiguous in q and in the output. Work items are (token, KV head, slice of its group):
  * the group is cut into as many slices as it takes to give every thread work when there are few
  * tokens (decode on a model with one KV head), and kept whole when tokens are plenty. */
+typedef struct attn_job {
+  const lm_attn_args *a;
+  const lm_batch *b;
+  int group, slices;
+} attn_job;
+
+static void attn_item(void *arg, int64_t i) {
+  const attn_job *j = arg;
+  const lm_attn_args *a = j->a;
+  const lm_batch *b = j->b;
+  int64_t t = i / ((int64_t)a->n_kv_heads * j->slices);
+  int g = (int)(i / j->slices % a->n_kv_heads), sl = (int)(i % j->slices);
+  const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
+  int64_t t0 = t - (b->pos[t] - c->n); /* first token of this sequence in the batch */
+  attn_group(a, c, t, t0, g, j->group * sl / j->slices, j->group * (sl + 1) / j->slices, b->pos[t]);
+}
+
 lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
-  if (a->q_rope) return lm_attention_q_norm(be, a, lm_cpu_attention);
+  int team = lm_cpu_in_team(be);
+  if (a->q_rope && !team) return lm_attention_q_norm(be, a, lm_cpu_attention);
   const lm_batch *b = lm_cpu_batch(be);
   if (a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
     return LM_ERRF(LM_ERR_INVALID, "attention: %d heads over %d KV heads", a->n_heads,
                    a->n_kv_heads);
-  int group = a->n_heads / a->n_kv_heads, threads = omp_get_max_threads();
-  int64_t base = (int64_t)b->n_tokens * a->n_kv_heads;
-  int slices = base >= threads ? 1 : (int)((threads + base - 1) / base);
-  if (slices > group) slices = group;
-  int64_t n = base * slices;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    int64_t t = i / ((int64_t)a->n_kv_heads * slices);
-    int g = (int)(i / slices % a->n_kv_heads), sl = (int)(i % slices);
-    const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
-    int64_t t0 = t - (b->pos[t] - c->n); /* first token of this sequence in the batch */
-    attn_group(a, c, t, t0, g, group * sl / slices, group * (sl + 1) / slices);
+  if (a->q_rope) { /* the team applies the q norm per work item, to the heads it attends with */
+    LM_TRY(lm_attention_q_norm_check(a));
+    if (a->head_dim % 2 || a->q_rope->cols != a->head_dim / 2 ||
+        (a->q_norm && a->q_norm->cols != a->head_dim))
+      return LM_ERRF(LM_ERR_INVALID, "attention: q norm or RoPE does not match head dim %d",
+                     a->head_dim);
   }
+  int threads = team ? lm_cpu_team_of(be)->size : omp_get_max_threads();
+  attn_job j = {.a = a, .b = b, .group = a->n_heads / a->n_kv_heads};
+  int64_t base = (int64_t)b->n_tokens * a->n_kv_heads;
+  j.slices = base >= threads ? 1 : (int)((threads + base - 1) / base);
+  if (j.slices > j.group) j.slices = j.group;
+  lm_cpu_team_run(lm_cpu_team_of(be), base * j.slices, 1, attn_item, &j);
   return LM_OK;
 }
 
@@ -131,7 +156,36 @@ static void stage_offsets(const lm_kv_cache *c, int64_t off[LM_KV_ARRAYS]) {
   }
 }
 
+typedef struct kv_call {
+  lm_backend *be;
+  const void *a;
+} kv_call;
+
+static lm_status kv_stage_here(lm_backend *be, const lm_kv_stage_args *a);
+static lm_status kv_append_here(lm_backend *be, const lm_kv_append_args *a);
+
+static lm_status kv_stage_call(void *arg) {
+  kv_call *c = arg;
+  return kv_stage_here(c->be, c->a);
+}
+
+static lm_status kv_append_call(void *arg) {
+  kv_call *c = arg;
+  return kv_append_here(c->be, c->a);
+}
+
+/* In a team, one thread stages and appends (a copy of a few rows) while the others wait. */
 lm_status lm_cpu_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
+  kv_call c = {be, a};
+  return lm_cpu_team_solo(lm_cpu_team_of(be), 0, kv_stage_call, &c);
+}
+
+lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
+  kv_call c = {be, a};
+  return lm_cpu_team_solo(lm_cpu_team_of(be), 0, kv_append_call, &c);
+}
+
+static lm_status kv_stage_here(lm_backend *be, const lm_kv_stage_args *a) {
   const lm_batch *b = lm_cpu_batch(be);
   for (int32_t t = 0; t < b->n_tokens; t++) {
     const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
@@ -152,7 +206,7 @@ lm_status lm_cpu_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
   return LM_OK;
 }
 
-lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
+static lm_status kv_append_here(lm_backend *be, const lm_kv_append_args *a) {
   const lm_batch *b = lm_cpu_batch(be);
   for (int32_t t = 0; t < b->n_tokens; t++) {
     lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
@@ -182,8 +236,15 @@ lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   return LM_OK;
 }
 
+static lm_status kv_convert_here(const lm_kv_convert_args *a);
+
+static lm_status kv_convert_call(void *arg) { return kv_convert_here(arg); }
+
 lm_status lm_cpu_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
-  (void)be;
+  return lm_cpu_team_solo(lm_cpu_team_of(be), 0, kv_convert_call, (void *)a);
+}
+
+static lm_status kv_convert_here(const lm_kv_convert_args *a) {
   const lm_kv_cache *f = a->from;
   lm_kv_cache *t = a->to;
   int64_t w = (int64_t)f->n_kv_heads * f->head_dim, cb = lm_kv_row_bytes(t, LM_KV_K),

@@ -41,6 +41,21 @@ static lm_status cpu_end_step(lm_backend *be) {
   return LM_OK;
 }
 
+static lm_status cpu_run_step(lm_backend *be, const lm_step_fn *st) {
+  return lm_cpu_team_step(lm_cpu_team_of(be), st->batch->n_tokens, st->issue, st->arg);
+}
+
+void lm_cpu_team_config(lm_backend *be, int enable, int adapt) {
+  lm_cpu_team *t = lm_cpu_team_of(be);
+  t->enable = enable;
+  t->adapt = adapt;
+}
+
+lm_cpu_team_stats lm_cpu_team_stats_of(const lm_backend *be) {
+  const lm_cpu_team_adapt *a = &((const lm_cpu_ctx *)be->ctx)->team.ad;
+  return (lm_cpu_team_stats){a->steps, a->one_steps, a->sec[0], a->sec[1]};
+}
+
 static void cpu_destroy(lm_backend *be) {
   if (!be) return;
   free(be->ctx);
@@ -75,12 +90,17 @@ const lm_backend_ops lm_cpu_ops = {
     .moe_route = lm_cpu_moe_route,
     .moe_experts = lm_cpu_moe_experts,
     .argmax = lm_cpu_argmax,
+    .run_step = cpu_run_step,
 };
 
 lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out) {
   *out = NULL;
   lm_backend *be = calloc(1, sizeof *be);
-  lm_cpu_ctx *ctx = calloc(1, sizeof *ctx);
+  lm_cpu_ctx *ctx = aligned_alloc(64, (sizeof *ctx + 63) & ~(size_t)63);
+  if (ctx) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->team.enable = ctx->team.adapt = 1;
+  }
   if (!be || !ctx) {
     free(be);
     free(ctx);

@@ -141,5 +141,6 @@ const lm_backend_ops *lm_cpu_bf16_ops(lm_backend_ops *t) {
   t->attention = b_attention;
   t->kv_stage = b_kv_stage;
   t->moe_experts = b_moe_experts;
+  t->run_step = NULL; /* its rounding passes are not team-shared: steps run as separate ops */
   return t;
 }

@@ -3,9 +3,11 @@
 #define LM_BACKEND_CPU_INTERNAL_H
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_team.h"
 #include "kv/batch.h"
 
 typedef struct lm_cpu_ctx {
+  lm_cpu_team team;        /* the decode step's threads (first: it is 64-byte aligned) */
   const lm_batch *batch;   /* the step's inputs; host memory is backend memory here */
   lm_backend_ops bf16_ops; /* LM_PRECISION_BF16: the rounding ops around the f32 ones */
 } lm_cpu_ctx;
@@ -24,6 +26,15 @@ void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, 
 static inline const lm_batch *lm_cpu_batch(lm_backend *be) {
   return ((lm_cpu_ctx *)be->ctx)->batch;
 }
+static inline lm_cpu_team *lm_cpu_team_of(lm_backend *be) { return &((lm_cpu_ctx *)be->ctx)->team; }
+/* 1 while the caller is one of the threads of a step's team (all of them call each op). */
+static inline int lm_cpu_in_team(lm_backend *be) { return lm_cpu_team_active(lm_cpu_team_of(be)); }
+/* RoPE of `heads` heads of one token at position pos, head_stride floats apart (cpu_ops.c). */
+void lm_cpu_rope_token(float *data, int64_t head_stride, int heads, int hd, int32_t pos,
+                       const float *inv, int bf16);
+/* One row of RMSNorm: y = x * inv_rms(x) * w (w NULL: no scale), or y += that (cpu_ops.c). */
+void lm_cpu_rmsnorm_row(float *y, const float *x, const float *w, int64_t n, float eps,
+                        int accumulate);
 
 /* Row r of a f32 tensor. */
 static inline float *lm_cpu_row(lm_tensor t, int64_t r) { return (float *)t.data + r * t.ld; }

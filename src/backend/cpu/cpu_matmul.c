@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_matmul_impl.h"
+#include "backend/cpu/cpu_team.h"
 #include "base/status.h"
 
 #define LM_MM_STACK_BYTES 65536 /* decode scratch on the caller's stack */
@@ -21,6 +22,8 @@
 #define LM_MM_TILE_BYTES                                                                           \
   (2 << 20)              /* F32 prefill: f32 tile per thread handed to sgemm (>= 64 rows) */
 #define LM_MM_SUBTILES 4 /* FAST prefill: NR-row subtiles packed together */
+#define LM_MM_CHUNK_BYTES                                                                          \
+  (48 << 10) /* team decode: weight bytes per claimed chunk (atomics stay a few % of it) */
 
 /* ---- kernel families ------------------------------------------------------------------- */
 
@@ -113,6 +116,11 @@ static lm_status lm_mm_check_weight(const lm_weight *w, int64_t expert) {
   return LM_OK;
 }
 
+int lm_mm_same_format(const lm_weight *a, const lm_weight *b) {
+  return a->rows == b->rows && a->cols == b->cols && a->bits == b->bits && a->group == b->group &&
+         a->n_experts == b->n_experts && (a->bits ? a->sdtype == b->sdtype : a->dtype == b->dtype);
+}
+
 static lm_status lm_mm_check(const lm_cpu_matmul_args *a, int64_t *nrows) {
   if (!a || !a->w || !a->x || !a->y) return LM_ERRF(LM_ERR_INVALID, "matmul: NULL argument");
   LM_TRY(lm_mm_check_weight(a->w, a->expert));
@@ -128,6 +136,15 @@ static lm_status lm_mm_check(const lm_cpu_matmul_args *a, int64_t *nrows) {
                    (long long)a->ldy, (long long)(a->row0 + n));
   if (a->prec != LM_CPU_PREC_F32 && a->prec != LM_CPU_PREC_FAST)
     return LM_ERRF(LM_ERR_INVALID, "matmul: precision %d", (int)a->prec);
+  if (a->w2 && (!a->y2 || a->accumulate || !lm_mm_same_format(w, a->w2) ||
+                (a->m > 1 && a->ldy2 < a->row0 + n)))
+    return LM_ERRF(LM_ERR_INVALID,
+                   "matmul: %s: a second weight needs W's shape and format, y2, and no accumulate",
+                   w->name ? w->name : "?");
+  if (a->w2) LM_TRY(lm_mm_check_weight(a->w2, a->expert));
+  if (a->team && a->m >= LM_MM_GEMM_MIN_M)
+    return LM_ERRF(LM_ERR_INVALID, "matmul: %s: a team call takes fewer than %d tokens",
+                   w->name ? w->name : "?", LM_MM_GEMM_MIN_M);
   *nrows = n;
   return LM_OK;
 }
@@ -365,6 +382,88 @@ static lm_status lm_mm_fast(const lm_cpu_kernels *kn, lm_mm_job *j, int64_t row0
   return LM_OK;
 }
 
+/* ---- team decode: rows as chunks claimed by the step's threads --------------------------- */
+
+/* The job of the second weight of a pair: same activations, its own output. */
+static lm_mm_job lm_mm_second(const lm_mm_job *j, const lm_cpu_matmul_args *a) {
+  lm_mm_job j2 = *j;
+  j2.w = a->w2;
+  j2.y = a->y2;
+  j2.ldy = a->ldy2;
+  return j2;
+}
+
+/* One thread's view of a team call: its own copy of the prepared activations (quantized, or
+ * the group sums), made on its stack when it claims its first chunk. A thread that claims
+ * none (it arrived late) prepares nothing. */
+typedef struct lm_team_mm {
+  const lm_cpu_kernels *kn;
+  const lm_cpu_matmul_args *a;
+  lm_mm_job j, j2;
+  lm_gemv_fn fn;
+  int64_t row0, n, rows; /* the call's rows, rows per chunk */
+  uint8_t *stack;
+  int ready, fast;
+  lm_qact qa;
+  lm_fast_plan p;
+} lm_team_mm;
+
+static void lm_team_mm_prepare(lm_team_mm *c) {
+  if (c->fast) {
+    lm_qact_bind(&c->qa, &c->p, &c->j, c->stack);
+    c->kn->quantize(&c->j, &c->qa, 0, c->j.m);
+    c->j.qa = c->j2.qa = &c->qa;
+  } else if (c->j.w->bits) {
+    lm_mm_group_sums(&c->j, (float *)(void *)c->stack);
+    c->j.gsum = c->j2.gsum = (const float *)(void *)c->stack;
+  }
+  c->ready = 1;
+}
+
+static void lm_team_mm_chunk(void *arg, int64_t i) {
+  lm_team_mm *c = arg;
+  if (!c->ready) lm_team_mm_prepare(c);
+  int64_t s = c->row0 + i * c->rows,
+          e = s + c->rows < c->row0 + c->n ? s + c->rows : c->row0 + c->n;
+  c->fn(&c->j, s, e);
+  if (c->a->w2) c->fn(&c->j2, s, e);
+  if (c->a->epi) c->a->epi(c->a->epi_arg, s, e);
+}
+
+typedef struct lm_mm_solo {
+  lm_cpu_matmul_args a;
+  lm_cpu_isa isa;
+} lm_mm_solo;
+
+static lm_status lm_mm_solo_run(void *arg) {
+  lm_mm_solo *c = arg;
+  return lm_cpu_matmul_isa(&c->a, c->isa);
+}
+
+static lm_status lm_mm_team(const lm_cpu_kernels *kn, const lm_cpu_matmul_args *a, lm_mm_job *j,
+                            int64_t n, uint8_t *stack) {
+  lm_team_mm c = {.kn = kn, .a = a, .j = *j, .row0 = a->row0, .n = n, .stack = stack};
+  c.j2 = lm_mm_second(j, a);
+  c.fast = a->prec == LM_CPU_PREC_FAST && j->w->bits;
+  size_t need = (size_t)(j->m * j->ng) * sizeof(float);
+  if (c.fast) {
+    if (!kn->gemv_fast) c.kn = kn = &lm_cpu_kernels_scalar;
+    c.p = lm_fast_plan_make(kn, j, &c.qa);
+    need = c.p.bytes;
+  }
+  if (need > LM_MM_STACK_BYTES) { /* more tokens than the stack holds: one thread, as a call */
+    lm_mm_solo solo = {.a = *a, .isa = kn->isa};
+    solo.a.team = NULL;
+    return lm_cpu_team_solo(a->team, 1, lm_mm_solo_run, &solo);
+  }
+  c.fn = c.fast ? kn->gemv_fast : kn->gemv_f32;
+  int64_t rb = lm_weight_row_bytes(j->w) * (a->w2 ? 2 : 1);
+  c.rows = LM_MM_CHUNK_BYTES / (rb > 0 ? rb : 1) / LM_MM_ROW_BLOCK * LM_MM_ROW_BLOCK;
+  if (c.rows < LM_MM_ROW_BLOCK) c.rows = LM_MM_ROW_BLOCK;
+  lm_cpu_team_run(a->team, (n + c.rows - 1) / c.rows, 0, lm_team_mm_chunk, &c);
+  return LM_OK;
+}
+
 /* ---- entry points ---------------------------------------------------------------------- */
 
 lm_status lm_cpu_matmul_isa(const lm_cpu_matmul_args *a, lm_cpu_isa isa) {
@@ -390,8 +489,15 @@ lm_status lm_cpu_matmul_isa(const lm_cpu_matmul_args *a, lm_cpu_isa isa) {
   j.ng = w->bits ? w->cols / w->group : 0;
   j.nb = w->bits ? w->cols / LM_QA_BLOCK : 0;
   _Alignas(64) uint8_t stack[LM_MM_STACK_BYTES];
-  if (a->prec == LM_CPU_PREC_FAST && w->bits) return lm_mm_fast(kn, &j, a->row0, n, stack);
-  return lm_mm_f32(kn, &j, a->row0, n, stack);
+  if (a->team && lm_cpu_team_active(a->team)) return lm_mm_team(kn, a, &j, n, stack);
+  int fast = a->prec == LM_CPU_PREC_FAST && w->bits;
+  LM_TRY(fast ? lm_mm_fast(kn, &j, a->row0, n, stack) : lm_mm_f32(kn, &j, a->row0, n, stack));
+  if (a->w2) {
+    lm_mm_job j2 = lm_mm_second(&j, a);
+    LM_TRY(fast ? lm_mm_fast(kn, &j2, a->row0, n, stack) : lm_mm_f32(kn, &j2, a->row0, n, stack));
+  }
+  if (a->epi) a->epi(a->epi_arg, a->row0, a->row0 + n);
+  return LM_OK;
 }
 
 lm_status lm_cpu_matmul(const lm_cpu_matmul_args *a) {

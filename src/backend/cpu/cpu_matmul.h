@@ -48,6 +48,16 @@ typedef struct lm_cpu_matmul_args {
   int64_t row0, nrows; /* output-feature range; nrows = 0 means all w->rows */
   lm_cpu_prec prec;    /* F32: exact fp32 math (the parity path); FAST: may quantize activations */
   int accumulate;      /* 1: y += x·Wᵀ, 0: y = x·Wᵀ */
+  /* Optional, for the fused forms of the backend's ops: */
+  const lm_weight *w2; /* a second weight of W's shape and format: y2 = x·W2ᵀ too (no accumulate) */
+  float *y2;
+  int64_t ldy2;
+  /* runs after rows [r0, r1) of y (and y2) are written, on the thread that wrote them */
+  void (*epi)(void *arg, int64_t r0, int64_t r1);
+  void *epi_arg;
+  /* Non-NULL while its step runs (lm_cpu_team_active): every thread of the team calls with the
+   * same arguments and the rows are shared among them as chunks; m must be below 8. */
+  struct lm_cpu_team *team;
 } lm_cpu_matmul_args;
 
 /* Kernel families. AUTO picks the best one this CPU supports (checked at run time). */
@@ -68,6 +78,10 @@ lm_status lm_cpu_matmul(const lm_cpu_matmul_args *a);
  * CPU lacks gives LM_ERR_UNSUPPORTED. */
 lm_status lm_cpu_matmul_isa(const lm_cpu_matmul_args *a, lm_cpu_isa isa);
 
+/* 1 if b can be the second weight (w2) of a call with weight a: same shape, codes and scale
+ * dtype. */
+int lm_mm_same_format(const lm_weight *a, const lm_weight *b);
+
 /* 1 if this CPU (and build) can run `isa`. AUTO and SCALAR are always available. */
 int lm_cpu_isa_available(lm_cpu_isa isa);
 /* "scalar", "avx2", "avx512"; AUTO resolves to the chosen one. */
@@ -77,7 +91,15 @@ const char *lm_cpu_isa_name(lm_cpu_isa isa);
 void lm_cpu_kernels_info(char *buf, size_t n);
 
 /* Measured read bandwidth in GB/s (1e9 bytes/s) with `threads` OpenMP threads (<= 0: all):
- * sums a 256 MiB buffer, median of 5 passes. 0 if the buffer cannot be allocated. */
+ * sums a 256 MiB buffer in 15 passes and reports the best (the machine's rate when
+ * nobody else takes its cores or memory), with the slowest and the median pass as the spread.
+ * All 0 if the buffer cannot be allocated. */
+typedef struct lm_cpu_bw {
+  double best, median, worst; /* GB/s */
+  int passes;
+} lm_cpu_bw;
+lm_cpu_bw lm_cpu_read_bandwidth(int threads);
+/* lm_cpu_read_bandwidth(threads).best */
 double lm_cpu_read_bandwidth_gbs(int threads);
 
 #endif

@@ -8,9 +8,33 @@
 #include "backend/cpu/cpu_matmul.h"
 #include "base/status.h"
 
-/* softmax over all experts in f32, top-k, renormalize, × per_expert_scale. */
+static lm_status moe_route_here(const lm_moe_route_args *a);
+static lm_status moe_experts_here(lm_backend *be, const lm_moe_experts_args *a);
+
+typedef struct moe_call {
+  lm_backend *be;
+  const lm_moe_experts_args *a;
+} moe_call;
+
+static lm_status moe_route_call(void *arg) { return moe_route_here(arg); }
+
+static lm_status moe_experts_call(void *arg) {
+  moe_call *c = arg;
+  return moe_experts_here(c->be, c->a);
+}
+
+/* In a decode step's team these run on one thread (the experts' matmuls with no team). */
 lm_status lm_cpu_moe_route(lm_backend *be, const lm_moe_route_args *a) {
-  (void)be;
+  return lm_cpu_team_solo(lm_cpu_team_of(be), 0, moe_route_call, (void *)a);
+}
+
+lm_status lm_cpu_moe_experts(lm_backend *be, const lm_moe_experts_args *a) {
+  moe_call c = {be, a};
+  return lm_cpu_team_solo(lm_cpu_team_of(be), 1, moe_experts_call, &c);
+}
+
+/* softmax over all experts in f32, top-k, renormalize, × per_expert_scale. */
+static lm_status moe_route_here(const lm_moe_route_args *a) {
   int64_t E = a->logits.cols;
   int k = a->top_k;
   const float *pes = a->per_expert_scale->data;
@@ -58,7 +82,7 @@ static lm_status expert_mm(lm_backend *be, float *y, int64_t ldy, const float *x
   return lm_cpu_matmul(&mm);
 }
 
-lm_status lm_cpu_moe_experts(lm_backend *be, const lm_moe_experts_args *a) {
+static lm_status moe_experts_here(lm_backend *be, const lm_moe_experts_args *a) {
   int64_t T = a->x.rows, K = a->ids.cols, H = a->x.cols, I = a->gate->rows, E = a->gate->n_experts;
   if (a->scratch.rows < T * K || a->scratch.cols < 2 * I + 2 * H ||
       a->iscratch.cols < T * K + E + 1)
