@@ -376,10 +376,10 @@ static void count_end(lm_sched *s, lm_finish_kind k) {
     s->st.requests_done++;
 }
 
-/* Ends slot i: finishes the job's channel, keeps or frees the caches, gives the memory back. */
+/* Ends slot i: keeps or frees the caches, gives the memory back, counts the end, and only then
+ * finishes the job's channel, so a consumer that sees the end also sees all of that. */
 static void release_slot(lm_sched *s, int i, int keep_cache) {
   lm_seq *q = &s->slots[i];
-  lm_chan_finish(q->job->ch, &q->fin);
   /* the caches hold hist[0..kv_len) whenever the sequence ended between steps, a cancelled one too
    * (Ctrl-C, then --save-state; a client that went away and comes back with the same prefix) */
   int ok = q->fin.kind == LM_FIN_STOP || q->fin.kind == LM_FIN_STOP_STR ||
@@ -391,6 +391,7 @@ static void release_slot(lm_sched *s, int i, int keep_cache) {
   s->reserved -= q->reserved;
   count_end(s, q->fin.kind);
   pthread_mutex_unlock(&s->mu);
+  lm_chan_finish(q->job->ch, &q->fin);
   lm_job_free(q->job);
   lm_seq_clear(q);
   s->used[i] = 0;
