@@ -124,6 +124,8 @@ lm_status lm_sampling_copy(lm_sampling *dst, const lm_sampling *src);
  * LM_ERR_NOMEM. */
 lm_status lm_sampling_add_bias(lm_sampling *s, int32_t id, float bias);
 lm_status lm_sampling_add_suppress(lm_sampling *s, int32_t id);
+/* Checks every range documented above; LM_ERR_INVALID naming the field. */
+lm_status lm_sampling_validate(const lm_sampling *s);
 
 /* ---- checkpoints ----------------------------------------------------------------------------- */
 

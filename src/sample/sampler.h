@@ -30,10 +30,8 @@
 
 #include "lumen.h"
 
-/* lm_sampling, lm_logit_bias and their init/clear/copy/add functions are public (lumen.h). */
-
-/* Checks every range documented there; LM_ERR_INVALID naming the field. */
-lm_status lm_sampling_validate(const lm_sampling *s);
+/* lm_sampling, lm_logit_bias and their init/clear/copy/add/validate functions are public
+ * (lumen.h). */
 
 typedef struct lm_sampler lm_sampler;
 

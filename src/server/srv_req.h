@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "sample/sampler.h"
+#include "lumen.h"
 #include "server/srv_error.h"
 
 #define LM_SRV_MAX_STOPS 16
