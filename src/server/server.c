@@ -35,16 +35,6 @@ static void apply_defaults(lm_server_opts *o) {
   if (o->max_connections <= 0) o->max_connections = 256;
 }
 
-static char *base_name(const char *dir) {
-  size_t n = strlen(dir);
-  while (n > 1 && dir[n - 1] == '/')
-    n--;
-  size_t b = n;
-  while (b > 0 && dir[b - 1] != '/')
-    b--;
-  return strndup(dir + b, n - b);
-}
-
 static lm_status make_engine(lm_server *s) {
   const lm_server_opts *o = &s->o;
   lm_engine_options eo;
@@ -69,7 +59,7 @@ static lm_status make_engine(lm_server *s) {
 
 static lm_status copy_strings(lm_server *s, const lm_server_opts *o) {
   s->model_dir = strdup(o->model_dir);
-  s->model_id = o->model_id ? strdup(o->model_id) : base_name(o->model_dir);
+  s->model_id = strdup(o->model_id ? o->model_id : s->ci.name); /* default: the directory's name */
   s->host = strdup(s->o.host);
   s->api_key = o->api_key ? strdup(o->api_key) : NULL;
   if (!s->model_dir || !s->model_id || !s->host || (o->api_key && !s->api_key))
