@@ -58,7 +58,6 @@ struct lm_sched {
   int *b_slot;        /* batch sequence index -> slot */
   float *logits;      /* [parallel][vocab] */
   lm_tok_event *toks; /* [parallel] */
-  lm_status *row_st;  /* [parallel] a sampler's failure, per row */
   char (*row_err)[LM_ROW_ERR];
   /* shared, under mu */
   pthread_mutex_t mu;
@@ -162,12 +161,10 @@ static lm_status alloc_buffers(lm_sched *s) {
   s->b_slot = malloc((size_t)P * sizeof *s->b_slot);
   s->logits = malloc((size_t)P * (size_t)V * sizeof(float));
   s->toks = calloc((size_t)P, sizeof *s->toks);
-  s->row_st = calloc((size_t)P, sizeof *s->row_st);
   s->row_err = calloc((size_t)P, sizeof *s->row_err);
   s->q = calloc((size_t)s->o.queue_cap, sizeof *s->q);
-  if (!s->slots || !s->used || !s->row_st || !s->row_err || !s->b_ids || !s->b_pos || !s->b_seq ||
-      !s->b_rows || !s->row_slot || !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks ||
-      !s->q)
+  if (!s->slots || !s->used || !s->row_err || !s->b_ids || !s->b_pos || !s->b_seq || !s->b_rows ||
+      !s->row_slot || !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks || !s->q)
     return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (scheduler buffers for %d sequences)", P);
   return LM_OK;
 }
@@ -258,7 +255,6 @@ void lm_sched_free(lm_sched *s) {
   lm_prompt_cache_free(s->pc);
   free(s->slots);
   free(s->used);
-  free(s->row_st);
   free(s->row_err);
   free(s->b_ids);
   free(s->b_pos);

@@ -51,8 +51,9 @@ static void glu_cols(void *arg, int64_t c0, int64_t c1) {
   }
 }
 
-static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
-  lm_cpu_matmul_args m = {
+/* The kernel's arguments for one op's product (its team when a step runs as one). */
+static lm_cpu_matmul_args mm_args(lm_backend *be, const lm_matmul_args *a) {
+  return (lm_cpu_matmul_args){
       .y = a->out.data,
       .ldy = a->out.ld,
       .x = a->x.data,
@@ -64,6 +65,10 @@ static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
       .accumulate = a->accumulate,
       .team = lm_cpu_in_team(be) ? lm_cpu_team_of(be) : NULL,
   };
+}
+
+static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
+  lm_cpu_matmul_args m = mm_args(be, a);
   return lm_cpu_matmul(&m);
 }
 
@@ -72,20 +77,9 @@ static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
 static lm_status matmul_team(lm_backend *be, const lm_matmul_args *a) {
   glu_job g = {.out = a->out, .gate = a->other, .up = a->out};
   if (a->epilogue == LM_EPI_GLU_SELF) g.gate = a->out, g.up = a->other;
-  lm_cpu_matmul_args m = {
-      .y = a->out.data,
-      .ldy = a->out.ld,
-      .x = a->x.data,
-      .ldx = a->x.ld,
-      .m = a->x.rows,
-      .w = a->w,
-      .expert = a->expert,
-      .prec = be->precision == LM_PRECISION_FAST ? LM_CPU_PREC_FAST : LM_CPU_PREC_F32,
-      .accumulate = a->accumulate,
-      .epi = a->epilogue ? glu_cols : NULL,
-      .epi_arg = &g,
-      .team = lm_cpu_team_of(be),
-  };
+  lm_cpu_matmul_args m = mm_args(be, a); /* matmul_team runs only inside a team */
+  m.epi = a->epilogue ? glu_cols : NULL;
+  m.epi_arg = &g;
   if (a->epilogue == LM_EPI_GLU_PAIR) {
     m.y = a->other.data, m.ldy = a->other.ld;
     m.w2 = a->w2, m.y2 = a->out.data, m.ldy2 = a->out.ld;
