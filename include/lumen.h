@@ -51,7 +51,9 @@ extern "C" {
 
 #define LUMEN_VERSION "0.2.0"
 #define LUMEN_VERSION_NUMBER 2000 /* major*1000000 + minor*1000 + patch */
-#define LUMEN_API_VERSION 2       /* 1: status codes only; 2: checkpoints, engines, requests */
+#define LUMEN_API_VERSION                                                                          \
+  3 /* 1: status codes only; 2: checkpoints, engines, requests;                                    \
+      3: lm_checkpoint_set_chat_template */
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
@@ -191,6 +193,13 @@ lm_status lm_checkpoint_detokenize(const lm_checkpoint *ck, const int32_t *ids, 
 lm_status lm_checkpoint_render(const lm_checkpoint *ck, const char *messages_json,
                                const char *tools_json, const char *kwargs_json,
                                int add_generation_prompt, char **prompt);
+
+/* Replaces the checkpoint's chat template with the one in `path` (as llama.cpp's
+ * --chat-template-file does): a Jinja file, or a JSON file (.json) whose "chat_template" member
+ * holds it. Call before creating an engine. Errors: LM_ERR_STATE (an engine exists, or the
+ * checkpoint has no tokenizer), LM_ERR_NOT_FOUND, LM_ERR_IO, LM_ERR_INVALID (the template does not
+ * parse), LM_ERR_NOMEM; the message names the file. */
+lm_status lm_checkpoint_set_chat_template(lm_checkpoint *ck, const char *path);
 
 /* ---- engines --------------------------------------------------------------------------------- */
 

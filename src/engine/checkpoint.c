@@ -240,6 +240,17 @@ static lm_status parse_json(const char *what, const char *text, int want_array, 
   return LM_OK;
 }
 
+lm_status lm_checkpoint_set_chat_template(lm_checkpoint *ck, const char *path) {
+  if (atomic_load(&ck->engines))
+    return LM_ERRF(LM_ERR_STATE, "chat template: set it before creating an engine");
+  if (!ck->tok) return LM_ERRF(LM_ERR_STATE, "chat template: %s has no tokenizer", ck->name);
+  lm_chat_template *t = NULL;
+  LM_TRY(lm_chat_template_load_file(path, &t)); /* the message names the file */
+  lm_chat_template_free(ck->tmpl);
+  ck->tmpl = t;
+  return LM_OK;
+}
+
 lm_status lm_checkpoint_render(const lm_checkpoint *ck, const char *messages_json,
                                const char *tools_json, const char *kwargs_json,
                                int add_generation_prompt, char **prompt) {

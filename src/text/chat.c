@@ -107,28 +107,39 @@ static lm_status from_json_file(const char *path, lm_chat_template **out) {
   return s;
 }
 
+/* A Jinja file; LM_ERR_NOT_FOUND when it does not exist. */
+static lm_status from_jinja_file(const char *path, lm_chat_template **out) {
+  char *src;
+  size_t len;
+  LM_TRY(read_file(path, &src, &len));
+  lm_chat_template *t = calloc(1, sizeof *t);
+  if (!t) {
+    free(src);
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory (chat template)");
+  }
+  lm_status s = compile(src, len, path, &t->main);
+  free(src);
+  if (s != LM_OK) {
+    free(t);
+    return s;
+  }
+  *out = t;
+  return LM_OK;
+}
+
+lm_status lm_chat_template_load_file(const char *path, lm_chat_template **out) {
+  *out = NULL;
+  size_t n = strlen(path);
+  return n > 5 && !strcmp(path + n - 5, ".json") ? from_json_file(path, out)
+                                                 : from_jinja_file(path, out);
+}
+
 lm_status lm_chat_template_load(const char *model_dir, lm_chat_template **out) {
   char path[4096];
   *out = NULL;
   snprintf(path, sizeof path, "%s/chat_template.jinja", model_dir);
-  char *src;
-  size_t len;
-  lm_status s = read_file(path, &src, &len);
-  if (s == LM_OK) {
-    lm_chat_template *t = calloc(1, sizeof *t);
-    if (!t) {
-      free(src);
-      return LM_ERRF(LM_ERR_NOMEM, "out of memory (chat template)");
-    }
-    s = compile(src, len, path, &t->main);
-    free(src);
-    if (s != LM_OK) {
-      free(t);
-      return s;
-    }
-    *out = t;
-    return LM_OK;
-  }
+  lm_status s = from_jinja_file(path, out);
+  if (s == LM_OK) return LM_OK;
   if (s != LM_ERR_NOT_FOUND) return s;
   static const char *const json_files[] = {"chat_template.json", "tokenizer_config.json"};
   for (size_t i = 0; i < 2; i++) {

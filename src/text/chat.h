@@ -26,6 +26,10 @@ typedef struct lm_chat_template lm_chat_template;
  * LM_ERR_UNSUPPORTED (a template using a Jinja feature this interpreter lacks). */
 lm_status lm_chat_template_load(const char *model_dir, lm_chat_template **out);
 /* Compiles a template from source text (NUL-terminated). */
+/* One template file: Jinja text, or a JSON file (.json: chat_template.json, tokenizer_config.json)
+ * whose "chat_template" member holds it. LM_ERR_NOT_FOUND when the file (or the member) is absent.
+ */
+lm_status lm_chat_template_load_file(const char *path, lm_chat_template **out);
 lm_status lm_chat_template_from_string(const char *src, lm_chat_template **out);
 /* The built-in ChatML formatter (<|im_start|>role … <|im_end|>, Hermes-style <tool_call> JSON,
  * <think> reasoning), for families that need chat but ship no template. Its output parses with the
