@@ -13,7 +13,9 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
+#include "cli/cli_progress.h"
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
 #include "model/forward.h"
@@ -74,7 +76,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
                     .context = "512"};
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     switch (c) {
     case 'p': o->preset = optarg; break;
     case 'b': o->bits = atoi(optarg); break;
@@ -93,7 +95,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     case 'q': o->kv.mode = optarg; break;
     case 'G': o->kv.group = atoi(optarg); break;
     case 'h': fputs(bench_help, stdout); return 0;
-    default: fputs(bench_help, stderr); return 2;
+    default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
   if (optind < argc) o->model = argv[optind++];
@@ -367,6 +369,7 @@ int lm_cli_bench(int argc, char **argv) {
   }
   fprintf(stderr, "bench: weights prepared for %s in %.1f s\n", be->ops->name, lm_cli_now() - t0);
   char isa[512];
+  fprintf(stderr, "bench: measuring the memory read bandwidth...\n");
   double copy_bw, spread[2], bw = backend_bandwidth(be, &o, &copy_bw, spread, isa, sizeof isa);
   int64_t maxlen = 1;
   for (int64_t i = 0; i < np; i++)
@@ -399,6 +402,10 @@ int lm_cli_bench(int argc, char **argv) {
     printf("read bandwidth: best pass %.1f GB/s, median %.1f, slowest %.1f (spread %.0f%%)\n", bw,
            spread[0], spread[1], 100.0 * (bw - spread[1]) / bw);
   if (!o.json && copy_bw > 0) printf("measured copy bandwidth %.1f GB/s (read + write)\n", copy_bw);
+  fflush(stdout);
+  lm_cli_progress prog;
+  int runs = 0;
+  lm_cli_progress_start(&prog, "bench", (double)(np + nc) * (o.warmup + o.reps), "runs");
   for (int64_t i = 0; i < np; i++) {
     lm_forward *f = NULL;
     if (plist[i] < 1 || lm_forward_create(m, be, plist[i], 1, &f)) {
@@ -414,14 +421,17 @@ int lm_cli_bench(int argc, char **argv) {
         goto done;
       }
       if (r >= o.warmup) v[r - o.warmup] = dt;
+      lm_cli_progress_update(&prog, ++runs);
     }
     lm_forward_free(f);
+    lm_cli_progress_clear(&prog);
     double med = median(v, o.reps);
     if (o.json)
       printf("%s{\"tokens\":%d,\"seconds\":%.6f,\"tok_s\":%.2f}", i ? "," : "", plist[i], med,
              plist[i] / med);
     else
       printf("prefill %6d tokens: %9.2f tok/s (%.3f s)\n", plist[i], plist[i] / med, med);
+    fflush(stdout);
   }
   printf(o.json ? "],\"decode\":[" : "");
   for (int64_t i = 0; i < nc; i++) {
@@ -442,9 +452,11 @@ int lm_cli_bench(int argc, char **argv) {
       if (!bad && r >= o.warmup) v[r - o.warmup] = dt;
       lm_kv_set_free(kv);
       kv = NULL;
+      lm_cli_progress_update(&prog, ++runs);
     }
     lm_forward_free(fp);
     lm_forward_free(fd);
+    lm_cli_progress_clear(&prog);
     if (bad) {
       lm_cli_fail("decode");
       goto done;
@@ -462,7 +474,9 @@ int lm_cli_bench(int argc, char **argv) {
       printf("decode at %6lld context: %8.2f tok/s, %.1f MB/token, %.1f GB/s = %.0f%% of measured "
              "bandwidth\n",
              (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / bw);
+    fflush(stdout);
   }
+  lm_cli_progress_end(&prog);
   printf(o.json ? "]}\n" : "");
   if (!strcmp(be->ops->name, "cpu")) {
     lm_cpu_team_stats ts = lm_cpu_team_stats_of(be);

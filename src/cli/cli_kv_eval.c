@@ -2,6 +2,7 @@
  * a token sequence through plain caches and through each quantized plan, and reports the
  * mean KL(plain ‖ quantized) of the next-token distributions, argmax agreement, and the KV
  * bytes held at the end. A measurement program, not a test. */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
@@ -9,7 +10,9 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
+#include "cli/cli_progress.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
 
@@ -23,15 +26,23 @@ static const char *kv_eval_help =
     "KL(plain || quantized) over positions, argmax agreement and the KV bytes held at the end.\n"
     "  --backend B, --precision f32|fast|bf16 (default f32), --threads N as elsewhere\n";
 
+/* Feeds ids through one cache plan, chunk by chunk so the progress line moves (a fed chunk
+ * leaves the caches exactly as one feed of the whole sequence would). */
 static lm_status run_plan(lm_model *m, lm_backend *be, const lm_kv_options *ko, const int32_t *ids,
-                          int64_t T, int64_t C, float *out, int64_t *bytes) {
+                          int64_t T, int64_t C, float *out, int64_t *bytes, lm_cli_progress *pr) {
   lm_kv_spec specs[m->cfg.n_caches + 1];
   lm_kv_set *kv = NULL;
   lm_forward *f = NULL;
   lm_status s = lm_model_kv_plan(m, ko, specs);
   if (!s) s = lm_kv_set_create(be, specs, m->cfg.n_caches, &kv);
   if (!s) s = lm_forward_create(m, be, C, C, &f);
-  if (!s) s = lm_forward_feed(f, kv, ids, T, C, out);
+  int64_t V = m->cfg.vocab_size;
+  double base = pr->done;
+  for (int64_t i = 0; !s && i < T; i += C) {
+    int64_t n = T - i < C ? T - i : C;
+    s = lm_forward_feed(f, kv, ids + i, n, C, out + i * V);
+    lm_cli_progress_update(pr, base + (double)(i + n));
+  }
   if (!s) *bytes = lm_kv_set_bytes(kv);
   lm_forward_free(f);
   lm_kv_set_free(kv);
@@ -73,7 +84,7 @@ int lm_cli_kv_eval(int argc, char **argv) {
   int group = 64, c;
   lm_cli_backend_opts bo = {0};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     switch (c) {
     case 'i': file = optarg; break;
     case 'c': C = atoll(optarg); break;
@@ -82,12 +93,12 @@ int lm_cli_kv_eval(int argc, char **argv) {
     case 'P': bo.precision = optarg; break;
     case 't': bo.threads = atoi(optarg); break;
     case 'h': return fputs(kv_eval_help, stdout), 0;
-    default: return fputs(kv_eval_help, stderr), 2;
+    default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
   if (optind != argc - 1 || !file || C < 1) return fputs(kv_eval_help, stderr), 2;
   FILE *fi = fopen(file, "rb");
-  if (!fi) return fprintf(stderr, "lumen: cannot open %s\n", file), 1;
+  if (!fi) return fprintf(stderr, "lumen kv-eval: --ids-file %s: %s\n", file, strerror(errno)), 1;
   static char buf[1 << 22];
   size_t n = fread(buf, 1, sizeof buf - 1, fi);
   fclose(fi);
@@ -109,26 +120,35 @@ int lm_cli_kv_eval(int argc, char **argv) {
         *got = m ? malloc((size_t)(T * V) * sizeof(float)) : NULL;
   int rc = 1;
   if (!be || !ref || !got) goto done;
-  if (run_plan(m, be, &(lm_kv_options){.mode = "off"}, ids, T, C, ref, &bytes)) {
+  lm_cli_progress pr;
+  lm_cli_progress_start(&pr, "kv-eval", 4.0 * (double)T, "tok");
+  if (run_plan(m, be, &(lm_kv_options){.mode = "off"}, ids, T, C, ref, &bytes, &pr)) {
     lm_cli_fail("plain caches");
     goto done;
   }
+  lm_cli_progress_clear(&pr);
   printf("%lld tokens, chunk %lld\n%-8s mean KL %-10s argmax %-9s KV bytes held\n%-8s %-18s %-16s "
          "%lld\n",
          (long long)T, (long long)C, "plan", "", "", "off", "0", "all", (long long)bytes);
+  fflush(stdout);
   static const char *modes[] = {"8", "4", "config"};
   for (int i = 0; i < 3; i++) {
-    if (run_plan(m, be, &(lm_kv_options){.mode = modes[i], .group = group}, ids, T, C, got,
-                 &bytes)) {
+    pr.done = (double)(i + 1) * (double)T;
+    if (run_plan(m, be, &(lm_kv_options){.mode = modes[i], .group = group}, ids, T, C, got, &bytes,
+                 &pr)) {
+      lm_cli_progress_clear(&pr);
       if (i < 2) printf("%-8s failed: %s\n", modes[i], lm_errmsg());
       continue;
     }
     double kl;
     int64_t agree;
     compare(ref, got, T, V, &kl, &agree);
+    lm_cli_progress_clear(&pr);
     printf("%-8s %-18.4g %lld/%-13lld %lld\n", modes[i], kl, (long long)agree, (long long)T,
            (long long)bytes);
+    fflush(stdout);
   }
+  lm_cli_progress_end(&pr);
   rc = 0;
 done:
   free(ref);

@@ -1,11 +1,16 @@
 /* cli_quantize.c — `lumen quantize`: bf16 checkpoint → MLX affine-quantized checkpoint. */
+#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
+#include "cli/cli_progress.h"
 #include "model/quantize.h"
 
 static const char *quantize_help =
@@ -15,24 +20,73 @@ static const char *quantize_help =
     "Writes an MLX affine-quantized copy of a checkpoint (mlx-community layout): every matrix and\n"
     "embedding is quantized (router.proj at 8 bits, as the MLX converters do), norms and scalars "
     "are\n"
-    "copied; config.json gets the quantization block; tokenizer and template files are copied.\n"
+    "copied; config.json gets the quantization block; the tokenizer, templates, generation "
+    "config\n"
+    "and kv_config.json are copied. OUT_DIR must not exist or be empty (--force writes into it).\n"
     "\n"
     "  --bits B           default bits: 2, 3, 4, 5, 6 or 8 (default 4)\n"
     "  --group G          group size: 32, 64 or 128 (default 64)\n"
     "  --set P=B[/G]      modules whose path contains P get B bits (and group G); first match "
     "wins\n"
     "  --keep P           modules whose path contains P stay bf16 (written as `false` in the "
-    "map)\n";
+    "map)\n"
+    "  --force            write into a non-empty OUT_DIR (its model.safetensors and config are "
+    "replaced)\n";
+
+static int check_kind(const lm_quantize_opts *o) {
+  if (!lm_quantize_bits_ok(o->bits))
+    return fprintf(stderr, "lumen quantize: --bits %d: supported are 2, 3, 4, 5, 6 and 8\n",
+                   o->bits),
+           2;
+  if (!lm_quantize_group_ok(o->group))
+    return fprintf(stderr, "lumen quantize: --group %d: supported are 32, 64 and 128\n", o->group),
+           2;
+  return 0;
+}
+
+/* 1 when dir holds anything (a missing directory is empty). */
+static int not_empty(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return errno != ENOENT;
+  struct dirent *e;
+  int any = 0;
+  while (!any && (e = readdir(d)))
+    any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  return any;
+}
+
+/* The output must not be the source, and writes into a non-empty directory only with --force:
+ * a mistyped OUT_DIR must not replace someone's checkpoint. */
+static int check_out(const char *src, const char *out, int force) {
+  struct stat a, b;
+  if (!stat(src, &a) && !stat(out, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    return fprintf(stderr, "lumen quantize: OUT_DIR %s is the source directory\n", out), 2;
+  if (!stat(out, &b) && !S_ISDIR(b.st_mode))
+    return fprintf(stderr, "lumen quantize: %s exists and is not a directory\n", out), 2;
+  if (!force && not_empty(out))
+    return fprintf(stderr, "lumen quantize: %s is not empty (give --force to write into it)\n",
+                   out),
+           2;
+  return 0;
+}
+
+static void on_progress(void *ctx, int done, int total) {
+  lm_cli_progress *p = ctx;
+  p->total = total;
+  lm_cli_progress_update(p, done);
+}
 
 int lm_cli_quantize(int argc, char **argv) {
-  static const struct option lo[] = {{"bits", 1, 0, 'b'}, {"group", 1, 0, 'g'}, {"set", 1, 0, 's'},
-                                     {"keep", 1, 0, 'k'}, {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"bits", 1, 0, 'b'}, {"group", 1, 0, 'g'}, {"set", 1, 0, 's'}, {"keep", 1, 0, 'k'},
+      {"help", 0, 0, 'h'}, {"force", 0, 0, 'f'}, {0, 0, 0, 0}};
   lm_quantize_opts o = {.bits = 4, .group = 64};
   lm_quantize_rule rules[64];
   char *owned[64];
-  int n_owned = 0, c, rc = 1;
+  int n_owned = 0, c, rc = 1, force = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     if (c == 'h') return fputs(quantize_help, stdout), 0;
     if ((c == 's' || c == 'k') && o.n_rules == 64)
       return fprintf(stderr, "lumen: too many --set/--keep\n"), 2;
@@ -40,6 +94,7 @@ int lm_cli_quantize(int argc, char **argv) {
     case 'b': o.bits = atoi(optarg); break;
     case 'g': o.group = atoi(optarg); break;
     case 'k': rules[o.n_rules++] = (lm_quantize_rule){.pattern = optarg}; break;
+    case 'f': force = 1; break;
     case 's': {
       char *eq = strchr(optarg, '='), *p = owned[n_owned++] = strdup(optarg);
       if (!eq || !p)
@@ -48,21 +103,31 @@ int lm_cli_quantize(int argc, char **argv) {
       lm_quantize_rule r = {.pattern = p, .bits = atoi(eq + 1)};
       const char *sl = strchr(eq, '/');
       if (sl) r.group = atoi(sl + 1);
-      if (r.bits < 2 || r.bits > 8 || r.bits == 7 ||
-          (sl && r.group != 32 && r.group != 64 && r.group != 128))
-        return fprintf(stderr, "lumen: --set %s: bits 2..8 (not 7), group 32/64/128\n", optarg), 2;
+      if (!lm_quantize_bits_ok(r.bits) || (sl && !lm_quantize_group_ok(r.group)))
+        return fprintf(stderr,
+                       "lumen quantize: --set %s: bits are 2, 3, 4, 5, 6 or 8; groups 32, 64 or "
+                       "128\n",
+                       optarg),
+               2;
       rules[o.n_rules++] = r;
       break;
     }
-    default: return fputs(quantize_help, stderr), 2;
+    default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
   if (optind != argc - 2) return fputs(quantize_help, stderr), 2;
+  if (check_kind(&o) || check_out(argv[optind], argv[optind + 1], force)) return 2;
   o.rules = rules;
   lm_model *m = lm_cli_load_model(argv[optind]);
   if (m) {
     double t0 = lm_cli_now();
-    if (lm_model_quantize(m, argv[optind + 1], &o))
+    lm_cli_progress pr;
+    lm_cli_progress_start(&pr, "quantize", 0, "layers");
+    o.progress = on_progress;
+    o.progress_ctx = &pr;
+    lm_status s = lm_model_quantize(m, argv[optind + 1], &o);
+    lm_cli_progress_clear(&pr);
+    if (s)
       lm_cli_fail("quantize");
     else {
       fprintf(stderr, "quantized %s -> %s (%d-bit, group %d) in %.1f s\n", argv[optind],

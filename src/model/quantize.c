@@ -147,7 +147,7 @@ static lm_status add_matrix(lm_st_writer *wr, q_plan *p, const lm_weight *w, con
 /* A stored vector (norm weight, scale, layer_scalar) is copied byte for byte from the source. */
 static lm_status add_vector(lm_st_writer *wr, const lm_model *m, const lm_weight *w) {
   const lm_st_tensor *t = lm_st_find(m->st, w->name);
-  if (!t) return LM_ERRF(LM_ERR_NOT_FOUND, "quantize: source tensor %s not found", w->name);
+  if (!t) return LM_ERRF(LM_ERR_NOT_FOUND, "source tensor %s not found", w->name);
   char name[320];
   snprintf(name, sizeof name, MLX_PREFIX "%s", w->name + strlen(m->prefix));
   return lm_st_writer_add(wr, name, t->dtype, t->ndim, t->shape, t->data);
@@ -230,13 +230,16 @@ static lm_status write_config(const lm_model *m, const char *out_dir, const lm_q
   return s;
 }
 
+int lm_quantize_bits_ok(int bits) { return bits >= 2 && bits <= 8 && bits != 7; }
+int lm_quantize_group_ok(int group) { return group == 32 || group == 64 || group == 128; }
+
 lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_quantize_opts *o) {
-  if (!m->st) return LM_ERRF(LM_ERR_INVALID, "quantize: the source must be a checkpoint on disk");
-  if (m->quant.present)
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "quantize: %s is already quantized", m->dir);
-  if (o->bits < 2 || o->bits > 8 || o->bits == 7 ||
-      (o->group != 32 && o->group != 64 && o->group != 128))
-    return LM_ERRF(LM_ERR_INVALID, "quantize: bits must be 2..8 (not 7) and group 32, 64 or 128");
+  if (!m->st) return LM_ERRF(LM_ERR_INVALID, "the source must be a checkpoint on disk");
+  if (m->quant.present) return LM_ERRF(LM_ERR_UNSUPPORTED, "%s is already quantized", m->dir);
+  if (!lm_quantize_bits_ok(o->bits))
+    return LM_ERRF(LM_ERR_INVALID, "%d bits: supported are 2, 3, 4, 5, 6 and 8", o->bits);
+  if (!lm_quantize_group_ok(o->group))
+    return LM_ERRF(LM_ERR_INVALID, "group %d: supported are 32, 64 and 128", o->group);
   if (mkdir(out_dir, 0755) && errno != EEXIST)
     return LM_ERRF(LM_ERR_IO, "%s: cannot create", out_dir);
   lm_st_writer *wr = NULL;
@@ -248,14 +251,22 @@ lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_qua
     s = add_matrix(wr, &p, &m->ple_model_proj, "per_layer_model_projection", o);
   if (!s && m->ple_norm.data) s = add_vector(wr, m, &m->ple_norm);
   if (!s) s = add_vector(wr, m, &m->final_norm);
-  for (int l = 0; !s && l < m->cfg.n_layers; l++)
+  for (int l = 0; !s && l < m->cfg.n_layers; l++) {
     s = add_layer(wr, &p, m, l, o);
+    if (o->progress) o->progress(o->progress_ctx, l + 1, m->cfg.n_layers + 1);
+  }
   char path[4096];
   snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
   if (!s) s = lm_st_writer_write(wr, path);
+  if (!s && o->progress) o->progress(o->progress_ctx, m->cfg.n_layers + 1, m->cfg.n_layers + 1);
   if (!s) s = write_config(m, out_dir, o, p.overrides);
-  static const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                                "chat_template.jinja", "special_tokens_map.json"};
+  /* everything but the weights and config.json that describes the checkpoint: the tokenizer, the
+   * templates, the generation defaults, the KV-cache plan (--kv-quant config) */
+  static const char *extra[] = {"tokenizer.json",         "tokenizer_config.json",
+                                "generation_config.json", "chat_template.jinja",
+                                "chat_template.json",     "special_tokens_map.json",
+                                "kv_config.json",         "tokenizer.model",
+                                "processor_config.json",  "preprocessor_config.json"};
   for (size_t i = 0; !s && i < sizeof extra / sizeof *extra; i++)
     s = copy_file(m->dir, out_dir, extra[i]);
   lm_st_writer_free(wr);

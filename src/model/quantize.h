@@ -17,7 +17,14 @@ typedef struct lm_quantize_opts {
   int bits, group;               /* defaults: 4, 64 */
   const lm_quantize_rule *rules; /* first match wins */
   int n_rules;
+  /* called after each layer and after the file is written: done of total steps (may be NULL) */
+  void (*progress)(void *ctx, int done, int total);
+  void *progress_ctx;
 } lm_quantize_opts;
+
+/* The MLX affine kinds lumen writes: 2, 3, 4, 5, 6 or 8 bits; groups of 32, 64 or 128. */
+int lm_quantize_bits_ok(int bits);
+int lm_quantize_group_ok(int group);
 
 /* Writes out_dir (created if needed): model.safetensors, config.json, and copies of the
  * tokenizer / generation / chat-template files of the source. */
