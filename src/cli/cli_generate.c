@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "lumen.h"
 
@@ -62,18 +63,22 @@ int lm_cli_generate(int argc, char **argv) {
   lm_cli_backend_opts bo = {0};
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "hn:", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hn:", lo, NULL)) != -1) {
     switch (c) {
     case 'i': ids_s = optarg; break;
-    case 'n': n = atoll(optarg); break;
+    case 'n':
+      if (lm_cli_attached_word(argc, argv, optarg)) return 2;
+      n = atoll(optarg);
+      break;
     case 'b': bo.backend = optarg; break;
     case 'P': bo.precision = optarg; break;
     case 't': bo.threads = atoi(optarg); break;
     case 'h': fputs(generate_help, stdout); return 0;
-    default: fputs(generate_help, stderr); return 2;
+    default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
-  if (optind != argc - 1 || !ids_s || n < 1) return fputs(generate_help, stderr), 2;
+  if (n < 1) return fprintf(stderr, "lumen generate: -n must be at least 1\n"), 2;
+  if (optind != argc - 1 || !ids_s) return fputs(generate_help, stderr), 2;
   int32_t *ids;
   int64_t T;
   if (lm_cli_parse_ids(ids_s, &ids, &T)) return 1;

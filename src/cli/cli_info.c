@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "kv/kv.h"
 #include "model/forward.h"
@@ -224,7 +225,7 @@ int lm_cli_info(int argc, char **argv) {
   const char *mode = "off";
   lm_cli_backend_opts bo = {0};
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     if (c == 'j')
       json = 1;
     else if (c == 'q')
@@ -242,7 +243,7 @@ int lm_cli_info(int argc, char **argv) {
     else if (c == 'h')
       return fputs(info_help, stdout), 0;
     else
-      return fputs(info_help, stderr), 2;
+      return lm_cli_flag_error(c, argc, argv, lo);
   }
   if (optind != argc - 1 || ctx < 1 || chunk < 1) return fputs(info_help, stderr), 2;
   lm_model *m = lm_cli_load_model(argv[optind]);

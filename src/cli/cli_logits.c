@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
@@ -52,7 +53,7 @@ static int parse(int argc, char **argv, logits_opts *o) {
   o->prefill = o->chunk = -1;
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     switch (c) {
     case 'i': o->ids = optarg; break;
     case 'p': o->prefill = atoll(optarg); break;
@@ -66,7 +67,7 @@ static int parse(int argc, char **argv, logits_opts *o) {
     case 'K': o->kv.config_path = optarg; break;
     case 'S': o->kv.quant_start = atoll(optarg); break;
     case 'h': fputs(logits_help, stdout); return 0;
-    default: fputs(logits_help, stderr); return 2;
+    default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
   if (optind != argc - 1 || !o->ids) {

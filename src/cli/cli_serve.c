@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
 #include "io/file_util.h"
@@ -33,11 +34,12 @@ static const char *const usage =
     "the KV budget is refused with 400 (type memory_admission), a full queue with 429.\n"
     "\n"
     "Server:\n"
-    "  --model DIR              checkpoint directory (or the first positional argument)\n"
+    "  --model DIR              checkpoint directory (or the first positional argument; alias -m)\n"
     "  --host H                 address to listen on (127.0.0.1)\n"
     "  --port P                 port (8080; 0 = any free port, printed at startup)\n"
-    "  --parallel N             sequences decoded together in one batch (4)\n"
-    "  --ctx N                  context limit per sequence (the model's max_position_embeddings)\n"
+    "  --parallel N             sequences decoded together in one batch (4; alias -np)\n"
+    "  --ctx N                  context limit per sequence (the model's max_position_embeddings;\n"
+    "                           alias -c, --ctx-size)\n"
     "  --chunk N                prompt tokens per step, interleaved with decoding (512; alias "
     "--prefill-step-size)\n"
     "  --memory-budget GB       memory for weights + workspace + KV caches (75% of RAM)\n"
@@ -50,7 +52,9 @@ static const char *const usage =
     "endpoint but /health\n"
     "                           (visible in ps: prefer --api-key-file FILE, its first line, or\n"
     "                           the LUMEN_API_KEY environment variable)\n"
-    "  --model-id NAME          the id /v1/models reports (the directory name)\n"
+    "  --model-id NAME          the id /v1/models reports (the directory name; alias --alias,\n"
+    "                           --served-model-name)\n"
+    "  --chat-template FILE     use this Jinja template (or a .json file's \"chat_template\")\n"
     "  --max-connections N      simultaneous HTTP connections (256); when full, the oldest one\n"
     "                           still sending its request is dropped for a newcomer; a request\n"
     "                           must arrive within 10 s of connecting (or of the last answer)\n"
@@ -92,13 +96,14 @@ enum {
   O_TOKENIZER,
   O_BITS,
   O_WSEED,
-  O_KEYFILE
+  O_KEYFILE,
+  O_TEMPLATE
 };
 
 typedef struct serve_opts {
   lm_server_opts so;
   lm_cli_sampling samp;
-  const char *model, *preset, *tokenizer;
+  const char *model, *preset, *tokenizer, *chat_template;
   const char *key_file;
   char *key; /* read from key_file or LUMEN_API_KEY (owned) */
   int bits;
@@ -162,6 +167,7 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case O_PREC: o->so.precision = arg; return 0;
   case O_PRESET: o->preset = arg; return 0;
   case O_TOKENIZER: o->tokenizer = arg; return 0;
+  case O_TEMPLATE: o->chat_template = arg; return 0;
   }
   if (c == lm_cli_sampling_opt("stop")) {
     fprintf(stderr,
@@ -200,22 +206,31 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
                           {"tokenizer", 1, 0, O_TOKENIZER},
                           {"bits", 1, 0, O_BITS},
                           {"weight-seed", 1, 0, O_WSEED},
+                          {"chat-template", 1, 0, O_TEMPLATE},
                           {"verbose", 0, 0, 'v'},
                           {"help", 0, 0, 'h'}};
-  int n = 30;
+  int n = 31;
   if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
   *done = 0;
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, "hvn:", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hvn:", lo, NULL)) != -1) {
     if (c == 'h') {
       fputs(usage, stdout);
       lm_cli_sampling_help(stdout);
       *done = 1;
       return 0;
     }
+    if (c == '?' || c == ':') {
+      *done = 1;
+      return lm_cli_flag_error(c, argc, argv, lo);
+    }
+    if (c == 'n' && lm_cli_attached_word(argc, argv, optarg)) {
+      *done = 1;
+      return 2;
+    }
     if (c == 'n') c = lm_cli_sampling_opt("max-tokens");
-    if (c == '?' || handle(o, c, optarg)) {
+    if (handle(o, c, optarg)) {
       fprintf(stderr, "usage: lumen serve [--model] MODEL_DIR [options] (see --help)\n");
       *done = 1;
       return 2;
@@ -284,6 +299,11 @@ static lm_checkpoint *load(serve_opts *o) {
   lm_checkpoint *ck = NULL;
   if (!o->preset) {
     if (lm_checkpoint_open(o->model, &ck)) lm_cli_fail(NULL);
+    if (ck && o->chat_template && lm_checkpoint_set_chat_template(ck, o->chat_template)) {
+      lm_cli_fail("--chat-template");
+      lm_checkpoint_free(ck);
+      ck = NULL;
+    }
     return ck;
   }
   fprintf(stderr, "lumen serve: building a synthetic model of %s (%d-bit weights)...\n", o->preset,
@@ -308,6 +328,7 @@ static int serve(serve_opts *o, const sigset_t *set) {
   lm_server *s = NULL;
   int rc = 1;
   if (!ck || defaults(o, ck, &samp)) goto done;
+
   o->so.model_dir = dir;
   o->so.sampling = &samp;
   if (o->preset && !o->so.model_id) o->so.model_id = "synthetic";

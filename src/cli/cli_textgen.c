@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "cli/cli_args.h"
 #include "text/utf8.h"
 
 /* ---- flags ----------------------------------------------------------------------------------- */
@@ -32,7 +33,8 @@ enum {
   OPT_KV_CONFIG,
   OPT_KV_START,
   OPT_SAVE_STATE,
-  OPT_LOAD_STATE
+  OPT_LOAD_STATE,
+  OPT_TEMPLATE
 };
 
 void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o) {
@@ -47,6 +49,8 @@ void lm_cli_textgen_help(FILE *f) {
   fputs(
       "  --raw                    plain completion: no chat template, the prompt gets the BOS\n"
       "  --system TEXT            system prompt (chat format)\n"
+      "  --chat-template FILE     use this Jinja template (or a .json file's \"chat_template\")\n"
+      "                           instead of the checkpoint's\n"
       "  --think / --no-think     set the template's enable_thinking (default: the template's)\n"
       "  --raw-output             print the decoded text as is, control tokens included, unparsed\n"
       "  --chunk N                prefill tokens per forward step (512)\n"
@@ -98,6 +102,7 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   case OPT_KV_START: o->kv_quant_start = atoll(arg); return 0;
   case OPT_SAVE_STATE: o->save_state = arg; return 0;
   case OPT_LOAD_STATE: o->load_state = arg; return 0;
+  case OPT_TEMPLATE: o->chat_template = arg; return 0;
   case 'v': o->verbose = 1; return 0;
   case 'n':
     return lm_cli_sampling_handle(&o->samp, lm_cli_sampling_opt("max-tokens"), arg) == 1 ? 0 : 2;
@@ -127,19 +132,28 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
                           {"kv-config", 1, 0, OPT_KV_CONFIG},
                           {"kv-quant-start", 1, 0, OPT_KV_START},
                           {"save-state", 1, 0, OPT_SAVE_STATE},
-                          {"load-state", 1, 0, OPT_LOAD_STATE}};
-  lm_cli_sampling_options(lo, 18, 48);
+                          {"load-state", 1, 0, OPT_LOAD_STATE},
+                          {"chat-template", 1, 0, OPT_TEMPLATE}};
+  lm_cli_sampling_options(lo, 19, 48);
   int c;
   *done = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "hvn:", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hvn:", lo, NULL)) != -1) {
     if (c == 'h') {
       fputs(help, stdout);
       lm_cli_textgen_help(stdout);
       *done = 1;
       return 0;
     }
-    if (c == '?' || handle_opt(o, c, optarg)) {
+    if (c == '?' || c == ':') {
+      *done = 1;
+      return lm_cli_flag_error(c, argc, argv, lo);
+    }
+    if (c == 'n' && lm_cli_attached_word(argc, argv, optarg)) {
+      *done = 1;
+      return 2;
+    }
+    if (handle_opt(o, c, optarg)) {
       fprintf(stderr, "%.*s (see --help)\n", (int)strcspn(help, "\n"), help);
       *done = 1;
       return 2;
@@ -192,12 +206,17 @@ static int open_text(lm_cli_textgen *t, const char *dir) {
   }
   t->templ = t->ci.has_chat_template && !o->raw;
   t->parse = t->templ && !o->raw_output;
-  if (!t->ci.has_chat_template && !o->raw && o->verbose)
-    fprintf(stderr, "lumen: %s has no chat template: raw completion\n", dir);
+  if (!t->ci.has_chat_template && !o->raw)
+    fprintf(stderr,
+            "lumen: note: %s has no chat template, so the prompt is completed as plain text "
+            "(--chat-template FILE gives one; --raw silences this note)\n",
+            dir);
   if (o->think >= 0 && !(t->kwargs = strdup(o->think ? "{\"enable_thinking\":true}"
                                                      : "{\"enable_thinking\":false}")))
     return lm_cli_fail("out of memory");
-  if (lm_cli_sampling_apply(&o->samp, t->ci.defaults, &t->sampling)) return lm_cli_fail(NULL);
+  if (lm_cli_sampling_apply(&o->samp, t->ci.defaults, &t->sampling) ||
+      lm_sampling_validate(&t->sampling))
+    return lm_cli_fail("sampling");
   t->max_tokens = o->samp.max_tokens > 0 ? o->samp.max_tokens : t->ci.default_max_tokens;
   if (o->verbose)
     fprintf(stderr,
@@ -214,6 +233,8 @@ int lm_cli_textgen_open(lm_cli_textgen *t, const char *dir, const lm_cli_textgen
   t->sigfd = -1;
   lm_sampling_init(&t->sampling);
   if (lm_checkpoint_open(dir, &t->ck)) return lm_cli_fail(NULL);
+  if (o->chat_template && lm_checkpoint_set_chat_template(t->ck, o->chat_template))
+    return lm_cli_fail("--chat-template");
   lm_checkpoint_describe(t->ck, &t->ci);
   if (open_text(t, dir)) return 1;
   t->sigfd = open_sigfd();
@@ -321,6 +342,15 @@ static void print_stats(const lm_cli_textgen *t, const lm_event *done) {
   fputc('\n', stderr);
 }
 
+/* Says so when a response ended because the context is full, not at a stop or at -n. */
+static void context_note(const lm_cli_textgen *t, const lm_event *done) {
+  lm_engine_info ei;
+  lm_engine_describe(t->e, &ei);
+  if (done->finish != LM_FIN_LENGTH || t->n_ctx + 1 < ei.context) return;
+  fprintf(stderr, "lumen: the context is full (%lld tokens)%s\n", (long long)ei.context,
+          t->ci.max_positions > ei.context ? "; --ctx N gives a longer one" : "");
+}
+
 /* The request of one response over ids (the whole context). */
 static lm_status submit(lm_cli_textgen *t, const int32_t *ids, int64_t n, lm_request **r) {
   lm_request_options ro;
@@ -406,6 +436,7 @@ int lm_cli_textgen_respond(lm_cli_textgen *t, const int32_t *ids, size_t n, int 
   }
   fflush(stdout);
   print_stats(t, &done);
+  context_note(t, &done);
   return 0;
 }
 

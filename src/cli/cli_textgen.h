@@ -25,6 +25,7 @@ typedef struct lm_cli_textgen_opts {
   int kv_group;                        /* --kv-group */
   int64_t kv_quant_start;              /* --kv-quant-start */
   const char *save_state, *load_state; /* --save-state, --load-state */
+  const char *chat_template;           /* --chat-template FILE: instead of the checkpoint's */
   int verbose;
 } lm_cli_textgen_opts;
 

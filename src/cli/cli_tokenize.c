@@ -49,7 +49,8 @@ static double now_s(void) {
 }
 
 static int fail(const char *verb, lm_status s) {
-  fprintf(stderr, "lumen %s: %s (%s)\n", verb, lm_errmsg(), lm_status_name(s));
+  (void)s;
+  fprintf(stderr, "lumen %s: %s\n", verb, lm_errmsg());
   return 1;
 }
 
@@ -169,7 +170,8 @@ static int parse_tokenize_args(int argc, char **argv, tok_opts *o) {
     else if (argv[i][0] != '-' && !o->path)
       o->path = argv[i];
     else {
-      fprintf(stderr, "lumen tokenize: unexpected argument '%s'\n%s", argv[i], tokenize_help);
+      fprintf(stderr, "lumen tokenize: %s '%s' (see `lumen tokenize --help`)\n",
+              argv[i][0] == '-' ? "unknown flag" : "unexpected argument", argv[i]);
       return 2;
     }
   }
@@ -367,7 +369,8 @@ static int parse_detokenize_args(int argc, char **argv, detok_opts *o) {
     else if (argv[i][0] != '-' && !o->path)
       o->path = argv[i];
     else {
-      fprintf(stderr, "lumen detokenize: unexpected argument '%s'\n%s", argv[i], detokenize_help);
+      fprintf(stderr, "lumen detokenize: %s '%s' (see `lumen detokenize --help`)\n",
+              argv[i][0] == '-' ? "unknown flag" : "unexpected argument", argv[i]);
       return 2;
     }
   }

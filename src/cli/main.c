@@ -1,8 +1,10 @@
 /* main.c — the `lumen` command: dispatches to one verb per file (cli_<verb>.c). */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 
 static const lm_cli_verb lm_verbs[] = {
 #define LM_VERB(name, fn, help) {name, fn, help},
@@ -30,8 +32,15 @@ int main(int argc, char **argv) {
     printf("lumen %s\n", LUMEN_VERSION);
     return 0;
   }
-  for (size_t i = 0; i < sizeof lm_verbs / sizeof lm_verbs[0]; i++)
-    if (!strcmp(argv[1], lm_verbs[i].name)) return lm_verbs[i].fn(argc - 1, argv + 1);
+  opterr = 0; /* the verbs name a bad flag themselves (lm_cli_flag_error) */
+  for (size_t i = 0; i < sizeof lm_verbs / sizeof lm_verbs[0]; i++) {
+    if (strcmp(argv[1], lm_verbs[i].name)) continue;
+    lm_cli_args a;
+    if (lm_cli_args_normalize(argc - 1, argv + 1, &a)) return 2;
+    int rc = lm_verbs[i].fn(a.argc, a.argv);
+    lm_cli_args_free(&a);
+    return rc;
+  }
   fprintf(stderr, "lumen: unknown command '%s' (see `lumen --help`)\n", argv[1]);
   return 2;
 }
