@@ -14,7 +14,7 @@ typedef enum alias_kind {
 } alias_kind;
 
 typedef struct alias {
-  const char *flag;  /* as typed, before any "=value" */
+  const char *flag; /* as typed, before any "=value" */
   alias_kind kind;
   const char *to;    /* A_RENAME: lumen's flag; A_HINT: the hint */
   const char *verbs; /* " run chat " style list where it applies; NULL: every verb */
@@ -22,7 +22,8 @@ typedef struct alias {
 } alias;
 
 #define TEXT " run chat serve "
-#define MODEL_VERBS " run chat serve info logits generate kv-eval quantize bench tokenize detokenize "
+#define MODEL_VERBS                                                                                \
+  " run chat serve info logits generate kv-eval quantize bench tokenize detokenize "
 #define GPU_HINT "lumen runs the whole model on the chosen backend (--backend cuda or cpu)"
 
 static const alias aliases[] = {
@@ -134,8 +135,10 @@ static int apply(builder *b, const alias *a, const char *verb, int argc, char **
   switch (a->kind) {
   case A_DROP: break;
   case A_MODEL:
-    if (!strcmp(verb, "serve")) b->argv[b->argc++] = join(b, "--model", value);
-    else b->model = value;
+    if (!strcmp(verb, "serve"))
+      b->argv[b->argc++] = join(b, "--model", value);
+    else
+      b->model = value;
     break;
   case A_PROMPT: b->prompt = value; break;
   default:
@@ -182,8 +185,11 @@ int lm_cli_args_normalize(int argc, char **argv, lm_cli_args *out) {
     if (apply(&b, a, verb, argc, argv, &i, eq)) goto fail;
   }
   /* the model first (getopt keeps the order of the arguments), the prompt last */
-  if (b.model) b.argv[model_at] = (char *)b.model;
-  else memmove(b.argv + model_at, b.argv + model_at + 1, (size_t)(--b.argc - model_at) * sizeof *b.argv);
+  if (b.model)
+    b.argv[model_at] = (char *)b.model;
+  else
+    memmove(b.argv + model_at, b.argv + model_at + 1,
+            (size_t)(--b.argc - model_at) * sizeof *b.argv);
   if (b.prompt) {
     if (!rest) b.argv[b.argc++] = "--";
     b.argv[b.argc++] = (char *)b.prompt;
@@ -241,8 +247,7 @@ int lm_cli_flag_error(int c, int argc, char **argv, const struct option *lo) {
   const char *verb = argv[0];
   /* getopt has stepped past the flag it could not use, except inside a cluster like -xv */
   const char *t = optind > 1 && optind <= argc ? argv[optind - 1] : "?";
-  if (c == '?' && optopt && !(t[0] == '-' && t[1] != '-' && strchr(t + 1, optopt)) &&
-      optind < argc)
+  if (c == '?' && optopt && !(t[0] == '-' && t[1] != '-' && strchr(t + 1, optopt)) && optind < argc)
     t = argv[optind];
   if (c == ':') {
     fprintf(stderr, "lumen %s: flag '%.*s' needs a value (see `lumen %s --help`)\n", verb,

@@ -36,9 +36,12 @@ static void amount(char *s, size_t cap, double n, const char *unit) {
 }
 
 static void duration(char *s, size_t cap, double sec) {
-  if (sec < 60) snprintf(s, cap, "%.0f s", sec);
-  else if (sec < 3600) snprintf(s, cap, "%d min %02d s", (int)sec / 60, (int)sec % 60);
-  else snprintf(s, cap, "%d h %02d min", (int)sec / 3600, (int)sec % 3600 / 60);
+  if (sec < 60)
+    snprintf(s, cap, "%.0f s", sec);
+  else if (sec < 3600)
+    snprintf(s, cap, "%d min %02d s", (int)sec / 60, (int)sec % 60);
+  else
+    snprintf(s, cap, "%d h %02d min", (int)sec / 3600, (int)sec % 3600 / 60);
 }
 
 static void print_line(lm_cli_progress *p, double now, int final) {

@@ -1,6 +1,7 @@
 /* cli_progress.h — progress of long commands on stderr (never stdout, which carries results).
- * Silent for the first second (LUMEN_PROGRESS_AFTER seconds), so quick runs print nothing; then one line redrawn in place on a
- * terminal, or a line every few seconds when stderr is a file or a pipe (CI logs). */
+ * Silent for the first second (LUMEN_PROGRESS_AFTER seconds), so quick runs print nothing; then one
+ * line redrawn in place on a terminal, or a line every few seconds when stderr is a file or a pipe
+ * (CI logs). */
 #ifndef LM_CLI_PROGRESS_H
 #define LM_CLI_PROGRESS_H
 
