@@ -53,7 +53,8 @@ extern "C" {
 #define LUMEN_VERSION_NUMBER 2000 /* major*1000000 + minor*1000 + patch */
 #define LUMEN_API_VERSION                                                                          \
   3 /* 1: status codes only; 2: checkpoints, engines, requests;                                    \
-      3: lm_checkpoint_set_chat_template */
+      3: lm_checkpoint_set_chat_template,                                                          \
+                              lm_engine_options.on_load */
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
@@ -222,6 +223,10 @@ typedef struct lm_engine_options {
   int kv_group;            /* group of "4"/"8" (0: 64) */
   const char *kv_config;   /* "config": this kv_config.json (NULL: the checkpoint's) */
   int64_t kv_quant_start;  /* quantized caches stay plain until they hold this many tokens */
+  /* Called on the creating thread as the weights are copied to a device backend (the CPU reads
+   * them in place and never calls it): bytes done of total. NULL: no calls. */
+  void (*on_load)(void *ctx, int64_t done, int64_t total);
+  void *on_load_ctx;
 } lm_engine_options;
 
 /* Defaults as documented above. */

@@ -89,3 +89,9 @@ void lm_cli_progress_clear(lm_cli_progress *p) {
   fflush(stderr);
   p->shown = 0;
 }
+
+void lm_cli_progress_cb(void *ctx, int64_t done, int64_t total) {
+  lm_cli_progress *p = ctx;
+  p->total = (double)total;
+  lm_cli_progress_update(p, (double)done);
+}

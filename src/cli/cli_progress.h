@@ -5,6 +5,8 @@
 #ifndef LM_CLI_PROGRESS_H
 #define LM_CLI_PROGRESS_H
 
+#include <stdint.h>
+
 typedef struct lm_cli_progress {
   const char *label; /* "kv-eval", "quantize" */
   const char *unit;  /* "tok", "layers"; "B" prints sizes (MB, GB) */
@@ -21,6 +23,8 @@ void lm_cli_progress_update(lm_cli_progress *p, double done);
 /* Clears a line drawn on a terminal, before the command prints a result (it is redrawn at the
  * next update). */
 void lm_cli_progress_clear(lm_cli_progress *p);
+/* A callback of the (ctx, done, total) shape (lm_engine_options.on_load): ctx is the progress. */
+void lm_cli_progress_cb(void *ctx, int64_t done, int64_t total);
 /* Ends the line (with the total time) when anything was shown. */
 void lm_cli_progress_end(lm_cli_progress *p);
 

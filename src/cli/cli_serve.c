@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "cli/cli.h"
 #include "cli/cli_args.h"
+#include "cli/cli_progress.h"
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
 #include "io/file_util.h"
@@ -332,7 +333,13 @@ static int serve(serve_opts *o, const sigset_t *set) {
   o->so.model_dir = dir;
   o->so.sampling = &samp;
   if (o->preset && !o->so.model_id) o->so.model_id = "synthetic";
-  if (lm_server_create(ck, &o->so, &s) || lm_server_start(s)) {
+  lm_cli_progress pr;
+  lm_cli_progress_start(&pr, "loading the weights", 0, "B");
+  o->so.on_load = lm_cli_progress_cb;
+  o->so.on_load_ctx = &pr;
+  lm_status cs = lm_server_create(ck, &o->so, &s);
+  lm_cli_progress_end(&pr);
+  if (cs || lm_server_start(s)) {
     lm_cli_fail("serve");
     goto done;
   }

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "cli/cli_args.h"
+#include "cli/cli_progress.h"
 #include "text/utf8.h"
 
 /* ---- flags ----------------------------------------------------------------------------------- */
@@ -194,8 +195,13 @@ static int make_engine(lm_cli_textgen *t) {
   eo.kv_group = o->kv_group;
   eo.kv_config = o->kv_config;
   eo.kv_quant_start = o->kv_quant_start;
-  if (lm_engine_create(t->ck, &eo, &t->e)) return lm_cli_fail(NULL);
-  return 0;
+  lm_cli_progress pr;
+  lm_cli_progress_start(&pr, "loading the weights", 0, "B");
+  eo.on_load = lm_cli_progress_cb;
+  eo.on_load_ctx = &pr;
+  lm_status s = lm_engine_create(t->ck, &eo, &t->e);
+  lm_cli_progress_end(&pr);
+  return s ? lm_cli_fail(NULL) : 0;
 }
 
 static int open_text(lm_cli_textgen *t, const char *dir) {

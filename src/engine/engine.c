@@ -202,7 +202,9 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
   int64_t budget = 0;
   lm_status s = own_strings(e);
   if (!s) s = make_backend(e);
-  if (!s) s = lm_err_prefix(lm_model_prepare(ck->m, e->be), "preparing the weights");
+  if (!s)
+    s = lm_err_prefix(lm_model_prepare_progress(ck->m, e->be, o->on_load, o->on_load_ctx),
+                      "preparing the weights");
   if (!s) s = size_context(e);
   if (!s) s = plan_caches(e);
   if (!s) s = size_budget(e, &budget);

@@ -38,14 +38,31 @@ struct lm_forward {
   int *has_sharers; /* [n_caches] */
 };
 
+typedef struct prep {
+  lm_backend *be;
+  void (*on_load)(void *ctx, int64_t done, int64_t total);
+  void *ctx;
+  int64_t done, total;
+} prep;
+
 static lm_status prepare_one(lm_weight *w, void *arg) {
-  lm_backend *be = arg;
-  return be->ops->prepare_weight(be, w);
+  prep *p = arg;
+  LM_TRY(p->be->ops->prepare_weight(p->be, w));
+  p->done += lm_weight_bytes(w);
+  if (p->on_load) p->on_load(p->ctx, p->done < p->total ? p->done : p->total, p->total);
+  return LM_OK;
+}
+
+lm_status lm_model_prepare_progress(lm_model *m, lm_backend *be,
+                                    void (*on_load)(void *ctx, int64_t done, int64_t total),
+                                    void *ctx) {
+  if (!be->ops->prepare_weight) return LM_OK; /* the backend reads weights in place */
+  prep p = {.be = be, .on_load = on_load, .ctx = ctx, .total = m->weight_bytes};
+  return lm_model_foreach_weight(m, prepare_one, &p);
 }
 
 lm_status lm_model_prepare(lm_model *m, lm_backend *be) {
-  if (!be->ops->prepare_weight) return LM_OK; /* the backend reads weights in place */
-  return lm_model_foreach_weight(m, prepare_one, be);
+  return lm_model_prepare_progress(m, be, NULL, NULL);
 }
 
 /* ---- workspace ---------------------------------------------------------------------------- */

@@ -12,6 +12,10 @@ typedef struct lm_forward lm_forward;
 /* Makes the model's weights usable by `be` (uploads/repacks through prepare_weight, once).
  * A model is bound to one device backend at a time (lm_weight.backend holds one handle). */
 lm_status lm_model_prepare(lm_model *m, lm_backend *be);
+/* The same, calling on_load(ctx, bytes done, total) after each weight (may be NULL). */
+lm_status lm_model_prepare_progress(lm_model *m, lm_backend *be,
+                                    void (*on_load)(void *ctx, int64_t done, int64_t total),
+                                    void *ctx);
 
 lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens,
                             int64_t max_logits, lm_forward **out);

@@ -52,6 +52,8 @@ static lm_status make_engine(lm_server *s) {
   eo.kv_quant = o->kv_quant;
   eo.kv_group = o->kv_group;
   eo.kv_config = o->kv_config;
+  eo.on_load = o->on_load;
+  eo.on_load_ctx = o->on_load_ctx;
   LM_TRY(lm_engine_create(s->ck, &eo, &s->e));
   lm_engine_describe(s->e, &s->ei);
   return LM_OK;

@@ -42,6 +42,8 @@ typedef struct lm_server_opts {
   int threads;                 /* CPU threads (0: all) */
   int max_connections;         /* 0: 256 */
   int log_requests;            /* one line per request on stderr */
+  void (*on_load)(void *ctx, int64_t done, int64_t total); /* lm_engine_options.on_load */
+  void *on_load_ctx;
 } lm_server_opts;
 
 void lm_server_opts_init(lm_server_opts *o);
