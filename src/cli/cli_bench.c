@@ -363,7 +363,7 @@ int lm_cli_bench(int argc, char **argv) {
           lm_cli_now() - t0, (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9);
   if (!(be = lm_cli_backend(&o.be, LM_PRECISION_FAST))) goto done;
   t0 = lm_cli_now();
-  if (lm_model_prepare(m, be)) { /* device backends upload the weights once */
+  if (lm_cli_prepare(m, be)) { /* device backends upload the weights once */
     lm_cli_fail("preparing the weights");
     goto done;
   }

@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "cli/cli_progress.h"
+#include "model/forward.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -107,4 +109,12 @@ lm_model *lm_cli_load_model(const char *dir) {
     return NULL;
   }
   return m;
+}
+
+lm_status lm_cli_prepare(lm_model *m, lm_backend *be) {
+  lm_cli_progress pr;
+  lm_cli_progress_start(&pr, "loading the weights", 0, "B");
+  lm_status s = lm_model_prepare_progress(m, be, lm_cli_progress_cb, &pr);
+  lm_cli_progress_end(&pr);
+  return s;
 }

@@ -25,6 +25,9 @@ lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_pr
 /* Loads a model, printing the error on failure. */
 lm_model *lm_cli_load_model(const char *dir);
 
+/* lm_model_prepare with a progress line while a device backend takes the weights. */
+lm_status lm_cli_prepare(lm_model *m, lm_backend *be);
+
 /* Prints "lumen: <message>" for the current thread's error and returns 1. */
 int lm_cli_fail(const char *what);
 

@@ -74,7 +74,7 @@ static int backend_memory(lm_model *m, const lm_kv_spec *specs, const lm_cli_bac
   lm_forward *f = NULL;
   lm_kv_set *kv = NULL;
   int32_t id = 0;
-  lm_status s = lm_model_prepare(m, be);
+  lm_status s = lm_cli_prepare(m, be);
   if (!s) s = lm_forward_create(m, be, chunk, 1, &f);
   if (!s) s = lm_kv_set_create(be, specs, m->cfg.n_caches, &kv);
   if (!s) s = lm_kv_set_reserve(kv, ctx);

@@ -110,7 +110,7 @@ int lm_cli_kv_eval(int argc, char **argv) {
   if (lm_cli_parse_ids(buf, &ids, &T)) return 1;
   lm_model *m = lm_cli_load_model(argv[optind]);
   lm_backend *be = m ? lm_cli_backend(&bo, LM_PRECISION_F32) : NULL;
-  if (be && lm_model_prepare(m, be)) { /* device backends upload the weights once */
+  if (be && lm_cli_prepare(m, be)) { /* device backends upload the weights once */
     lm_cli_fail("prepare");
     lm_backend_destroy(be);
     be = NULL;

@@ -144,7 +144,7 @@ int lm_cli_logits(int argc, char **argv) {
   if (lm_cli_parse_ids(o.ids, &ids, &T)) return 1;
   lm_model *m = lm_cli_load_model(o.model);
   lm_backend *be = m ? lm_cli_backend(&o.be, LM_PRECISION_F32) : NULL;
-  if (be && lm_model_prepare(m, be)) { /* device backends upload the weights once */
+  if (be && lm_cli_prepare(m, be)) { /* device backends upload the weights once */
     lm_cli_fail("preparing the weights");
     lm_backend_destroy(be);
     be = NULL;
