@@ -359,6 +359,9 @@ static struct MHD_Response *make_response(conn_state *cs, lm_srv_reply *rp) {
     }
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+  } else if (rp->static_body) { /* MHD sends it in place: no copy per request */
+    r = MHD_create_response_from_buffer(rp->len, (void *)rp->static_body, MHD_RESPMEM_PERSISTENT);
+    if (!r) return NULL;
   } else {
     r = MHD_create_response_from_buffer(rp->len, rp->body, MHD_RESPMEM_MUST_FREE);
     if (!r) return NULL;
@@ -367,6 +370,8 @@ static struct MHD_Response *make_response(conn_state *cs, lm_srv_reply *rp) {
   MHD_add_response_header(r, "Content-Type", rp->ctype ? rp->ctype : "application/json");
   if (rp->allow) MHD_add_response_header(r, "Allow", rp->allow);
   if (rp->auth_challenge) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+  for (const lm_srv_header *h = rp->headers; h && h->name; h++)
+    MHD_add_response_header(r, h->name, h->value);
   return r;
 }
 

@@ -1,6 +1,7 @@
 /* srv_route.h — what the HTTP layer hands a route (method, path, body, a way to notice the
- * client left) and what the route answers (a full body, or an SSE stream), plus the route table:
- * authentication, 404 for unknown paths, 405 for known paths with the wrong method. */
+ * client left) and what the route answers (a full body, or an SSE stream, with any extra
+ * headers), plus the route table: authentication, 404 for unknown paths, 405 for known paths
+ * with the wrong method. */
 #ifndef LM_SERVER_SRV_ROUTE_H
 #define LM_SERVER_SRV_ROUTE_H
 
@@ -33,16 +34,23 @@ typedef struct lm_srv_later {
   void (*drop)(void *obj);
 } lm_srv_later;
 
+/* An extra response header (static strings). */
+typedef struct lm_srv_header {
+  const char *name, *value;
+} lm_srv_header;
+
 typedef struct lm_srv_reply {
   int status;
   const char *ctype; /* static string */
   char *body;        /* owned (NULL with a stream, or when the client left) */
   size_t len;
-  lm_srv_stream *stream; /* owned: an SSE body */
-  const char *allow;     /* 405: the Allow header */
-  int auth_challenge;    /* 401: add WWW-Authenticate */
-  int dropped;           /* the client left: send nothing */
-  lm_srv_later *later;   /* owned: the answer comes when the generation ends */
+  const void *static_body;      /* instead of body: len bytes that live as long as the program */
+  const lm_srv_header *headers; /* static, ended by {NULL, NULL}: sent besides the usual ones */
+  lm_srv_stream *stream;        /* owned: an SSE body */
+  const char *allow;            /* 405: the Allow header */
+  int auth_challenge;           /* 401: add WWW-Authenticate */
+  int dropped;                  /* the client left: send nothing */
+  lm_srv_later *later;          /* owned: the answer comes when the generation ends */
 } lm_srv_reply;
 
 /* Dispatches one request. Never fails: every problem becomes an error reply. */
