@@ -22,7 +22,11 @@ static const char *const usage =
     "benchmarks)\n"
     "\n"
     "Serves MODEL_DIR over HTTP, OpenAI- and Anthropic-compatible (point any OpenAI client at\n"
-    "http://HOST:PORT/v1):\n"
+    "http://HOST:PORT/v1), with a chat page for browsers at http://HOST:PORT/ (e.g.\n"
+    "http://127.0.0.1:8080/):\n"
+    "  GET  /                      the chat page: streaming, reasoning, tool calls, settings;\n"
+    "                              conversations kept in the browser; loads nothing from "
+    "elsewhere\n"
     "  POST /v1/chat/completions   chat (streamed with \"stream\": true), tools, reasoning, "
     "logprobs\n"
     "  POST /v1/completions        raw prompt, no chat template\n"
@@ -51,6 +55,7 @@ static const char *const usage =
     "  --max-body BYTES         request body limit (8388608)\n"
     "  --api-key KEY            require 'Authorization: Bearer KEY' (or x-api-key) on every "
     "endpoint but /health\n"
+    "                           and the chat page (which holds no data and asks for the key)\n"
     "                           (visible in ps: prefer --api-key-file FILE, its first line, or\n"
     "                           the LUMEN_API_KEY environment variable)\n"
     "  --model-id NAME          the id /v1/models reports (the directory name; alias --alias,\n"
@@ -60,6 +65,7 @@ static const char *const usage =
     "                           still sending its request is dropped for a newcomer; a request\n"
     "                           must arrive within 10 s of connecting (or of the last answer)\n"
     "  --log-requests           one line per request on stderr (alias -v)\n"
+    "  --no-webui               no chat page: GET / answers 404 (the API is unchanged)\n"
     "  --kv-quant MODE          KV cache precision: off (default), 4, 8 or config "
     "(kv_config.json)\n"
     "  --kv-group G             group size of --kv-quant 4/8 (64); --kv-config FILE for --kv-quant "
@@ -98,7 +104,8 @@ enum {
   O_BITS,
   O_WSEED,
   O_KEYFILE,
-  O_TEMPLATE
+  O_TEMPLATE,
+  O_NOWEB
 };
 
 typedef struct serve_opts {
@@ -162,6 +169,7 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case O_ID: o->so.model_id = arg; return 0;
   case 'v':
   case O_LOG: o->so.log_requests = 1; return 0;
+  case O_NOWEB: o->so.no_webui = 1; return 0;
   case O_KVQ: o->so.kv_quant = arg; return 0;
   case O_KVC: o->so.kv_config = arg; return 0;
   case O_BACKEND: o->so.backend = arg; return 0;
@@ -208,9 +216,10 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
                           {"bits", 1, 0, O_BITS},
                           {"weight-seed", 1, 0, O_WSEED},
                           {"chat-template", 1, 0, O_TEMPLATE},
+                          {"no-webui", 0, 0, O_NOWEB},
                           {"verbose", 0, 0, 'v'},
                           {"help", 0, 0, 'h'}};
-  int n = 31;
+  int n = 32;
   if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
   *done = 0;
   optind = 1;
@@ -345,8 +354,10 @@ static int serve(serve_opts *o, const sigset_t *set) {
   }
   char desc[2048];
   lm_server_describe(s, desc, sizeof desc);
-  printf("lumen serve: %s\nlumen serve: listening on http://%s:%d/v1\n", desc,
-         o->so.host ? o->so.host : "127.0.0.1", lm_server_port(s));
+  const char *host = o->so.host ? o->so.host : "127.0.0.1";
+  printf("lumen serve: %s\nlumen serve: listening on http://%s:%d/v1\n", desc, host,
+         lm_server_port(s));
+  if (!o->so.no_webui) printf("lumen serve: chat page at http://%s:%d/\n", host, lm_server_port(s));
   fflush(stdout);
   wait_signal(set);
   rc = 0;

@@ -1,10 +1,11 @@
 /* server.h — lumen's OpenAI-compatible HTTP server (`lumen serve`).
  *
  * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages (Anthropic), GET
- * /v1/models, GET /health, GET /stats, GET /metrics. HTTP on libmicrohttpd (a pool of epoll
- * threads; a generation parks its connection instead of holding a thread), JSON on jansson. The
- * server is a client of the public API (lumen.h): it maps the protocols onto requests of one
- * engine, whose scheduler runs every sequence in one continuously re-formed batch.
+ * /v1/models, GET /health, GET /stats, GET /metrics, and the chat page at GET / (srv_web.c). HTTP
+ * on libmicrohttpd (a pool of epoll threads; a generation parks its connection instead of holding a
+ * thread), JSON on jansson. The server is a client of the public API (lumen.h): it maps the
+ * protocols onto requests of one engine, whose scheduler runs every sequence in one continuously
+ * re-formed batch.
  *
  * Lifetime: create (puts the checkpoint on its backend as an engine: the cache plan, the KV budget,
  * the scheduler thread), start (binds and serves), free (stops: open requests end as cancelled).
@@ -28,10 +29,11 @@ typedef struct lm_server_opts {
   int64_t kv_budget_bytes; /* > 0: the KV budget itself, overriding memory_budget_gb */
   int queue_size;          /* waiting requests beyond which 429 (0: 64) */
   int prompt_cache;        /* finished sequences kept for prefix reuse (-1: off, 0: = parallel) */
-  const char *api_key;     /* bearer token required on every endpoint but /health (NULL: none) */
-  int64_t max_body;        /* request body cap in bytes (0: 8 MiB) */
-  double timeout_s;        /* per-request deadline (0: 600 s; < 0: none) */
-  int64_t max_tokens;      /* default max_tokens (0: 512) */
+  const char
+      *api_key;     /* bearer token required on every endpoint but /health and GET / (NULL: none) */
+  int64_t max_body; /* request body cap in bytes (0: 8 MiB) */
+  double timeout_s; /* per-request deadline (0: 600 s; < 0: none) */
+  int64_t max_tokens;          /* default max_tokens (0: 512) */
   const lm_sampling *sampling; /* default sampling (NULL: generation_config.json's) */
   int has_seed;                /* sampling->seed applies to requests without a seed */
   const char *kv_quant;        /* --kv-quant plan: NULL/"off", "4", "8", "config" */
@@ -44,6 +46,7 @@ typedef struct lm_server_opts {
   int log_requests;            /* one line per request on stderr */
   void (*on_load)(void *ctx, int64_t done, int64_t total); /* lm_engine_options.on_load */
   void *on_load_ctx;
+  int no_webui; /* GET / answers 404 instead of the chat page */
 } lm_server_opts;
 
 void lm_server_opts_init(lm_server_opts *o);

@@ -16,6 +16,7 @@ typedef enum lm_srv_ep {
   LM_SRV_EP_HEALTH,
   LM_SRV_EP_STATS,
   LM_SRV_EP_METRICS,
+  LM_SRV_EP_WEB, /* the chat page: / and /index.html */
   LM_SRV_EP_OTHER,
   LM_SRV_EP_N
 } lm_srv_ep;

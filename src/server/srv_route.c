@@ -1,5 +1,6 @@
-/* srv_route.c — the route table (srv_route.h): authentication, body parsing, dispatch, the
- * small endpoints (/health, /stats, /metrics) and the reply helpers. */
+/* srv_route.c — the route table (srv_route.h): authentication (every route but /health and the
+ * chat page), body parsing, dispatch, the small endpoints (/health, /stats, /metrics) and the
+ * reply helpers. */
 #include "server/srv_route.h"
 
 #include <stdlib.h>
@@ -74,6 +75,11 @@ static int authorized(const lm_srv_http_req *rq) {
 
 typedef enum body_kind { NO_BODY = 0, JSON_BODY } body_kind;
 
+enum {
+  OPEN = 1,  /* served without the API key: holds no data (the chat page) */
+  WEBUI = 2, /* not there with --no-webui (404 like any unknown path) */
+};
+
 typedef struct route {
   const char *method, *path;
   int prefix; /* path is a prefix (e.g. /v1/models/<id>) */
@@ -81,6 +87,7 @@ typedef struct route {
   int anthropic; /* error shape */
   void (*get)(const lm_srv_http_req *rq, lm_srv_reply *rp);
   void (*post)(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+  unsigned flags; /* OPEN, WEBUI */
 } route;
 
 static void health(const lm_srv_http_req *rq, lm_srv_reply *rp) {
@@ -100,14 +107,16 @@ static void metrics(const lm_srv_http_req *rq, lm_srv_reply *rp) {
 }
 
 static const route routes[] = {
-    {"POST", "/v1/chat/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_chat},
-    {"POST", "/v1/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_completions},
-    {"POST", "/v1/messages", 0, JSON_BODY, 1, NULL, lm_srv_anthropic_messages},
-    {"GET", "/v1/models", 0, NO_BODY, 0, lm_srv_openai_models, NULL},
-    {"GET", "/v1/models/", 1, NO_BODY, 0, lm_srv_openai_models, NULL},
-    {"GET", "/health", 0, NO_BODY, 0, health, NULL},
-    {"GET", "/stats", 0, NO_BODY, 0, stats, NULL},
-    {"GET", "/metrics", 0, NO_BODY, 0, metrics, NULL},
+    {"POST", "/v1/chat/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_chat, 0},
+    {"POST", "/v1/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_completions, 0},
+    {"POST", "/v1/messages", 0, JSON_BODY, 1, NULL, lm_srv_anthropic_messages, 0},
+    {"GET", "/v1/models", 0, NO_BODY, 0, lm_srv_openai_models, NULL, 0},
+    {"GET", "/v1/models/", 1, NO_BODY, 0, lm_srv_openai_models, NULL, 0},
+    {"GET", "/health", 0, NO_BODY, 0, health, NULL, 0},
+    {"GET", "/stats", 0, NO_BODY, 0, stats, NULL, 0},
+    {"GET", "/metrics", 0, NO_BODY, 0, metrics, NULL, 0},
+    {"GET", "/", 0, NO_BODY, 0, lm_srv_web, NULL, OPEN | WEBUI},
+    {"GET", "/index.html", 0, NO_BODY, 0, lm_srv_web, NULL, OPEN | WEBUI},
 };
 enum { N_ROUTES = sizeof routes / sizeof *routes };
 
@@ -123,6 +132,7 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
   int path_known = 0;
   for (int i = 0; i < N_ROUTES && !hit; i++) {
     if (!path_matches(&routes[i], rq->path)) continue;
+    if ((routes[i].flags & WEBUI) && rq->srv->o.no_webui) continue;
     path_known = 1;
     int head = !strcmp(rq->method, "HEAD") && !strcmp(routes[i].method, "GET");
     if (!strcmp(rq->method, routes[i].method) || head)
@@ -131,7 +141,7 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
       rp->allow = routes[i].method;
   }
   int anthropic = !strncmp(rq->path, "/v1/messages", 12);
-  if (!authorized(rq)) {
+  if (!(hit && (hit->flags & OPEN)) && !authorized(rq)) {
     lm_srv_err_set(&e, 401, "authentication_error", "invalid_api_key", NULL,
                    "invalid or missing API key");
     lm_srv_reply_error(rp, &e, anthropic);

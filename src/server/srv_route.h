@@ -68,6 +68,8 @@ void lm_srv_openai_chat(const lm_srv_http_req *rq, const json_t *body, lm_srv_re
 void lm_srv_openai_completions(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
 void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp);
 void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+/* GET / and /index.html: the chat page (srv_web.c). */
+void lm_srv_web(const lm_srv_http_req *rq, lm_srv_reply *rp);
 /* GET /stats (srv_stats.c). */
 json_t *lm_srv_stats_json(lm_server *s);
 

@@ -8,6 +8,7 @@
  *   - Anthropic Messages plain, streamed (the event grammar) and with tool_use / tool_result;
  *   - every error: malformed JSON, wrong types, unknown roles, empty messages, invalid UTF-8, a
  * body over the cap, max_tokens <= 0, context and memory admission, 404, 405, 401 (API key);
+ *   - the chat page at / (its headers; open with an API key; 404 with no_webui);
  *   - concurrency (8 clients in one batch), a client that disconnects (its sequence is cancelled
  * and its memory given back), a full queue (429) and a request deadline (504). Greedy outputs are
  * the model's known continuations (models/lumen-tiny-kjv/samples.txt). */
@@ -138,6 +139,20 @@ static void t_endpoints(void **state) {
   assert_non_null(strstr(r.body, "# TYPE lumen_requests_total counter"));
   assert_non_null(strstr(r.body, "lumen_requests_total{endpoint=\"/health\",status=\"2xx\"}"));
   assert_non_null(strcasestr(r.head, "content-type: text/plain"));
+  http_resp_free(&r);
+  /* the chat page, with the headers that confine it */
+  assert_int_equal(http_get(S.port, "/", &r), 0);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strcasestr(r.head, "content-type: text/html; charset=utf-8"));
+  assert_non_null(strcasestr(r.head, "content-security-policy: default-src 'none'; script-src "
+                                     "'sha256-"));
+  assert_non_null(strcasestr(r.head, "x-content-type-options: nosniff"));
+  assert_null(strstr(r.head, "unsafe-inline"));
+  assert_int_equal(strncmp(r.body, "<!doctype html>", 15), 0);
+  assert_non_null(strstr(r.body, "/v1/chat/completions"));
+  http_resp_free(&r);
+  assert_int_equal(http_get(S.port, "/index.html", &r), 0);
+  assert_int_equal(r.status, 200);
   http_resp_free(&r);
 }
 
@@ -554,7 +569,8 @@ static const err_case err_cases[] = {
     {"GET", "/v1/chat/completions", NULL, 405, "invalid_request_error", "method_not_allowed", NULL},
     {"DELETE", "/v1/models", NULL, 405, "invalid_request_error", "method_not_allowed", NULL},
     {"GET", "/v1/engines", NULL, 404, "invalid_request_error", "unknown_url", NULL},
-    {"POST", "/", "{}", 404, "invalid_request_error", "unknown_url", NULL},
+    {"POST", "/nope", "{}", 404, "invalid_request_error", "unknown_url", NULL},
+    {"POST", "/", "{}", 405, "invalid_request_error", "method_not_allowed", NULL}, /* the page */
 };
 
 static void check_error_shape(const char *body, const err_case *c) {
@@ -649,6 +665,22 @@ static void t_api_key(void **state) {
   http_resp_free(&r);
   assert_int_equal(http_do(k.port, "GET", "/stats", NULL, NULL, 0, &r), 0);
   assert_int_equal(r.status, 401);
+  http_resp_free(&r);
+  /* the chat page holds no data: open, while the API it calls is not */
+  assert_int_equal(http_do(k.port, "GET", "/", NULL, NULL, 0, &r), 0);
+  assert_int_equal(r.status, 200);
+  http_resp_free(&r);
+  assert_int_equal(http_do(k.port, "POST", "/", NULL, "{}", 2, &r), 0);
+  assert_int_equal(r.status, 401);
+  http_resp_free(&r);
+  test_server_stop(&k);
+  /* --no-webui: GET / is an unknown path */
+  lm_server_opts_init(&o);
+  o.no_webui = 1;
+  assert_int_equal(test_server_start(&k, &o), 0);
+  assert_int_equal(http_do(k.port, "GET", "/", NULL, NULL, 0, &r), 0);
+  assert_int_equal(r.status, 404);
+  check_error_shape(r.body, &(err_case){.type = "invalid_request_error", .code = "unknown_url"});
   http_resp_free(&r);
   test_server_stop(&k);
 }
