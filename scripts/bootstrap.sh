@@ -14,6 +14,7 @@ PKGS=(
   libutf8proc-dev       # NFC normalization
   libopenblas-openmp-dev # fp32 GEMM for CPU prefill; shares libgomp's pool with our kernels
   nodejs npm            # test-time tokenizer goldens and the OpenAI client conformance test
+  chromium              # the headless browser that tests the chat page of `lumen serve` (test_web_chat)
 )
 
 missing=()
