@@ -9,6 +9,7 @@ PKGS=(
   clang-format          # `make test` checks the tree against .clang-format
   libjansson-dev        # JSON: configs, safetensors headers, tokenizer.json, HTTP bodies
   libmicrohttpd-dev     # HTTP server
+  libcurl4-openssl-dev  # HTTPS client of `lumen get` (the Hugging Face hub); TLS is not ours to write
   libcmocka-dev         # unit tests
   libpcre2-dev          # regex pre-tokenizers (Llama 3, Qwen 3)
   libutf8proc-dev       # NFC normalization
