@@ -5,10 +5,13 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "cli/cli_progress.h"
+#include "hub/hub_cache.h"
 #include "model/forward.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -102,9 +105,46 @@ lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_pr
   return NULL;
 }
 
-lm_model *lm_cli_load_model(const char *dir) {
+lm_status lm_cli_model_dir(const char *arg, char *dir, size_t n) {
+  LM_TRY(lm_hub_resolve(arg, dir, n));
+  struct stat st;
+  char cfg[4200];
+  if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+    return LM_ERRF(LM_ERR_NOT_FOUND,
+                   "%s is not a directory (a model is a directory with "
+                   "config.json and safetensors, or ORG/REPO from the hub)",
+                   arg);
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+  if (access(cfg, F_OK) && !strcmp(arg, dir))
+    return LM_ERRF(LM_ERR_NOT_FOUND, "%s is not a model directory (no config.json)", arg);
+  if (access(cfg, F_OK))
+    return LM_ERRF(LM_ERR_NOT_FOUND, "%s is not a model (its snapshot %s has no config.json)", arg,
+                   dir);
+  return LM_OK;
+}
+
+lm_status lm_cli_checkpoint_open(const char *arg, lm_checkpoint **out) {
+  char dir[4096];
+  *out = NULL;
+  LM_TRY(lm_cli_model_dir(arg, dir, sizeof dir));
+  return lm_checkpoint_open(dir, out);
+}
+
+lm_status lm_cli_model_path(const char *arg, char *path, size_t n) {
+  if (access(arg, F_OK) && lm_hub_looks_like_ref(arg)) return lm_hub_resolve(arg, path, n);
+  if (strlen(arg) >= n) return LM_ERRF(LM_ERR_INVALID, "%.200s...: path too long", arg);
+  memcpy(path, arg, strlen(arg) + 1);
+  return LM_OK;
+}
+
+const char *lm_cli_model_id(const char *arg) {
+  return arg && access(arg, F_OK) && lm_hub_looks_like_ref(arg) ? arg : NULL;
+}
+
+lm_model *lm_cli_load_model(const char *arg) {
   lm_model *m = NULL;
-  if (lm_model_load(dir, &m)) {
+  char dir[4096];
+  if (lm_cli_model_dir(arg, dir, sizeof dir) || lm_model_load(dir, &m)) {
     lm_cli_fail(NULL);
     return NULL;
   }

@@ -22,8 +22,21 @@ typedef struct lm_cli_backend_opts {
  * default_prec is the verb's default precision. */
 lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_prec);
 
-/* Loads a model, printing the error on failure. */
-lm_model *lm_cli_load_model(const char *dir);
+/* A MODEL argument — a model directory, or ORG/REPO[@REV] from the Hugging Face cache (where
+ * `lumen get` puts it) — as a directory in dir. LM_ERR_NOT_FOUND with a message that says which:
+ * no such directory, a directory without config.json, or not in the cache and how to get it. */
+lm_status lm_cli_model_dir(const char *arg, char *dir, size_t n);
+/* lm_checkpoint_open of a MODEL argument (lm_cli_model_dir first); the error is not printed. */
+lm_status lm_cli_checkpoint_open(const char *arg, lm_checkpoint **out);
+/* A path argument that may also be a model: ORG/REPO[@REV], when no such path exists, becomes
+ * its cached snapshot; any other argument is copied as it is. */
+lm_status lm_cli_model_path(const char *arg, char *path, size_t n);
+/* The name a served model goes by: arg when it names a cached ORG/REPO[@REV], else NULL (the
+ * directory's own name, a commit hash for a snapshot, would say nothing). */
+const char *lm_cli_model_id(const char *arg);
+
+/* Loads a model from a MODEL argument, printing the error on failure. */
+lm_model *lm_cli_load_model(const char *arg);
 
 /* lm_model_prepare with a progress line while a device backend takes the weights. */
 lm_status lm_cli_prepare(lm_model *m, lm_backend *be);

@@ -93,7 +93,7 @@ int lm_cli_generate(int argc, char **argv) {
   eo.kv_budget = -1;
   eo.prefix_cache = 0;
   int rc = 1;
-  if (lm_checkpoint_open(argv[optind], &ck) || lm_engine_create(ck, &eo, &e))
+  if (lm_cli_checkpoint_open(argv[optind], &ck) || lm_engine_create(ck, &eo, &e))
     lm_cli_fail(NULL);
   else
     rc = generate(e, ids, T, n);

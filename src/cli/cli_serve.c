@@ -308,7 +308,7 @@ static int defaults(serve_opts *o, const lm_checkpoint *ck, lm_sampling *out) {
 static lm_checkpoint *load(serve_opts *o) {
   lm_checkpoint *ck = NULL;
   if (!o->preset) {
-    if (lm_checkpoint_open(o->model, &ck)) lm_cli_fail(NULL);
+    if (lm_cli_checkpoint_open(o->model, &ck)) lm_cli_fail(NULL);
     if (ck && o->chat_template && lm_checkpoint_set_chat_template(ck, o->chat_template)) {
       lm_cli_fail("--chat-template");
       lm_checkpoint_free(ck);
@@ -342,6 +342,7 @@ static int serve(serve_opts *o, const sigset_t *set) {
   o->so.model_dir = dir;
   o->so.sampling = &samp;
   if (o->preset && !o->so.model_id) o->so.model_id = "synthetic";
+  if (!o->so.model_id) o->so.model_id = lm_cli_model_id(o->model);
   lm_cli_progress pr;
   lm_cli_progress_start(&pr, "loading the weights", 0, "B");
   o->so.on_load = lm_cli_progress_cb;

@@ -238,7 +238,7 @@ int lm_cli_textgen_open(lm_cli_textgen *t, const char *dir, const lm_cli_textgen
   t->o = o;
   t->sigfd = -1;
   lm_sampling_init(&t->sampling);
-  if (lm_checkpoint_open(dir, &t->ck)) return lm_cli_fail(NULL);
+  if (lm_cli_checkpoint_open(dir, &t->ck)) return lm_cli_fail(NULL);
   if (o->chat_template && lm_checkpoint_set_chat_template(t->ck, o->chat_template))
     return lm_cli_fail("--chat-template");
   lm_checkpoint_describe(t->ck, &t->ci);

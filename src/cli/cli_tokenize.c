@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_common.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
 
@@ -56,7 +57,9 @@ static int fail(const char *verb, lm_status s) {
 
 static int load(const char *verb, const char *path, lm_tokenizer **t, double *secs) {
   double t0 = now_s();
-  lm_status s = lm_tokenizer_load(path, t);
+  char dir[4096];
+  lm_status s = lm_cli_model_path(path, dir, sizeof dir);
+  if (!s) s = lm_tokenizer_load(dir, t);
   *secs = now_s() - t0;
   return s == LM_OK ? 0 : fail(verb, s);
 }
