@@ -4,10 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
+#include "cli/cli_progress.h"
 #include "hub/hub.h"
 
 static const char *get_help =
@@ -23,12 +26,29 @@ static const char *get_help =
     "\n"
     "  --include GLOB     fetch only the files that match (repeatable; '*' also matches '/',\n"
     "                     a pattern ending in '/' means a folder)\n"
-    "  -q, --quiet        no progress and no summary on stderr\n"
+    "  -q, --quiet        nothing on stderr but errors (HF_HUB_DISABLE_PROGRESS_BARS=1: no\n"
+    "                     progress line)\n"
     "  --retries N        attempts after a broken or stalled transfer, each resuming (default 3)\n"
     "\n"
     "environment: HF_ENDPOINT (default https://huggingface.co); HF_TOKEN (else the file\n"
     "$HF_HOME/token) for private and gated repositories; HF_HUB_ETAG_TIMEOUT and\n"
     "HF_HUB_DOWNLOAD_TIMEOUT (seconds, default 10) for servers that stop answering.\n";
+
+static void on_bytes(void *ctx, int64_t done, int64_t total) {
+  lm_cli_progress_cb(ctx, done, total);
+}
+
+/* A line from the download, on a line of its own (the progress line is redrawn after it). */
+static void on_note(void *ctx, const char *line) {
+  lm_cli_progress_clear(ctx);
+  fprintf(stderr, "lumen get: %s\n", line);
+}
+
+/* huggingface_hub's switch for its progress bars silences this one too. */
+static int progress_disabled(void) {
+  const char *v = getenv("HF_HUB_DISABLE_PROGRESS_BARS");
+  return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
+}
 
 int lm_cli_get(int argc, char **argv) {
   static const struct option lo[] = {{"include", 1, 0, 'i'},
@@ -39,14 +59,14 @@ int lm_cli_get(int argc, char **argv) {
   lm_hub_get_opts o = {.retries = 3};
   const char **inc = calloc((size_t)argc + 1, sizeof *inc);
   if (!inc) return lm_cli_fail("out of memory");
-  int c, rc = 2;
+  int c, rc = 2, quiet = 0;
   char *end;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "qh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":qh", lo, NULL)) != -1) {
     if (c == 'i')
       inc[o.n_include++] = optarg;
     else if (c == 'q')
-      o.quiet = 1;
+      quiet = 1;
     else if (c == 'r') {
       long v = strtol(optarg, &end, 10);
       if (!*optarg || *end || v < 0 || v > 100) {
@@ -59,7 +79,7 @@ int lm_cli_get(int argc, char **argv) {
       rc = 0;
       goto out;
     } else {
-      fputs(get_help, stderr);
+      rc = lm_cli_flag_error(c, argc, argv, lo);
       goto out;
     }
   }
@@ -69,8 +89,14 @@ int lm_cli_get(int argc, char **argv) {
   }
   o.name = argv[optind];
   o.include = inc;
+  lm_cli_progress pr;
+  lm_cli_progress_start(&pr, "download", 0, "B");
+  pr.quiet = quiet || progress_disabled();
+  if (!quiet) o.events = (lm_hub_events){on_bytes, on_note, &pr};
   char snap[4096];
-  rc = lm_hub_get(&o, snap, sizeof snap) ? lm_cli_fail(NULL) : 0;
+  lm_status s = lm_hub_get(&o, snap, sizeof snap);
+  lm_cli_progress_end(&pr);
+  rc = s ? lm_cli_fail(NULL) : 0;
   if (!rc) printf("%s\n", snap);
 out:
   free(inc);

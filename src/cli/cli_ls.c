@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "hub/hub.h"
 #include "model/config.h"
@@ -195,13 +196,13 @@ int lm_cli_ls(int argc, char **argv) {
   static const struct option lo[] = {{"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
   int json = 0, c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     if (c == 'j')
       json = 1;
     else if (c == 'h')
       return fputs(ls_help, stdout), 0;
     else
-      return fputs(ls_help, stderr), 2;
+      return lm_cli_flag_error(c, argc, argv, lo);
   }
   if (optind != argc) return fputs(ls_help, stderr), 2;
   lm_hub_cache_list l;

@@ -12,12 +12,20 @@
 #include "hub/hub_cache.h"
 #include "lumen.h"
 
+/* What a download tells its caller as it goes; either callback may be NULL. The module itself
+ * prints nothing. */
+typedef struct lm_hub_events {
+  void (*progress)(void *ctx, int64_t done, int64_t total); /* bytes of this run's transfers */
+  void (*note)(void *ctx, const char *line); /* the summary, a wait for a lock, a retry */
+  void *ctx;
+} lm_hub_events;
+
 typedef struct lm_hub_get_opts {
   const char *name;           /* ORG/REPO[@REV] */
   const char *const *include; /* fnmatch globs; a file is fetched when one matches (all: none) */
   size_t n_include;
-  int quiet;   /* no progress and no summary on stderr */
   int retries; /* further attempts of a broken transfer (resumed) */
+  lm_hub_events events;
 } lm_hub_get_opts;
 
 /* Fetches the files, links the snapshot, then writes refs/REV; snapshot receives its folder. */

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "base/status.h"
 
@@ -109,7 +108,5 @@ lm_status lm_hub_env_load(lm_hub_env *e) {
                      e->token_from);
   e->etag_timeout = seconds("HF_HUB_ETAG_TIMEOUT", 10);
   e->download_timeout = seconds("HF_HUB_DOWNLOAD_TIMEOUT", 10);
-  const char *np = env("HF_HUB_DISABLE_PROGRESS_BARS");
-  e->no_progress = np && (!strcmp(np, "1") || !strcasecmp(np, "true") || !strcasecmp(np, "yes"));
   return LM_OK;
 }

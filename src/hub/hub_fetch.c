@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -23,7 +24,7 @@ typedef struct sink_ctx {
   int started;    /* this transfer has delivered bytes */
   int hashing;    /* lfs: sha follows the file's content */
   lm_sha256 sha;
-  lm_hub_progress *progress;
+  lm_hub_meter *meter;
   const char *path; /* for messages */
 } sink_ctx;
 
@@ -33,7 +34,7 @@ static int restart(sink_ctx *s) {
     LM_ERRF(LM_ERR_IO, "%s: cannot truncate: %s", s->path, strerror(errno));
     return -1;
   }
-  lm_hub_progress_sub(s->progress, s->have);
+  s->meter->total += s->have; /* those bytes come again */
   s->have = 0;
   lm_sha256_init(&s->sha);
   return 0;
@@ -66,7 +67,7 @@ static int on_bytes(void *ctx, const lm_hub_head *h, const void *data, size_t n)
       return -1;
     }
     if (s->hashing) lm_sha256_update(&s->sha, p, (size_t)w);
-    lm_hub_progress_add(s->progress, w);
+    lm_hub_meter_add(s->meter, w);
     s->have += w;
     p += w;
     n -= (size_t)w;
@@ -96,9 +97,8 @@ static lm_status transfer(const lm_hub_fetch_ctx *c, const char *url, sink_ctx *
                            "%s: download interrupted at %lld of %lld bytes; run the command again "
                            "to resume",
                            f->path, (long long)s->have, (long long)s->expect);
-    if (!c->quiet)
-      fprintf(stderr, "\nlumen get: %s: %s; retrying from byte %lld\n", f->path, lm_errmsg(),
-              (long long)s->have);
+    lm_hub_note(c->meter->ev, "%s: %s; retrying from byte %lld", f->path, lm_errmsg(),
+                (long long)s->have);
     sleep((unsigned)(attempt < 4 ? attempt + 1 : 5));
   }
 }
@@ -149,23 +149,26 @@ static lm_status fetch_locked(const lm_hub_fetch_ctx *c, const char *url, lm_hub
                               const char *blob) {
   struct stat st;
   if (stat(blob, &st) == 0) { /* another process finished it while this one waited */
-    lm_hub_progress_add(c->progress, (int64_t)st.st_size - f->had);
+    lm_hub_meter_add(c->meter, (int64_t)st.st_size - f->had);
     return LM_OK;
   }
   char partial[LM_HUB_PATH_MAX];
   LM_TRY(lm_hub_path(partial, sizeof partial, "%s.incomplete", blob));
-  sink_ctx s = {.fd = -1, .expect = f->size, .progress = c->progress, .path = partial};
+  sink_ctx s = {.fd = -1, .expect = f->size, .meter = c->meter, .path = partial};
   lm_status r = open_partial(partial, f, &s);
-  lm_hub_progress_add(c->progress, s.have - f->had); /* the partial file grew or shrank meanwhile */
+  lm_hub_meter_add(c->meter, s.have - f->had); /* another process's partial file, meanwhile */
   long status = 0;
   if (!r) r = transfer(c, url, &s, f, &status);
   if (s.fd >= 0 && close(s.fd) && !r) r = LM_ERRF(LM_ERR_IO, "%s: close failed", partial);
-  if (r) return r;
-  if (status && status != 200 && status != 206 && !(f->size >= 0 && s.have == f->size)) {
+  if (!r && status && status != 200 && status != 206 && !(f->size >= 0 && s.have == f->size)) {
     lm_hub_head h;
     lm_hub_head_reset(&h);
     h.status = status;
-    return lm_hub_http_error(&h, c->http->env, c->id, c->rev, f->path);
+    r = lm_hub_http_error(&h, c->http->env, c->id, c->rev, f->path);
+  }
+  if (r) {
+    if (!s.have) unlink(partial); /* nothing to resume: no empty .incomplete left behind */
+    return r;
   }
   LM_TRY(verify(partial, &s, f));
   if (rename(partial, blob))
@@ -173,16 +176,29 @@ static lm_status fetch_locked(const lm_hub_fetch_ctx *c, const char *url, lm_hub
   return LM_OK;
 }
 
+void lm_hub_meter_add(lm_hub_meter *m, int64_t n) {
+  m->done += n;
+  if (n && m->ev->progress) m->ev->progress(m->ev->ctx, m->done, m->total);
+}
+
+void lm_hub_note(const lm_hub_events *ev, const char *fmt, ...) {
+  if (!ev->note) return;
+  char line[1536];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  ev->note(ev->ctx, line);
+}
+
 lm_status lm_hub_fetch(const lm_hub_fetch_ctx *c, const char *url, lm_hub_file *f) {
   char blob[LM_HUB_PATH_MAX], lock[LM_HUB_PATH_MAX];
   LM_TRY(lm_hub_path(blob, sizeof blob, "%s/%s", c->blobs, f->etag));
   LM_TRY(lm_hub_path(lock, sizeof lock, "%s/%s.lock", c->locks, f->etag));
-  lm_hub_progress_file(c->progress, f->path);
   int fd;
   lm_status s = lm_hub_lock(lock, 0, &fd);
   if (s == LM_ERR_STATE) {
-    if (!c->quiet)
-      fprintf(stderr, "\nlumen get: %s: another download of it is under way; waiting\n", f->path);
+    lm_hub_note(c->meter->ev, "%s: another download of it is under way; waiting", f->path);
     s = lm_hub_lock(lock, 1, &fd);
   }
   if (s) return s;

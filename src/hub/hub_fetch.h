@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "hub/hub_http.h"
-#include "hub/hub_progress.h"
+#include "hub/hub.h"
 #include "lumen.h"
 
 typedef struct lm_hub_file {
@@ -19,14 +19,23 @@ typedef struct lm_hub_file {
   int64_t had;                    /* bytes present when the download started (progress) */
 } lm_hub_file;
 
+/* Bytes moved by this run against the bytes it set out to move, reported as they change. */
+typedef struct lm_hub_meter {
+  int64_t done, total;
+  const lm_hub_events *ev;
+} lm_hub_meter;
+
+void lm_hub_meter_add(lm_hub_meter *m, int64_t n);
+/* A line for the caller (printf-style). */
+void lm_hub_note(const lm_hub_events *ev, const char *fmt, ...) LM_HUB_PRINTF(2, 3);
+
 typedef struct lm_hub_fetch_ctx {
   lm_hub_http *http;
-  lm_hub_progress *progress;
+  lm_hub_meter *meter;
   const char *id, *rev; /* for messages */
   const char *blobs;    /* the repository's blobs/ folder */
   const char *locks;    /* its folder under .locks/ */
   int retries;          /* further attempts after a broken or stalled transfer */
-  int quiet;
 } lm_hub_fetch_ctx;
 
 /* url: the file's resolve URL at the commit. */

@@ -122,37 +122,42 @@ static int64_t file_bytes(const char *path) {
   return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
-/* Bytes each file already has (a complete blob or a partial download), and the total. */
-static void count_bytes(get_ctx *g, int64_t *total, int64_t *had, size_t *cached) {
-  *total = *had = 0;
-  *cached = 0;
+typedef struct tally {
+  int64_t total, cached, partial; /* bytes: all, in complete blobs, in partial downloads */
+  size_t n_cached;
+} tally;
+
+/* What each file already has (a complete blob or a partial download). */
+static tally count_bytes(get_ctx *g) {
+  tally t = {0};
   for (size_t i = 0; i < g->n_files; i++) {
     lm_hub_file *f = &g->files[i];
     char p[LM_HUB_PATH_MAX + 160];
     snprintf(p, sizeof p, "%s/%s", g->blobs, f->etag);
     int64_t b = file_bytes(p);
-    if (b >= 0) (*cached)++;
-    if (b < 0) {
+    if (b >= 0) {
+      t.n_cached++;
+      t.cached += b;
+    } else {
       snprintf(p, sizeof p, "%s/%s.incomplete", g->blobs, f->etag);
       b = file_bytes(p);
+      t.partial += b > 0 ? b : 0;
     }
     f->had = b < 0 ? 0 : b;
-    *total += f->size >= 0 ? f->size : f->had;
-    *had += f->had;
+    t.total += f->size >= 0 ? f->size : f->had;
   }
+  return t;
 }
 
 static lm_status fetch_all(get_ctx *g) {
-  int64_t total, had;
-  size_t cached;
-  count_bytes(g, &total, &had, &cached);
-  if (!g->o->quiet)
-    fprintf(stderr, "lumen get: %s@%s is commit %.12s: %zu files, %.1f MB (%zu already cached)\n",
-            g->ref.id, g->ref.rev, g->rev.sha, g->n_files, (double)total / 1e6, cached);
-  lm_hub_progress p;
-  lm_hub_progress_start(&p, !g->o->quiet && !g->env.no_progress && cached < g->n_files, total, had);
-  lm_hub_fetch_ctx fc = {&g->http, &p,       g->ref.id,     g->ref.rev,
-                         g->blobs, g->locks, g->o->retries, g->o->quiet};
+  tally t = count_bytes(g);
+  char cached[64] = "", partial[64] = "";
+  if (t.n_cached) snprintf(cached, sizeof cached, "; %zu already cached", t.n_cached);
+  if (t.partial) snprintf(partial, sizeof partial, "; resuming after %.1f MB", t.partial / 1e6);
+  lm_hub_note(&g->o->events, "%s@%s is commit %.12s: %zu files, %.1f MB%s%s", g->ref.id, g->ref.rev,
+              g->rev.sha, g->n_files, (double)t.total / 1e6, cached, partial);
+  lm_hub_meter m = {0, t.total - t.cached - t.partial, &g->o->events};
+  lm_hub_fetch_ctx fc = {&g->http, &m, g->ref.id, g->ref.rev, g->blobs, g->locks, g->o->retries};
   lm_status s = LM_OK;
   for (size_t i = 0; i < g->n_files && !s; i++) {
     char url[8192];
@@ -160,7 +165,6 @@ static lm_status fetch_all(get_ctx *g) {
     if (!s) s = lm_hub_fetch(&fc, url, &g->files[i]);
     if (!s) s = lm_hub_link(g->repo, g->rev.sha, g->files[i].path, g->files[i].etag);
   }
-  lm_hub_progress_end(&p);
   return s;
 }
 

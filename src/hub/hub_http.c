@@ -86,26 +86,26 @@ static lm_status perform(lm_hub_http *h, lm_hub_head *head, int *retry) {
   if (curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code)
     head->status = code;
   *retry = head->status >= 500 && head->status <= 599;
-  if (rc == CURLE_OK || rc == CURLE_WRITE_ERROR) return LM_OK; /* a sink's abort: its message */
+  if (rc == CURLE_OK) return LM_OK;
   *retry = retryable(rc);
+  if (rc == CURLE_WRITE_ERROR) return LM_ERR_IO; /* the receiver stopped it and said why */
   return LM_ERRF(LM_ERR_IO, "%s", err[0] ? err : curl_easy_strerror(rc));
 }
 
 typedef struct body_buf {
   char *p;
   size_t n, cap;
-  int too_big;
 } body_buf;
 
 static size_t on_body(char *data, size_t size, size_t n, void *ud) {
   body_buf *b = ud;
   size_t k = size * n;
   if (b->n + k > b->cap) {
-    b->too_big = 1;
+    LM_ERRF(LM_ERR_CORRUPT, "the answer is larger than %zu bytes", b->cap);
     return 0;
   }
   char *np = realloc(b->p, b->n + k + 1);
-  if (!np) return 0;
+  if (!np) return LM_ERRF(LM_ERR_NOMEM, "out of memory"), 0;
   b->p = np;
   memcpy(b->p + b->n, data, k);
   b->n += k;
@@ -115,15 +115,13 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
 
 lm_status lm_hub_http_get_body(lm_hub_http *h, const char *url, size_t cap, char **body, size_t *n,
                                lm_hub_head *head, int *retry) {
-  body_buf b = {NULL, 0, cap, 0};
+  body_buf b = {NULL, 0, cap};
   setup(h, url, head);
   curl_easy_setopt(h->curl, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(h->curl, CURLOPT_MAXREDIRS, 10L);
   curl_easy_setopt(h->curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &b);
   lm_status s = perform(h, head, retry);
-  if (!s && b.too_big)
-    s = LM_ERRF(LM_ERR_CORRUPT, "%s: the answer is larger than %zu bytes", url, cap);
   if (!s && !b.p && !(b.p = calloc(1, 1))) s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
   if (s) {
     free(b.p);

@@ -175,6 +175,17 @@ grep -q "the download is corrupt: its SHA-256 is" "$D/e" || fail "corrupt: $(cat
 [ -z "$(find "$R/blobs" -name "$(sha "$SRC/model.safetensors")*")" ] || fail "the corrupt blob stays"
 [ ! -e "$R/snapshots/$commit/model.safetensors" ] || fail "a link to the corrupt blob"
 
+# ---- a hostile file list: garbage, and a name that would leave the cache ------------------------
+mock --bad-json
+export HF_HOME="$D/hf-hostile"
+if "$LUMEN" get org/tiny >/dev/null 2>"$D/e"; then fail "garbage JSON accepted"; fi
+grep -q "the revision's JSON does not parse" "$D/e" || fail "garbage JSON: $(cat "$D/e")"
+mock --extra-sibling ../../../escaped.json
+if "$LUMEN" get org/tiny >/dev/null 2>"$D/e"; then fail "an escaping file name was accepted"; fi
+grep -q "'../../../escaped.json' is not a safe relative file path" "$D/e" ||
+  fail "escaping name: $(cat "$D/e")"
+[ -z "$(find "$D" -name escaped.json)" ] || fail "a file was written outside the cache"
+
 # ---- a stalled server is given up on; a cut transfer resumes within one run ----------------------
 mock --stall-after 1000000
 export HF_HOME="$D/hf-stall"

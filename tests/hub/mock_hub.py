@@ -17,7 +17,8 @@ caller it will not show a repository), unknown revisions 404 with X-Error-Code.
 Faults for the tests: --token (401 without "Authorization: Bearer TOKEN"), --cut-after N (the
 first CDN GET closes the connection after N bytes), --stall-after N (the first CDN GET stops
 sending after N bytes and holds the connection), --corrupt (LFS content with one byte changed),
---rate BYTES_PER_S (CDN throttle, so two downloads overlap). Each request is logged, one line:
+--rate BYTES_PER_S (CDN throttle, so two downloads overlap), --bad-json (the revision API answers
+garbage), --extra-sibling NAME (the file list names one more file, such as "../../x"). Each request is logged, one line:
 METHOD PATH range=... auth=yes|no.
 """
 import argparse
@@ -132,8 +133,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.error(401, "RepoNotFound", "Repository not found", head)
             if rev not in ("main", repo.commit):
                 return self.error(404, "RevisionNotFound", "Invalid rev id: " + rev, head)
+            extra = [self.st.args.extra_sibling] if self.st.args.extra_sibling else []
             body = json.dumps({"id": repo.id, "sha": repo.commit,
-                               "siblings": [{"rfilename": p} for p in sorted(repo.files)]})
+                               "siblings": [{"rfilename": p} for p in sorted(repo.files) + extra]})
+            if self.st.args.bad_json:
+                body = body[:len(body) // 2]
             return self.send(200, body.encode(), {"Content-Type": "application/json"}, head)
         if len(parts) >= 5 and parts[2] == "resolve":
             rid, rev, fpath = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
@@ -216,6 +220,8 @@ def main():
     ap.add_argument("--stall-after", type=int, default=0)
     ap.add_argument("--corrupt", action="store_true")
     ap.add_argument("--rate", type=float, default=0)
+    ap.add_argument("--bad-json", action="store_true")
+    ap.add_argument("--extra-sibling")
     args = ap.parse_args()
     rid, folder = args.repo.split("=", 1)
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
