@@ -19,7 +19,9 @@ static void usage(FILE *f) {
       LUMEN_VERSION);
   for (size_t i = 0; i < sizeof lm_verbs / sizeof lm_verbs[0]; i++)
     fprintf(f, "  %-14s %s\n", lm_verbs[i].name, lm_verbs[i].help);
-  fprintf(f, "\n`lumen <command> --help` describes each command.\n");
+  fprintf(f,
+          "\nA MODEL_DIR may also be ORG/REPO[@REV], a model `lumen get` put in the Hugging Face "
+          "cache.\n`lumen <command> --help` describes each command.\n");
 }
 
 int main(int argc, char **argv) {

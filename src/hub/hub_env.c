@@ -108,5 +108,8 @@ lm_status lm_hub_env_load(lm_hub_env *e) {
                      e->token_from);
   e->etag_timeout = seconds("HF_HUB_ETAG_TIMEOUT", 10);
   e->download_timeout = seconds("HF_HUB_DOWNLOAD_TIMEOUT", 10);
+  const char *off = env("HF_HUB_OFFLINE");
+  e->offline = off && (!strcmp(off, "1") || !strcmp(off, "ON") || !strcmp(off, "YES") ||
+                       !strcmp(off, "TRUE") || !strcmp(off, "true") || !strcmp(off, "yes"));
   return LM_OK;
 }

@@ -4,7 +4,8 @@
  *   server  HF_ENDPOINT (default https://huggingface.co)
  *   token   HF_TOKEN, else the file HF_TOKEN_PATH, else $HF_HOME/token
  *   limits  HF_HUB_ETAG_TIMEOUT (connect and metadata requests, seconds, default 10),
- *           HF_HUB_DOWNLOAD_TIMEOUT (seconds without a byte before a download gives up, 10) */
+ *           HF_HUB_DOWNLOAD_TIMEOUT (seconds without a byte before a download gives up, 10)
+ *   offline HF_HUB_OFFLINE=1: nothing is downloaded */
 #ifndef LM_HUB_ENV_H
 #define LM_HUB_ENV_H
 
@@ -20,6 +21,7 @@ typedef struct lm_hub_env {
   char token[1024];                      /* "" when none */
   char token_from[LM_HUB_PATH_MAX + 16]; /* "HF_TOKEN" or the token file, for messages */
   long etag_timeout, download_timeout;
+  int offline;
 } lm_hub_env;
 
 /* The cache root alone (resolution needs nothing else). */

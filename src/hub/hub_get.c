@@ -171,6 +171,9 @@ static lm_status fetch_all(get_ctx *g) {
 static lm_status run(get_ctx *g, char *snapshot, size_t n) {
   LM_TRY(lm_hub_ref_parse(g->o->name, &g->ref));
   LM_TRY(lm_hub_env_load(&g->env));
+  if (g->env.offline)
+    return LM_ERRF(LM_ERR_STATE, "HF_HUB_OFFLINE is set: not downloading %s (unset it to fetch)",
+                   g->o->name);
   char folder[LM_HUB_ID_MAX + 16];
   lm_hub_repo_folder(g->ref.id, folder, sizeof folder);
   LM_TRY(lm_hub_path(g->repo, sizeof g->repo, "%s/%s", g->env.cache, folder));
