@@ -53,7 +53,10 @@ fi
 
 # ---- chat -----------------------------------------------------------------------------------------
 mkfifo "$W/chat.in"
-"$LUMEN_BIN" chat "$M" --raw --temp 0 -n 100000 <"$W/chat.in" >"$W/chat.out" 2>"$W/chat.err" &
+# the stop ids are banned so that no answer ends on its own before its Ctrl-C (an answer that had
+# ended would make that Ctrl-C one at the prompt, which leaves)
+"$LUMEN_BIN" chat "$M" --raw --temp 0 -n 100000 --logit-bias 1=-inf --logit-bias 5=-inf \
+  --logit-bias 13=-inf <"$W/chat.in" >"$W/chat.out" 2>"$W/chat.err" &
 PID=$!
 PIDS+=("$PID")
 exec 7>"$W/chat.in"
