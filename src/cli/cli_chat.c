@@ -21,6 +21,7 @@
 
 static const char *chat_help =
     "usage: lumen chat MODEL_DIR [options]\n"
+    "       (MODEL_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Reads turns from stdin (typed or piped), one line each (end a line with \\ to continue it), "
     "and\n"

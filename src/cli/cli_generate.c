@@ -12,6 +12,7 @@
 
 static const char *generate_help =
     "usage: lumen generate MODEL_DIR --ids 2,17,... [-n N] [options]\n"
+    "       (MODEL_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Greedy continuation of the prompt ids: prints the N generated ids as a JSON array and a\n"
     "timing line on stderr. Does not stop at EOS (use `lumen run` for text).\n"

@@ -19,6 +19,7 @@
 static const char *info_help =
     "usage: lumen info MODEL_DIR [--json] [--kv-quant MODE] [--kv-group G] [--backend cpu|cuda "
     "[--ctx N]]\n"
+    "       (MODEL_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Prints the architecture, the per-layer map (type, head dim, KV heads, donor, weight bits,\n"
     "MLP width), parameter count, weight bytes, the cache plan (one cache per donor layer, its\n"

@@ -18,6 +18,7 @@
 
 static const char *kv_eval_help =
     "usage: lumen kv-eval MODEL_DIR --ids-file FILE [--chunk C] [--kv-group G] [options]\n"
+    "       (MODEL_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Feeds the comma-separated ids of FILE (prefill in chunks of C, default 64) with plain caches "
     "and\n"

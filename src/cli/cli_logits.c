@@ -13,6 +13,7 @@
 
 static const char *logits_help =
     "usage: lumen logits MODEL_DIR --ids 2,17,... [options]\n"
+    "       (MODEL_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Feeds the ids teacher-forced and writes the logits of every position as little-endian\n"
     "float32 [T, V]; prints a one-line JSON summary (T, V, timings) on stderr.\n"

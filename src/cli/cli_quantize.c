@@ -16,6 +16,7 @@
 static const char *quantize_help =
     "usage: lumen quantize SRC_DIR OUT_DIR [--bits B] [--group G] [--set PATTERN=BITS[/GROUP]]... "
     "[--keep PATTERN]...\n"
+    "       (SRC_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Writes an MLX affine-quantized copy of a checkpoint (mlx-community layout): every matrix and\n"
     "embedding is quantized (router.proj at 8 bits, as the MLX converters do), norms and scalars "

@@ -10,6 +10,7 @@
 
 static const char *run_help =
     "usage: lumen run MODEL_DIR [PROMPT] [options]\n"
+    "       (MODEL_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Generates a response to PROMPT (read from stdin when it is absent or '-') and streams it to\n"
     "stdout; \"prefill N tok @ X tok/s, decode M tok @ Y tok/s\" goes to stderr (decode speed "

@@ -18,6 +18,7 @@
 
 static const char *const usage =
     "usage: lumen serve [--model] MODEL_DIR [options]\n"
+    "       (MODEL_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "       lumen serve --preset FILE --tokenizer DIR [options]   (synthetic weights, for "
     "benchmarks)\n"
     "\n"
