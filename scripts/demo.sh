@@ -16,3 +16,9 @@ run() {
 run "$MODEL" "Who are you?" --seed 1
 run "$MODEL" "Recite Psalm 23." --seed 3 -n 120
 run "$MODEL" --raw "In the beginning God" --seed 2 -n 90 --temp 0.8 --repeat-penalty 1.15
+cat <<'NEXT'
+
+Next: a chat in the browser (`build/lumen serve models/lumen-tiny-kjv`, then open
+http://127.0.0.1:8080/), or a model from the hub (`build/lumen get google/gemma-4-E2B-it`, then
+`build/lumen run google/gemma-4-E2B-it "Hello"`). The README's "first hour" tells more.
+NEXT
