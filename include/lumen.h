@@ -52,9 +52,10 @@ extern "C" {
 #define LUMEN_VERSION "0.2.0"
 #define LUMEN_VERSION_NUMBER 2000 /* major*1000000 + minor*1000 + patch */
 #define LUMEN_API_VERSION                                                                          \
-  3 /* 1: status codes only; 2: checkpoints, engines, requests;                                    \
+  4 /* 1: status codes only; 2: checkpoints, engines, requests;                                    \
       3: lm_checkpoint_set_chat_template,                                                          \
-                              lm_engine_options.on_load */
+                              lm_engine_options.on_load;                                           \
+      4: lm_request_options.share_prompt */
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
@@ -350,6 +351,11 @@ typedef struct lm_request_options {
                        tool calls), for callers that render the chat template themselves */
   int starts_in_reasoning; /* with parse_output: the prompt ends inside an open reasoning channel */
   double timeout_s;        /* deadline from submit; 0: none */
+  /* With the prefix cache on: once all of the prompt but its last token is prefilled, a copy of
+   * its caches goes into the prefix cache, before the request's first LM_EVENT_TOKEN. Requests
+   * with the same prompt started after that event prefill only the last token: n answers to one
+   * prompt for one prefill. (A copy that does not fit the KV budget is skipped.) */
+  int share_prompt;
 } lm_request_options;
 
 /* No prompt, the checkpoint's sampling defaults are NOT applied (neutral sampling, temperature

@@ -411,6 +411,7 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
   j->top_logprobs = o->logprobs < 0 ? -1 : o->logprobs;
   j->keep_control = r->parser != NULL;
   j->keep_special = o->raw_output;
+  j->share_prompt = o->share_prompt;
   j->t_submit = now_s();
   r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 0;
   j->deadline = r->timeout_s > 0 ? j->t_submit + r->timeout_s : 0;

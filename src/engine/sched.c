@@ -359,6 +359,30 @@ static void pc_put(lm_sched *s, lm_seq *q) {
   pc_sync(s);
 }
 
+static int make_room(lm_sched *s, int64_t need);
+
+/* A copy of a sharing job's caches, which hold all of its prompt but the last token (lm_job's
+ * share_prompt), goes into the prefix cache if memory allows; it is only an optimization, so a
+ * failure is not an error. */
+static void pc_share(lm_sched *s, lm_seq *q) {
+  int64_t n = lm_seq_kv_len(q);
+  if (!make_room(s, lm_kv_set_bytes(q->kv) + n * (int64_t)sizeof(int32_t))) return;
+  if (lm_prompt_cache_insert(s->pc, NULL, q->hist, n, q->kv)) lm_err_clear();
+  pc_sync(s);
+}
+
+/* After a step: the sharing jobs of the batch whose caches now stop one token short of the
+ * prompt's end (build_batch held that token back for the next step). */
+static void share_prompts(lm_sched *s, const lm_batch *b) {
+  if (!s->pc) return;
+  for (int32_t k = 0; k < b->n_seqs; k++) {
+    lm_seq *q = &s->slots[s->b_slot[k]];
+    if (q->job->share_prompt && lm_seq_prefilling(q) && q->job->n_ids > 1 &&
+        lm_seq_kv_len(q) == q->job->n_ids - 1)
+      pc_share(s, q);
+  }
+}
+
 /* ---- slots ----------------------------------------------------------------------------------- */
 
 static void count_end(lm_sched *s, lm_finish_kind k) {
@@ -535,6 +559,8 @@ static void build_batch(lm_sched *s, lm_batch *b) {
     if (pick < 0 || budget <= 0) break;
     lm_seq *q = &s->slots[pick];
     int64_t left = q->n_hist - lm_seq_kv_len(q), n = left < budget ? left : budget;
+    /* a sharing prompt's last token waits for the next step: the caches are copied without it */
+    if (q->job->share_prompt && s->pc && n == left && left > 1) n = left - 1;
     batch_add(s, b, pick, n, n == left);
     budget -= n;
   }
@@ -596,6 +622,7 @@ static void step(lm_sched *s) {
     fail_batch(s, &b, lm_errmsg());
     return;
   }
+  share_prompts(s, &b);
   int32_t ids[b.n_logits ? b.n_logits : 1];
   sample_rows(s, &b, greedy, ids);
   int64_t decode = 0;

@@ -51,6 +51,9 @@ typedef struct lm_job {
   double t_submit;  /* monotonic seconds */
   double deadline;  /* monotonic seconds; 0: none */
   lm_chan *ch;      /* the engine's reference */
+  int share_prompt; /* once ids[0..n_ids-1) are in the caches, a copy of them goes into the prefix
+                       cache (before the job's first token): jobs with the same prompt submitted
+                       after that token prefill only its last token (n choices of one prompt) */
 } lm_job;
 
 /* A new job with neutral sampling and its channel (two references: the job's and *consumer). */

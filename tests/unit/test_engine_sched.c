@@ -3,6 +3,8 @@
  *     decode steps, produce the same greedy tokens (and log-probabilities within 1e-3) as each
  *     sequence alone;
  *   - the prompt cache: a repeated prompt reuses all but its last token and answers the same;
+ *   - a sharing job (share_prompt) puts its prompt in the prefix cache before its first token, so
+ *     jobs with the same prompt submitted then prefill one token each (n answers, one prefill);
  *   - cancellation and timeouts end a sequence at once and give its memory back;
  *   - a full queue refuses, a KV budget that fits one sequence runs two one after the other, and
  *     a request that can never fit is refused by the check;
@@ -192,6 +194,74 @@ static void t_prompt_cache(void **state) {
   assert_int_equal(st.prefix_entries, 1);
   assert_true(st.kv_reserved > 0 &&
               st.kv_reserved == st.prefix_bytes); /* only the cache entry is left */
+  lm_sched_free(s);
+}
+
+static void wait_idle(lm_sched *s);
+
+/* Waits for the first token event of ch (which the result then starts with). */
+static void first_token(lm_chan *ch, result *r) {
+  memset(r, 0, sizeof *r);
+  for (int waited = 0; waited < 600 && !r->n; waited++) {
+    lm_tok_event *ev;
+    size_t n;
+    int done = lm_chan_take(ch, 100, &ev, &n, &r->fin);
+    for (size_t i = 0; i < n; i++) {
+      r->ids[r->n++] = ev[i].id;
+      if (ev[i].len) strncat(r->text, ev[i].text, sizeof r->text - strlen(r->text) - 1);
+    }
+    lm_tok_events_free(ev, n);
+    assert_false(done);
+  }
+  assert_true(r->n > 0);
+}
+
+/* The rest of ch's events after first_token. */
+static void collect_rest(lm_chan *ch, result *r) {
+  result rest;
+  collect(ch, &rest);
+  for (int i = 0; i < rest.n && r->n < 600; i++)
+    r->ids[r->n++] = rest.ids[i];
+  strncat(r->text, rest.text, sizeof r->text - strlen(r->text) - 1);
+  r->fin = rest.fin;
+}
+
+static void t_share_prompt(void **state) {
+  (void)state;
+  lm_sched *s = make(4, 512, 8, 1 << 30, 4);
+  result alone, first, sib[2];
+  collect(submit(s, prompts[2], 12, 0, LM_OK), &alone);
+  lm_sched_free(s);
+  s = make(4, 512, 8, 1 << 30, 4);
+  lm_sched_stats st0, st;
+  lm_sched_stats_get(s, &st0);
+  lm_job *j;
+  lm_chan *ch, *sc[2];
+  assert_int_equal(lm_job_create(&j, &ch), LM_OK);
+  size_t n;
+  assert_int_equal(lm_tokenizer_encode(TOK, prompts[2], strlen(prompts[2]), 1, &j->ids, &n), LM_OK);
+  j->n_ids = (int64_t)n;
+  j->max_tokens = 12;
+  j->sampling.temperature = 0;
+  j->share_prompt = 1;
+  j->t_submit = now_s();
+  assert_int_equal(lm_sched_submit(s, j), LM_OK);
+  first_token(ch, &first);
+  for (int k = 0; k < 2; k++)
+    sc[k] = submit(s, prompts[2], 12, 0, LM_OK);
+  collect_rest(ch, &first);
+  for (int k = 0; k < 2; k++)
+    collect(sc[k], &sib[k]);
+  wait_idle(s);
+  lm_sched_stats_get(s, &st);
+  /* the first prefilled the prompt (in two steps), each sibling only its last token */
+  assert_int_equal(st.prefill_tokens - st0.prefill_tokens, (int64_t)n + 2);
+  assert_string_equal(first.text, alone.text);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(sib[k].fin.cached_tokens, (int64_t)n - 1);
+    assert_string_equal(sib[k].text, alone.text);
+  }
+  assert_int_equal(first.fin.cached_tokens, 0);
   lm_sched_free(s);
 }
 
@@ -389,11 +459,9 @@ static void t_stats_consistent(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_batched_equals_alone),
-      cmocka_unit_test(t_prompt_cache),
-      cmocka_unit_test(t_cancel_and_timeout),
-      cmocka_unit_test(t_queue_and_memory),
-      cmocka_unit_test(t_stops),
+      cmocka_unit_test(t_batched_equals_alone), cmocka_unit_test(t_prompt_cache),
+      cmocka_unit_test(t_share_prompt),         cmocka_unit_test(t_cancel_and_timeout),
+      cmocka_unit_test(t_queue_and_memory),     cmocka_unit_test(t_stops),
       cmocka_unit_test(t_stats_consistent),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
