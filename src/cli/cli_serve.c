@@ -31,10 +31,20 @@ static const char *const usage =
     "  POST /v1/chat/completions   chat (streamed with \"stream\": true), tools, reasoning, "
     "logprobs\n"
     "  POST /v1/completions        raw prompt, no chat template\n"
+    "  POST /v1/responses          OpenAI Responses (input items, function calls, streamed "
+    "events,\n"
+    "                              previous_response_id; GET/DELETE /v1/responses/ID)\n"
     "  POST /v1/messages           Anthropic Messages (tool_use / tool_result, thinking, SSE "
     "events)\n"
+    "  POST /v1/messages/count_tokens   the prompt's tokens for a Messages body\n"
+    "  POST /tokenize  /detokenize  /apply-template   llama.cpp's tokenizer and template "
+    "endpoints\n"
     "  GET  /v1/models  /health  /stats (sequences, queue, prompt cache, KV use, cache plan)  "
     "/metrics (Prometheus)\n"
+    "Chat and completions take n > 1 (n answers, the prompt prefilled once). A request naming a "
+    "model\n"
+    "the server does not serve is answered 404 model_not_found; one naming none gets the served "
+    "model.\n"
     "Requests share one continuously batched forward pass; a request whose prompt + max_tokens "
     "cannot fit\n"
     "the KV budget is refused with 400 (type memory_admission), a full queue with 429.\n"
@@ -59,13 +69,18 @@ static const char *const usage =
     "                           and the chat page (which holds no data and asks for the key)\n"
     "                           (visible in ps: prefer --api-key-file FILE, its first line, or\n"
     "                           the LUMEN_API_KEY environment variable)\n"
-    "  --model-id NAME          the id /v1/models reports (the directory name; alias --alias,\n"
-    "                           --served-model-name)\n"
+    "  --model-id NAME          serve the model under NAME too (repeatable; alias --alias,\n"
+    "                           --served-model-name): /v1/models lists every NAME, then the\n"
+    "                           model's own name; the first is what responses report\n"
+    "  --cors ORIGINS           let pages from ORIGINS call the API from a browser: '*' or a\n"
+    "                           comma-separated list (https://app.example,http://localhost:3000);\n"
+    "                           preflights answered, CORS headers on every response\n"
     "  --chat-template FILE     use this Jinja template (or a .json file's \"chat_template\")\n"
     "  --max-connections N      simultaneous HTTP connections (256); when full, the oldest one\n"
     "                           still sending its request is dropped for a newcomer; a request\n"
     "                           must arrive within 10 s of connecting (or of the last answer)\n"
-    "  --log-requests           one line per request on stderr (alias -v)\n"
+    "  --log-requests           one line per request on stderr: method, path, status, prompt /\n"
+    "                           cached / generated tokens, time (alias -v)\n"
     "  --no-webui               no chat page: GET / answers 404 (the API is unchanged)\n"
     "  --kv-quant MODE          KV cache precision: off (default), 4, 8 or config "
     "(kv_config.json)\n"
@@ -106,15 +121,20 @@ enum {
   O_WSEED,
   O_KEYFILE,
   O_TEMPLATE,
-  O_NOWEB
+  O_NOWEB,
+  O_CORS
 };
+
+#define MAX_IDS 16
 
 typedef struct serve_opts {
   lm_server_opts so;
   lm_cli_sampling samp;
   const char *model, *preset, *tokenizer, *chat_template;
   const char *key_file;
-  char *key; /* read from key_file or LUMEN_API_KEY (owned) */
+  char *key;                /* read from key_file or LUMEN_API_KEY (owned) */
+  const char *ids[MAX_IDS]; /* every --model-id (alias --served-model-name, --alias) */
+  int n_ids;
   int bits;
   unsigned long long wseed;
 } serve_opts;
@@ -167,7 +187,14 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case O_HOST: o->so.host = arg; return 0;
   case O_KEY: o->so.api_key = arg; return 0;
   case O_KEYFILE: o->key_file = arg; return 0;
-  case O_ID: o->so.model_id = arg; return 0;
+  case O_ID:
+    if (o->n_ids == MAX_IDS) {
+      fprintf(stderr, "lumen serve: at most %d --model-id (--served-model-name) names\n", MAX_IDS);
+      return 2;
+    }
+    o->ids[o->n_ids++] = arg;
+    return 0;
+  case O_CORS: o->so.cors = arg; return 0;
   case 'v':
   case O_LOG: o->so.log_requests = 1; return 0;
   case O_NOWEB: o->so.no_webui = 1; return 0;
@@ -218,9 +245,10 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
                           {"weight-seed", 1, 0, O_WSEED},
                           {"chat-template", 1, 0, O_TEMPLATE},
                           {"no-webui", 0, 0, O_NOWEB},
+                          {"cors", 1, 0, O_CORS},
                           {"verbose", 0, 0, 'v'},
                           {"help", 0, 0, 'h'}};
-  int n = 32;
+  int n = 33;
   if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
   *done = 0;
   optind = 1;
@@ -342,8 +370,10 @@ static int serve(serve_opts *o, const sigset_t *set) {
 
   o->so.model_dir = dir;
   o->so.sampling = &samp;
-  if (o->preset && !o->so.model_id) o->so.model_id = "synthetic";
-  if (!o->so.model_id) o->so.model_id = lm_cli_model_id(o->model);
+  /* served as every --model-id, and always as the model's own name */
+  o->so.model_id = o->preset ? "synthetic" : lm_cli_model_id(o->model);
+  o->so.aliases = o->ids;
+  o->so.n_aliases = o->n_ids;
   lm_cli_progress pr;
   lm_cli_progress_start(&pr, "loading the weights", 0, "B");
   o->so.on_load = lm_cli_progress_cb;

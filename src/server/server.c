@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "server/srv_cors.h"
 #include "server/srv_ctx.h"
+#include "server/srv_store.h"
 
 void lm_server_opts_init(lm_server_opts *o) {
   memset(o, 0, sizeof *o);
@@ -59,19 +61,64 @@ static lm_status make_engine(lm_server *s) {
   return LM_OK;
 }
 
+const char *lm_srv_model_served(const lm_server *s, const char *name) {
+  for (int i = 0; name && i < s->n_ids; i++)
+    if (!strcmp(s->ids[i], name)) return s->ids[i];
+  return NULL;
+}
+
+static lm_status add_id(lm_server *s, const char *id) {
+  if (!id || !*id || strlen(id) > 256)
+    return LM_ERRF(LM_ERR_INVALID, "a served model name must be 1-256 characters (got '%.64s')",
+                   id ? id : "");
+  for (const char *p = id; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      return LM_ERRF(LM_ERR_INVALID, "a served model name has a control character");
+  if (lm_srv_model_served(s, id)) return LM_OK; /* named twice: served once */
+  char **v = realloc(s->ids, (size_t)(s->n_ids + 1) * sizeof *v);
+  if (!v) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  s->ids = v;
+  if (!(v[s->n_ids] = strdup(id))) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  s->n_ids++;
+  return LM_OK;
+}
+
+/* The served ids: every alias, then the model's own name (default: the directory's name). */
+static lm_status served_ids(lm_server *s, const lm_server_opts *o) {
+  if (o->n_aliases < 0 || (o->n_aliases && !o->aliases))
+    return LM_ERRF(LM_ERR_INVALID, "lm_server_create: bad alias list");
+  for (int i = 0; i < o->n_aliases; i++)
+    LM_TRY(add_id(s, o->aliases[i]));
+  LM_TRY(add_id(s, o->model_id ? o->model_id : s->ci.name));
+  s->model_id = s->ids[0];
+  return LM_OK;
+}
+
 static lm_status copy_strings(lm_server *s, const lm_server_opts *o) {
   s->model_dir = strdup(o->model_dir);
-  s->model_id = strdup(o->model_id ? o->model_id : s->ci.name); /* default: the directory's name */
   s->host = strdup(s->o.host);
   s->api_key = o->api_key ? strdup(o->api_key) : NULL;
-  if (!s->model_dir || !s->model_id || !s->host || (o->api_key && !s->api_key))
+  if (!s->model_dir || !s->host || (o->api_key && !s->api_key))
     return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  LM_TRY(served_ids(s, o));
+  if (o->cors) LM_TRY(lm_srv_cors_parse(o->cors, &s->cors, &s->n_cors, &s->cors_any));
   s->o.model_dir = s->model_dir;
   s->o.model_id = s->model_id;
+  s->o.aliases = NULL; /* the caller's: s->ids has them */
+  s->o.n_aliases = 0;
+  s->o.cors = NULL; /* parsed into s->cors */
   s->o.host = s->host;
   s->o.api_key = s->api_key;
   s->o.sampling = NULL;
   return LM_OK;
+}
+
+static lm_status make_store(lm_server *s) {
+  const lm_server_opts *o = &s->o;
+  if (o->store_entries < 0) return LM_OK;
+  return lm_srv_store_create(o->store_entries ? o->store_entries : 1024,
+                             o->store_bytes > 0 ? o->store_bytes : (int64_t)64 << 20,
+                             o->store_ttl_s > 0 ? o->store_ttl_s : 3600, &s->store);
 }
 
 lm_status lm_server_create(lm_checkpoint *ck, const lm_server_opts *o, lm_server **out) {
@@ -97,6 +144,7 @@ lm_status lm_server_create(lm_checkpoint *ck, const lm_server_opts *o, lm_server
                                                "server needs one)",
                                                o->model_dir);
   if (!st) st = copy_strings(s, o);
+  if (!st) st = make_store(s);
   if (!st) st = lm_sampling_copy(&s->defaults, o->sampling ? o->sampling : s->ci.defaults);
   if (!st) st = make_engine(s);
   if (st) {
@@ -128,6 +176,17 @@ void lm_server_describe(const lm_server *s, char *buf, size_t n) {
            (long long)e->chunk, e->queue_size, e->prefix_cache, s->o.timeout_s,
            s->api_key ? ", API key required" : "", (double)e->kv_budget / 1048576.0,
            (long long)e->kv_bytes_per_token, (long long)e->max_sequence_context, e->cache_plan);
+  size_t k = strlen(buf);
+  if (s->n_ids > 1 && k < n) { /* the other names it answers to */
+    k += (size_t)snprintf(buf + k, n - k, "\nalso served as");
+    for (int i = 1; i < s->n_ids && k < n; i++)
+      k += (size_t)snprintf(buf + k, n - k, "%s %s", i > 1 ? "," : "", s->ids[i]);
+  }
+  if (s->cors && k < n) {
+    k += (size_t)snprintf(buf + k, n - k, "\nCORS: %s", s->cors_any ? "any origin" : "");
+    for (int i = 0; !s->cors_any && i < s->n_cors && k < n; i++)
+      k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", s->cors[i]);
+  }
 }
 
 void lm_server_free(lm_server *s) {
@@ -137,8 +196,14 @@ void lm_server_free(lm_server *s) {
   lm_engine_free(s->e);
   lm_srv_metrics_destroy(&s->metrics);
   lm_sampling_clear(&s->defaults);
+  lm_srv_store_free(s->store);
+  for (int i = 0; i < s->n_ids; i++)
+    free(s->ids[i]);
+  free(s->ids);
+  for (int i = 0; i < s->n_cors; i++)
+    free(s->cors[i]);
+  free(s->cors);
   free(s->model_dir);
-  free(s->model_id);
   free(s->host);
   free(s->api_key);
   free(s);

@@ -1,7 +1,9 @@
 /* server.h — lumen's OpenAI-compatible HTTP server (`lumen serve`).
  *
- * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages (Anthropic), GET
- * /v1/models, GET /health, GET /stats, GET /metrics, and the chat page at GET / (srv_web.c). HTTP
+ * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (and GET/DELETE
+ * /v1/responses/ID), POST /v1/messages and /v1/messages/count_tokens (Anthropic), GET /v1/models,
+ * POST /tokenize, /detokenize and /apply-template (llama.cpp's), GET /health, GET /stats, GET
+ * /metrics, and the chat page at GET / (srv_web.c). HTTP
  * on libmicrohttpd (a pool of epoll threads; a generation parks its connection instead of holding a
  * thread), JSON on jansson. The server is a client of the public API (lumen.h): it maps the
  * protocols onto requests of one engine, whose scheduler runs every sequence in one continuously
@@ -18,8 +20,13 @@
 #include "lumen.h"
 
 typedef struct lm_server_opts {
-  const char *model_dir;   /* the directory the checkpoint came from (names the model) */
-  const char *model_id;    /* the id /v1/models reports (NULL: the directory's base name) */
+  const char *model_dir; /* the directory the checkpoint came from (names the model) */
+  const char *model_id;  /* the model's own name (NULL: the directory's base name) */
+  /* More ids the model is served under (--served-model-name, repeatable). The served ids are
+   * aliases[0..n_aliases) then model_id; the first is the one responses report when a request
+   * names none, and a request naming any other id is answered 404 model_not_found. */
+  const char *const *aliases;
+  int n_aliases;
   const char *host;        /* NULL: 127.0.0.1 */
   int port;                /* 0: an ephemeral port (lm_server_port tells which) */
   int parallel;            /* sequences in the batch (0: 4) */
@@ -47,6 +54,14 @@ typedef struct lm_server_opts {
   void (*on_load)(void *ctx, int64_t done, int64_t total); /* lm_engine_options.on_load */
   void *on_load_ctx;
   int no_webui; /* GET / answers 404 instead of the chat page */
+  /* Origins browsers may call the API from: "*" or a comma-separated list (NULL: no CORS
+   * headers; OPTIONS is still answered 204, for same-origin preflights). */
+  const char *cors;
+  /* The Responses API's store of past responses (previous_response_id): at most this many
+   * entries (0: 1024; < 0: no store), bytes (0: 64 MiB) and seconds each is kept (0: 3600). */
+  int store_entries;
+  int64_t store_bytes;
+  double store_ttl_s;
 } lm_server_opts;
 
 void lm_server_opts_init(lm_server_opts *o);

@@ -6,7 +6,9 @@
  *
  * Streaming follows Anthropic's event grammar: message_start, then per block content_block_start,
  * its deltas (text_delta, thinking_delta, input_json_delta) and content_block_stop, then
- * message_delta (stop_reason, usage) and message_stop. Errors use Anthropic's error shape. */
+ * message_delta (stop_reason, usage) and message_stop. Errors use Anthropic's error shape.
+ *
+ * POST /v1/messages/count_tokens takes the same body and answers {input_tokens}. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +226,7 @@ enum { BLOCK_NONE = 0, BLOCK_TEXT, BLOCK_THINKING };
 typedef struct ant {
   lm_srv_stream base;
   lm_server *srv;
+  const char *model; /* the id the response reports */
   lm_srv_gen *g;
   int started, open, index; /* open: the kind of the block being streamed */
   char **stops;             /* copies, to name the stop_sequence */
@@ -271,8 +274,8 @@ static json_t *message_body(const ant *a) {
   for (int i = 0; i < g->n_calls; i++)
     json_array_append_new(blocks, tool_use_json(&g->calls[i]));
   return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", g->id, "type", "message", "role",
-                   "assistant", "model", a->srv->model_id, "content", blocks, "stop_reason",
-                   stop_reason(a), "stop_sequence", stop_sequence(a), "usage", usage_json(a, 1));
+                   "assistant", "model", a->model, "content", blocks, "stop_reason", stop_reason(a),
+                   "stop_sequence", stop_sequence(a), "usage", usage_json(a, 1));
 }
 
 /* ---- streaming ------------------------------------------------------------------------------- */
@@ -336,7 +339,7 @@ static lm_status on_tool_call(void *u, int index, const char *id, const char *na
 
 static lm_status stream_start(ant *a) {
   json_t *msg = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}", "id", a->g->id, "type", "message",
-                          "role", "assistant", "model", a->srv->model_id, "content", "stop_reason",
+                          "role", "assistant", "model", a->model, "content", "stop_reason",
                           "stop_sequence", "usage", usage_json(a, 0));
   LM_TRY(ev(a, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg)));
   return ev(a, "ping", json_pack("{s:s}", "type", "ping"));
@@ -380,10 +383,11 @@ static void ant_free(ant *a) {
 
 static void destroy(lm_srv_stream *st) { ant_free((ant *)st); }
 
-static ant *ant_new(lm_server *s, const lm_srv_params *p) {
+static ant *ant_new(const lm_srv_http_req *rq, const lm_srv_params *p) {
   ant *a = calloc(1, sizeof *a);
   if (!a) return NULL;
-  a->srv = s;
+  a->srv = rq->srv;
+  a->model = rq->model ? rq->model : rq->srv->model_id;
   a->base.produce = produce;
   a->base.destroy = destroy;
   a->stops = calloc((size_t)(p->n_stops ? p->n_stops : 1), sizeof *a->stops);
@@ -409,7 +413,7 @@ static void drop(void *u) { ant_free(u); }
 
 static void run(const lm_srv_http_req *rq, lm_srv_params *p, lm_srv_reply *rp) {
   lm_srv_err e;
-  ant *a = ant_new(rq->srv, p);
+  ant *a = ant_new(rq, p);
   if (!a) {
     lm_srv_err_set(&e, 500, "server_error", NULL, NULL, "out of memory");
     lm_srv_reply_error(rp, &e, 1);
@@ -426,6 +430,7 @@ static void run(const lm_srv_http_req *rq, lm_srv_params *p, lm_srv_reply *rp) {
     lm_srv_reply_error(rp, &e, 1);
     return;
   }
+  lm_srv_gen_track(a->g, rq->tally);
   if (p->stream) {
     lm_srv_reply_stream(rp, &a->base);
     return;
@@ -446,5 +451,31 @@ void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm
   else
     run(rq, &p, rp);
   json_decref(req);
+  lm_srv_params_clear(&p);
+}
+
+/* POST /v1/messages/count_tokens: the body of a /v1/messages request (max_tokens optional), the
+ * prompt it would have counted as the generation would render it. */
+void lm_srv_anthropic_count_tokens(const lm_srv_http_req *rq, const json_t *body,
+                                   lm_srv_reply *rp) {
+  lm_server *s = rq->srv;
+  lm_srv_params p;
+  lm_srv_err e;
+  lm_srv_params_init(&p);
+  json_t *copy = json_copy((json_t *)body), *req = NULL;
+  int64_t n = 0;
+  if (copy && !json_object_get(copy, "max_tokens"))
+    json_object_set_new(copy, "max_tokens", json_integer(1)); /* not needed to count */
+  int r = copy ? 0 : lm_srv_err_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+  if (!r) r = lm_srv_anthropic_request(copy, &req, &e);
+  if (!r) r = lm_srv_parse_common(req, &s->defaults, s->ci.vocab_size, &p, &e);
+  if (!r) r = lm_srv_parse_chat(req, &p, &e);
+  if (!r) r = lm_srv_gen_count(s, &p, 1, &n, &e);
+  if (r)
+    lm_srv_reply_error(rp, &e, 1);
+  else
+    lm_srv_reply_json(rp, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
+  json_decref(req);
+  json_decref(copy);
   lm_srv_params_clear(&p);
 }

@@ -11,10 +11,18 @@
 struct MHD_Daemon;
 struct lm_srv_http;
 
+struct lm_srv_store;
+
 struct lm_server {
   lm_server_opts o;
-  char *model_dir, *model_id, *host, *api_key;
-  lm_checkpoint *ck; /* borrowed: outlives the server */
+  char *model_dir, *host, *api_key;
+  char **ids; /* the served ids (aliases, then the model's name; no repeats) */
+  int n_ids;
+  const char *model_id;       /* ids[0]: what responses report when a request names no model */
+  char **cors;                /* --cors origins (NULL: no CORS headers) */
+  int n_cors, cors_any;       /* cors_any: "*" */
+  struct lm_srv_store *store; /* past Responses (NULL: none kept) */
+  lm_checkpoint *ck;          /* borrowed: outlives the server */
   lm_checkpoint_info ci;
   lm_engine *e;
   lm_engine_info ei;
@@ -27,6 +35,9 @@ struct lm_server {
   atomic_uint_fast64_t seq; /* request ids */
   lm_srv_metrics metrics;
 };
+
+/* The served id equal to name (a string the server owns), or NULL when it serves no such id. */
+const char *lm_srv_model_served(const lm_server *s, const char *name);
 
 /* The HTTP layer (srv_http.c). */
 lm_status lm_srv_http_start(lm_server *s);

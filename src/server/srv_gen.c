@@ -70,8 +70,10 @@ static int create(lm_server *s, lm_srv_params *p, int chat, lm_srv_gen *g, lm_sr
     ro.ids = p->prompt_ids;
     ro.n_ids = p->n_prompt_ids;
   }
-  ro.sampling = p->sampling;
+  ro.sampling = p->sampling; /* a shallow copy: borrowed, and copied by lm_request_create */
+  ro.sampling.seed += (uint64_t)p->choice; /* n choices of one seed still differ */
   ro.has_seed = p->has_seed || s->o.has_seed;
+  ro.share_prompt = p->n > 1 && p->choice == 0;
   ro.max_tokens = p->max_tokens;
   ro.stop = (const char *const *)p->stops;
   ro.n_stop = p->n_stops;
@@ -87,14 +89,18 @@ done:
   return r;
 }
 
+/* A prompt that leaves no room for one generated token: the prompt is at fault, not max_tokens. */
+static int prompt_too_long(const lm_srv_gen *g, lm_srv_err *e) {
+  return lm_srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", g->prompt_param,
+                        "the prompt has %lld tokens; the context limit is %lld",
+                        (long long)g->n_prompt, (long long)g->srv->ei.context);
+}
+
 /* max_tokens: the request's, else the server default clamped to the context left. */
 static int pick_max_tokens(lm_server *s, const lm_srv_params *p, lm_srv_gen *g, lm_srv_err *e) {
-  if (p->max_tokens > 0) return 0;
   int64_t left = s->ei.context - g->n_prompt;
-  if (left < 1)
-    return lm_srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
-                          "the prompt has %lld tokens; the context limit is %lld",
-                          (long long)g->n_prompt, (long long)s->ei.context);
+  if (left < 1) return prompt_too_long(g, e);
+  if (p->max_tokens > 0) return 0;
   lm_request_set_max_tokens(g->r, s->o.max_tokens < left ? s->o.max_tokens : left);
   return 0;
 }
@@ -103,6 +109,7 @@ static int start(lm_srv_gen *g, lm_srv_err *e) {
   lm_status st = lm_request_start(g->r);
   if (st == LM_OK) return 0;
   lm_admission a = lm_request_admission(g->r);
+  if (a == LM_ADMIT_CONTEXT && g->n_prompt >= g->srv->ei.context) return prompt_too_long(g, e);
   if (a == LM_ADMIT_CONTEXT)
     return lm_srv_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
                           "%s", lm_errmsg());
@@ -117,9 +124,9 @@ static int start(lm_srv_gen *g, lm_srv_err *e) {
   return lm_srv_err_bad(e, NULL, "%s", lm_errmsg());
 }
 
-int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink *sink,
-                     const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
-                     lm_srv_err *e) {
+int lm_srv_gen_create(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink *sink,
+                      const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
+                      lm_srv_err *e) {
   *out = NULL;
   lm_srv_gen *g = calloc(1, sizeof *g);
   if (!g) return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -128,6 +135,7 @@ int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink
   g->chat = chat;
   g->t0 = now_s();
   g->created = (long long)time(NULL);
+  g->prompt_param = p->prompt_param ? p->prompt_param : chat ? "messages" : "prompt";
   make_id(s, id_prefix, g->id, sizeof g->id);
   snprintf(g->call_prefix, sizeof g->call_prefix, "%s", call_prefix);
   int r = create(s, p, chat, g, e);
@@ -135,13 +143,52 @@ int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink
     lm_request_tokens(g->r, NULL, &g->n_prompt);
     r = pick_max_tokens(s, p, g, e);
   }
-  if (!r) r = start(g, e);
   if (r) {
     lm_srv_gen_free(g);
     return r;
   }
   *out = g;
   return 0;
+}
+
+int lm_srv_gen_begin(lm_srv_gen *g, lm_srv_err *e) {
+  int r = start(g, e);
+  if (!r) {
+    g->started = 1;
+    g->t0 = now_s();
+  }
+  return r;
+}
+
+int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink *sink,
+                     const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
+                     lm_srv_err *e) {
+  int r = lm_srv_gen_create(s, p, chat, sink, id_prefix, call_prefix, out, e);
+  if (!r && (r = lm_srv_gen_begin(*out, e))) {
+    lm_srv_gen_free(*out);
+    *out = NULL;
+  }
+  return r;
+}
+
+int lm_srv_gen_count(lm_server *s, lm_srv_params *p, int chat, int64_t *n_prompt, lm_srv_err *e) {
+  lm_srv_gen g = {.srv = s, .chat = chat};
+  *n_prompt = 0;
+  int r = create(s, p, chat, &g, e);
+  if (!r) lm_request_tokens(g.r, NULL, n_prompt);
+  lm_request_free(g.r);
+  return r;
+}
+
+int lm_srv_gen_prefilled(const lm_srv_gen *g) {
+  int64_t n = 0, np = 0;
+  lm_request_tokens(g->r, &n, &np);
+  return g->done || n > np;
+}
+
+void lm_srv_gen_track(lm_srv_gen *g, lm_srv_tally *t) {
+  lm_srv_tally_unref(g->tally);
+  g->tally = lm_srv_tally_ref(t);
 }
 
 /* ---- output ---------------------------------------------------------------------------------- */
@@ -174,6 +221,7 @@ static void finish(lm_srv_gen *g, const lm_event *ev) {
                        .ttft_s = ev->usage.ttft_s};
   snprintf(f->message, sizeof f->message, "%s", ev->error ? ev->error : "");
   g->done = 1;
+  lm_srv_tally_add(g->tally, f->prompt_tokens, f->cached_tokens, f->completion_tokens);
   lm_srv_metrics_generation(&g->srv->metrics, f->prompt_tokens, f->cached_tokens,
                             f->completion_tokens, f->ttft_s, now_s() - g->t0);
 }
@@ -215,6 +263,7 @@ int lm_srv_gen_pump(lm_srv_gen *g, int timeout_ms) {
 void lm_srv_gen_free(lm_srv_gen *g) {
   if (!g) return;
   lm_request_free(g->r); /* cancels it when it still runs */
+  lm_srv_tally_unref(g->tally);
   for (int i = 0; i < g->n_calls; i++) {
     free(g->calls[i].name);
     free(g->calls[i].arguments);

@@ -8,6 +8,7 @@
 
 #include "server/srv_ctx.h"
 #include "server/srv_req.h"
+#include "server/srv_tally.h"
 
 /* Receives the output as it becomes final. Any callback may be NULL. A non-OK return ends the
  * stream (the client is treated as gone). */
@@ -48,6 +49,9 @@ typedef struct lm_srv_gen {
   char id[48];         /* chatcmpl-… / cmpl-… / msg_… */
   char call_prefix[8]; /* "call_" (OpenAI) or "toolu_" (Anthropic) */
   long long created;   /* unix seconds */
+  const char *prompt_param;
+  int started;
+  lm_srv_tally *tally; /* the request log's counts (a reference; NULL: none) */
 } lm_srv_gen;
 
 /* Builds the request (chat: p->messages through the chat template, tools and tool_choice, the
@@ -57,6 +61,21 @@ typedef struct lm_srv_gen {
 int lm_srv_gen_start(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink *sink,
                      const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
                      lm_srv_err *e);
+/* The two halves of lm_srv_gen_start: create builds the request and picks max_tokens (for
+ * choice p->choice of p->n: its seed is offset by the choice, and choice 0 of several shares its
+ * prompt's prefill, lm_request_options.share_prompt); begin checks admission and queues it. A
+ * created generation that never begins is freed with lm_srv_gen_free. */
+int lm_srv_gen_create(lm_server *s, lm_srv_params *p, int chat, const lm_srv_sink *sink,
+                      const char *id_prefix, const char *call_prefix, lm_srv_gen **out,
+                      lm_srv_err *e);
+int lm_srv_gen_begin(lm_srv_gen *g, lm_srv_err *e);
+/* The prompt's length in tokens as a generation of p would have it (the chat template, tools and
+ * tool_choice applied), without queueing anything. 0 or the HTTP status of e. */
+int lm_srv_gen_count(lm_server *s, lm_srv_params *p, int chat, int64_t *n_prompt, lm_srv_err *e);
+/* Whether the prompt is prefilled: a token came out, or the generation ended. */
+int lm_srv_gen_prefilled(const lm_srv_gen *g);
+/* Adds the generation's token counts to t when it ends (takes a reference; NULL: none). */
+void lm_srv_gen_track(lm_srv_gen *g, lm_srv_tally *t);
 /* Takes what the engine produced (waiting up to timeout_ms) through the parser into the sink.
  * Returns 1 when the response has ended (g->fin is final), 0 when it goes on, -1 when the sink
  * failed (the job is cancelled). */

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "server/srv_cors.h"
 #include "server/srv_gen.h"
 #include "server/srv_route.h"
 #include "server/srv_size.h"
@@ -83,6 +84,8 @@ struct conn_state {
   int too_big;
   int status;
   char method[16];
+  char path[128];      /* for the request log, control characters replaced */
+  lm_srv_tally *tally; /* the request log's token counts (a reference) */
   double t0;
   lm_srv_later *later; /* parked for its answer */
   int later_r;         /* lm_srv_gen_pump's result once ended */
@@ -241,7 +244,8 @@ static int stream_ready(stream_ctx *sc, double now) {
 }
 
 static int later_ready(conn_state *cs) {
-  int r = lm_srv_gen_pump(cs->later->g, 0);
+  lm_srv_later *l = cs->later;
+  int r = l->pump ? l->pump(l->obj) : lm_srv_gen_pump(l->g, 0);
   if (!r) return 0;
   cs->later_r = r;
   return 1;
@@ -342,6 +346,26 @@ static void stream_free(void *cls) {
 
 /* ---- responses ------------------------------------------------------------------------------- */
 
+/* --cors: the origin's headers on every response; a preflight also gets the methods, the headers
+ * and how long the browser may keep the answer. */
+static void add_cors(conn_state *cs, const lm_srv_reply *rp, struct MHD_Response *r) {
+  lm_server *s = cs->srv;
+  if (!s->cors) return;
+  const char *origin = MHD_lookup_connection_value(cs->c, MHD_HEADER_KIND, "Origin");
+  const char *allow = lm_srv_cors_origin(s, origin);
+  if (!s->cors_any) MHD_add_response_header(r, "Vary", "Origin");
+  if (!allow) return;
+  MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+  if (rp->status != 204 || strcmp(cs->method, "OPTIONS")) return;
+  char hdrs[2304];
+  lm_srv_cors_allow_headers(
+      MHD_lookup_connection_value(cs->c, MHD_HEADER_KIND, "Access-Control-Request-Headers"), hdrs,
+      sizeof hdrs);
+  MHD_add_response_header(r, "Access-Control-Allow-Methods", LM_SRV_CORS_METHODS);
+  MHD_add_response_header(r, "Access-Control-Allow-Headers", hdrs);
+  MHD_add_response_header(r, "Access-Control-Max-Age", LM_SRV_CORS_MAX_AGE);
+}
+
 static struct MHD_Response *make_response(conn_state *cs, lm_srv_reply *rp) {
   struct MHD_Response *r;
   if (rp->stream) {
@@ -367,8 +391,10 @@ static struct MHD_Response *make_response(conn_state *cs, lm_srv_reply *rp) {
     if (!r) return NULL;
     rp->body = NULL;
   }
-  MHD_add_response_header(r, "Content-Type", rp->ctype ? rp->ctype : "application/json");
+  if (rp->status != 204)
+    MHD_add_response_header(r, "Content-Type", rp->ctype ? rp->ctype : "application/json");
   if (rp->allow) MHD_add_response_header(r, "Allow", rp->allow);
+  add_cors(cs, rp, r);
   if (rp->auth_challenge) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
   for (const lm_srv_header *h = rp->headers; h && h->name; h++)
     MHD_add_response_header(r, h->name, h->value);
@@ -428,6 +454,10 @@ static enum MHD_Result on_headers(lm_server *s, struct MHD_Connection *c, const 
   cs->c = c;
   cs->t0 = now_s();
   snprintf(cs->method, sizeof cs->method, "%s", method);
+  snprintf(cs->path, sizeof cs->path, "%s", url);
+  for (char *p = cs->path; *p; p++) /* a log line stays one line */
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  cs->tally = s->o.log_requests ? lm_srv_tally_new() : NULL;
   *con_cls = cs;
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   long long declared = cl ? strtoll(cl, NULL, 10) : 0;
@@ -491,7 +521,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                             MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
                         .x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"),
                         .gone = gone_cb,
-                        .gone_ctx = c};
+                        .gone_ctx = c,
+                        .tally = cs->tally,
+                        .model = s->model_id};
   lm_srv_reply rp;
   lm_srv_route(&rq, &rp);
   if (rp.later) {
@@ -509,14 +541,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   return send_reply(cs, &rp);
 }
 
+/* One line per request (--log-requests): what was asked, the answer, the tokens, the time. */
+static void log_request(const conn_state *cs, enum MHD_RequestTerminationCode code) {
+  char tokens[128] = "";
+  if (cs->tally && atomic_load(&cs->tally->generations))
+    snprintf(tokens, sizeof tokens, " prompt=%lld cached=%lld generated=%lld",
+             (long long)atomic_load(&cs->tally->prompt), (long long)atomic_load(&cs->tally->cached),
+             (long long)atomic_load(&cs->tally->generated));
+  fprintf(stderr, "lumen: %s %s %d%s %.3fs%s\n", cs->method, cs->path, cs->status, tokens,
+          now_s() - cs->t0,
+          code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode code) {
   lm_server *s = cls;
   conn_state *cs = *con_cls;
   if (!cs) return;
-  if (s->o.log_requests)
-    fprintf(stderr, "lumen: %s %d %.3fs%s\n", cs->method, cs->status, now_s() - cs->t0,
-            code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+  if (s->o.log_requests) log_request(cs, code);
   if (cs->later) { /* never answered (the daemon stops) */
     cs->later->drop(cs->later->obj);
     free(cs->later);
@@ -524,6 +566,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   /* idle until the next request: the same deadline as a new connection */
   request_phase(s->http, conn_of(c), 1, now_s() + LM_SRV_REQUEST_S);
   int big = cs->cap >= LM_SRV_TRIM_BYTES;
+  lm_srv_tally_unref(cs->tally);
   free(cs->body);
   free(cs);
   *con_cls = NULL;
@@ -587,12 +630,14 @@ lm_status lm_srv_http_start(lm_server *s) {
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                    MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
   /* MHD's own limit sits above the cap, so that a newcomer can displace a slow connection */
+  /* the logger comes first: MHD reports the options that follow through it (and warns on stderr
+   * when it comes later) */
   s->d = MHD_start_daemon(
-      flags, (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-      (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, pool_size(), MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)h->cap + 64u, MHD_OPTION_CONNECTION_TIMEOUT, LM_SRV_IDLE_S,
-      MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-      MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_END);
+      flags, (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, pool_size(),
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->cap + 64u, MHD_OPTION_CONNECTION_TIMEOUT,
+      LM_SRV_IDLE_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_NOTIFY_COMPLETED,
+      on_completed, s, MHD_OPTION_END);
   /* no SO_REUSEPORT: a second server on a port in use must fail, not share the traffic */
   if (!s->d) {
     lm_srv_http_stop(s);

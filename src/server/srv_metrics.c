@@ -19,6 +19,11 @@ static const char *const ep_names[LM_SRV_EP_N] = {"/v1/chat/completions",
                                                   "/stats",
                                                   "/metrics",
                                                   "/",
+                                                  "/v1/responses",
+                                                  "/v1/messages/count_tokens",
+                                                  "/tokenize",
+                                                  "/detokenize",
+                                                  "/apply-template",
                                                   "other"};
 static const char *const class_names[LM_SRV_STATUS_CLASSES] = {"2xx", "400", "401", "404", "405",
                                                                "413", "429", "4xx", "5xx"};
@@ -34,6 +39,7 @@ lm_srv_ep lm_srv_metrics_endpoint(const char *path) {
   for (int i = 0; i < LM_SRV_EP_OTHER; i++)
     if (!strcmp(path, ep_names[i])) return (lm_srv_ep)i;
   if (!strncmp(path, "/v1/models/", 11)) return LM_SRV_EP_MODELS;
+  if (!strncmp(path, "/v1/responses/", 14)) return LM_SRV_EP_RESPONSES;
   if (!strcmp(path, "/index.html")) return LM_SRV_EP_WEB;
   return LM_SRV_EP_OTHER;
 }

@@ -16,7 +16,12 @@ typedef enum lm_srv_ep {
   LM_SRV_EP_HEALTH,
   LM_SRV_EP_STATS,
   LM_SRV_EP_METRICS,
-  LM_SRV_EP_WEB, /* the chat page: / and /index.html */
+  LM_SRV_EP_WEB,       /* the chat page: / and /index.html */
+  LM_SRV_EP_RESPONSES, /* /v1/responses and /v1/responses/ID */
+  LM_SRV_EP_COUNT_TOKENS,
+  LM_SRV_EP_TOKENIZE,
+  LM_SRV_EP_DETOKENIZE,
+  LM_SRV_EP_APPLY_TEMPLATE,
   LM_SRV_EP_OTHER,
   LM_SRV_EP_N
 } lm_srv_ep;

@@ -14,6 +14,7 @@ void lm_srv_params_init(lm_srv_params *p) {
   memset(p, 0, sizeof *p);
   lm_sampling_init(&p->sampling);
   p->top_logprobs = -1;
+  p->n = 1;
 }
 
 void lm_srv_params_clear(lm_srv_params *p) {
@@ -214,10 +215,8 @@ static int parse_sampling(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
     s->seed = (uint64_t)seed;
     p->has_seed = 1;
   }
-  if ((r = get_int(req, "n", 1, 1, &n, NULL, e))) {
-    snprintf(e->message, sizeof e->message, "only n = 1 is supported");
-    return r;
-  }
+  if ((r = get_int(req, "n", 1, LM_SRV_MAX_N, &n, NULL, e))) return r;
+  p->n = (int)n;
   return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #define LM_SRV_MAX_STOPS 16
 #define LM_SRV_MAX_BIAS 1024
+#define LM_SRV_MAX_N 16 /* choices per request (n) */
 
 typedef enum lm_srv_tool_choice {
   LM_SRV_TOOLS_AUTO = 0,
@@ -31,6 +32,9 @@ typedef struct lm_srv_params {
   int n_stops;
   int stream, include_usage, ignore_eos;
   int top_logprobs; /* -1: no logprobs */
+  int n;            /* choices (1..LM_SRV_MAX_N) */
+  int choice;       /* which of them a generation is being built for (its seed is seed + choice) */
+  const char *prompt_param; /* the field a too-long prompt is blamed on (NULL: messages / prompt) */
   /* chat */
   json_t *messages; /* the template's input: validated, normalized (owned) */
   json_t *tools;    /* normalized, NULL when none are declared (owned) */
@@ -53,8 +57,8 @@ int lm_srv_parse_body(const char *body, size_t len, json_t **out, lm_srv_err *e)
 /* The fields every generation endpoint shares: stream, stream_options, max_tokens /
  * max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop, presence_penalty,
  * frequency_penalty, repetition_penalty, repetition_context_size, presence_context_size,
- * logit_bias, n, ignore_eos. vocab bounds the logit_bias ids. `defaults` is copied into
- * p->sampling first. Returns 0 or the HTTP status. */
+ * logit_bias, n (1..LM_SRV_MAX_N), ignore_eos. vocab bounds the logit_bias ids. `defaults` is
+ * copied into p->sampling first. Returns 0 or the HTTP status. */
 int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab,
                         lm_srv_params *p, lm_srv_err *e);
 /* Chat completions: messages, tools, tool_choice, logprobs / top_logprobs, reasoning_effort,

@@ -52,6 +52,20 @@ void lm_srv_reply_later(lm_srv_reply *rp, lm_srv_gen *g, void *obj,
   rp->later = l;
 }
 
+void lm_srv_reply_later_n(lm_srv_reply *rp, void *obj, int (*pump)(void *obj),
+                          void (*answer)(void *obj, int r, lm_srv_reply *rp),
+                          void (*drop)(void *obj)) {
+  lm_srv_later *l = malloc(sizeof *l);
+  if (!l) {
+    drop(obj); /* frees its generations, which cancels them */
+    lm_srv_reply_text(rp, 500, "application/json", NULL);
+    return;
+  }
+  *l = (lm_srv_later){.obj = obj, .answer = answer, .drop = drop, .pump = pump};
+  rp->status = 200;
+  rp->later = l;
+}
+
 /* ---- authentication -------------------------------------------------------------------------- */
 
 /* Compares without an early exit, so the time taken does not tell how much of a key matched. */
@@ -78,16 +92,17 @@ typedef enum body_kind { NO_BODY = 0, JSON_BODY } body_kind;
 enum {
   OPEN = 1,  /* served without the API key: holds no data (the chat page) */
   WEBUI = 2, /* not there with --no-webui (404 like any unknown path) */
+  MODEL = 4, /* the body's "model" must be one the server serves (404 model_not_found) */
 };
 
 typedef struct route {
   const char *method, *path;
   int prefix; /* path is a prefix (e.g. /v1/models/<id>) */
   body_kind body;
-  int anthropic; /* error shape */
-  void (*get)(const lm_srv_http_req *rq, lm_srv_reply *rp);
+  int anthropic;                                            /* error shape */
+  void (*get)(const lm_srv_http_req *rq, lm_srv_reply *rp); /* a request without a body */
   void (*post)(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
-  unsigned flags; /* OPEN, WEBUI */
+  unsigned flags; /* OPEN, WEBUI, MODEL */
 } route;
 
 static void health(const lm_srv_http_req *rq, lm_srv_reply *rp) {
@@ -107,11 +122,19 @@ static void metrics(const lm_srv_http_req *rq, lm_srv_reply *rp) {
 }
 
 static const route routes[] = {
-    {"POST", "/v1/chat/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_chat, 0},
-    {"POST", "/v1/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_completions, 0},
-    {"POST", "/v1/messages", 0, JSON_BODY, 1, NULL, lm_srv_anthropic_messages, 0},
+    {"POST", "/v1/chat/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_chat, MODEL},
+    {"POST", "/v1/completions", 0, JSON_BODY, 0, NULL, lm_srv_openai_completions, MODEL},
+    {"POST", "/v1/responses", 0, JSON_BODY, 0, NULL, lm_srv_responses_create, MODEL},
+    {"GET", "/v1/responses/", 1, NO_BODY, 0, lm_srv_responses_get, NULL, 0},
+    {"DELETE", "/v1/responses/", 1, NO_BODY, 0, lm_srv_responses_delete, NULL, 0},
+    {"POST", "/v1/messages", 0, JSON_BODY, 1, NULL, lm_srv_anthropic_messages, MODEL},
+    {"POST", "/v1/messages/count_tokens", 0, JSON_BODY, 1, NULL, lm_srv_anthropic_count_tokens,
+     MODEL},
     {"GET", "/v1/models", 0, NO_BODY, 0, lm_srv_openai_models, NULL, 0},
     {"GET", "/v1/models/", 1, NO_BODY, 0, lm_srv_openai_models, NULL, 0},
+    {"POST", "/tokenize", 0, JSON_BODY, 0, NULL, lm_srv_tokenize, 0},
+    {"POST", "/detokenize", 0, JSON_BODY, 0, NULL, lm_srv_detokenize, 0},
+    {"POST", "/apply-template", 0, JSON_BODY, 0, NULL, lm_srv_apply_template, 0},
     {"GET", "/health", 0, NO_BODY, 0, health, NULL, 0},
     {"GET", "/stats", 0, NO_BODY, 0, stats, NULL, 0},
     {"GET", "/metrics", 0, NO_BODY, 0, metrics, NULL, 0},
@@ -125,22 +148,82 @@ static int path_matches(const route *r, const char *path) {
                    : !strcmp(path, r->path);
 }
 
+/* The Allow header for the methods of a path (bit 0 GET, 1 POST, 2 DELETE), OPTIONS included. */
+static const char *allow_header(unsigned methods) {
+  static const char *const allow[8] = {"OPTIONS",
+                                       "GET, HEAD, OPTIONS",
+                                       "POST, OPTIONS",
+                                       "GET, HEAD, POST, OPTIONS",
+                                       "DELETE, OPTIONS",
+                                       "GET, HEAD, DELETE, OPTIONS",
+                                       "POST, DELETE, OPTIONS",
+                                       "GET, HEAD, POST, DELETE, OPTIONS"};
+  return allow[methods & 7u];
+}
+
+static unsigned method_bit(const char *m) {
+  return !strcmp(m, "GET") ? 1u : !strcmp(m, "POST") ? 2u : !strcmp(m, "DELETE") ? 4u : 0u;
+}
+
+/* The body's model: a served id, or the default one when it names none; 0 or the HTTP status. */
+static int check_model(const lm_srv_http_req *rq, const json_t *body, const char **out,
+                       lm_srv_err *e) {
+  const lm_server *s = rq->srv;
+  const json_t *m = json_object_get(body, "model");
+  *out = s->model_id;
+  if (!m || json_is_null(m)) return 0;
+  if (!json_is_string(m)) return lm_srv_err_bad(e, "model", "model must be a string");
+  const char *name = json_string_value(m);
+  if (!*name) return 0; /* "" from clients that always send the field: the served model */
+  if ((*out = lm_srv_model_served(s, name))) return 0;
+  char ids[512] = "";
+  for (int i = 0; i < s->n_ids && strlen(ids) < sizeof ids - 80; i++)
+    snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s'%.64s'", i ? ", " : "", s->ids[i]);
+  return lm_srv_err_set(e, 404, "invalid_request_error", "model_not_found", "model",
+                        "the model '%.200s' does not exist (this server serves %s)", name, ids);
+}
+
+/* A JSON request: the size checks, the body, its model, then the route. */
+static void post_json(const route *hit, const lm_srv_http_req *rq, lm_srv_reply *rp) {
+  lm_srv_err e;
+  json_t *body;
+  if (lm_srv_size_check_body(rq->srv, rq->len, &e) ||
+      lm_srv_parse_body(rq->body ? rq->body : "", rq->len, &body, &e)) {
+    lm_srv_reply_error(rp, &e, hit->anthropic);
+    return;
+  }
+  lm_srv_http_req r = *rq;
+  int bad = lm_srv_size_check_prompt(rq->srv, body, &e);
+  if (!bad && (hit->flags & MODEL)) bad = check_model(rq, body, &r.model, &e);
+  if (bad)
+    lm_srv_reply_error(rp, &e, hit->anthropic);
+  else
+    hit->post(&r, body, rp);
+  json_decref(body);
+}
+
 void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
   memset(rp, 0, sizeof *rp);
   lm_srv_err e;
   const route *hit = NULL;
+  unsigned methods = 0;
   int path_known = 0;
-  for (int i = 0; i < N_ROUTES && !hit; i++) {
+  for (int i = 0; i < N_ROUTES; i++) {
     if (!path_matches(&routes[i], rq->path)) continue;
     if ((routes[i].flags & WEBUI) && rq->srv->o.no_webui) continue;
     path_known = 1;
+    methods |= method_bit(routes[i].method);
     int head = !strcmp(rq->method, "HEAD") && !strcmp(routes[i].method, "GET");
-    if (!strcmp(rq->method, routes[i].method) || head)
-      hit = &routes[i];
-    else
-      rp->allow = routes[i].method;
+    if (!hit && (!strcmp(rq->method, routes[i].method) || head)) hit = &routes[i];
   }
   int anthropic = !strncmp(rq->path, "/v1/messages", 12);
+  /* a preflight carries no credentials: answered before the key is checked (srv_http.c adds the
+   * CORS headers when --cors allows the origin) */
+  if (!strcmp(rq->method, "OPTIONS") && path_known) {
+    rp->status = 204;
+    rp->allow = allow_header(methods);
+    return;
+  }
   if (!(hit && (hit->flags & OPEN)) && !authorized(rq)) {
     lm_srv_err_set(&e, 401, "authentication_error", "invalid_api_key", NULL,
                    "invalid or missing API key");
@@ -148,6 +231,7 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
     return;
   }
   if (!hit) {
+    rp->allow = path_known ? allow_header(methods) : NULL;
     if (path_known)
       lm_srv_err_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
                      "%.16s is not allowed on %.200s (use %s)", rq->method, rq->path, rp->allow);
@@ -157,22 +241,9 @@ void lm_srv_route(const lm_srv_http_req *rq, lm_srv_reply *rp) {
     lm_srv_reply_error(rp, &e, anthropic);
     return;
   }
-  rp->allow = NULL;
   if (hit->body == NO_BODY) {
     hit->get(rq, rp);
     return;
   }
-  json_t *body;
-  if (lm_srv_size_check_body(rq->srv, rq->len, &e) ||
-      lm_srv_parse_body(rq->body ? rq->body : "", rq->len, &body, &e)) {
-    lm_srv_reply_error(rp, &e, hit->anthropic);
-    return;
-  }
-  if (lm_srv_size_check_prompt(rq->srv, body, &e)) {
-    json_decref(body);
-    lm_srv_reply_error(rp, &e, hit->anthropic);
-    return;
-  }
-  hit->post(rq, body, rp);
-  json_decref(body);
+  post_json(hit, rq, rp);
 }

@@ -1,7 +1,8 @@
 /* srv_route.h — what the HTTP layer hands a route (method, path, body, a way to notice the
  * client left) and what the route answers (a full body, or an SSE stream, with any extra
  * headers), plus the route table: authentication, 404 for unknown paths, 405 for known paths
- * with the wrong method. */
+ * with the wrong method, 204 for OPTIONS (CORS preflights: no authentication), and 404
+ * model_not_found for a body that names a model the server does not serve. */
 #ifndef LM_SERVER_SRV_ROUTE_H
 #define LM_SERVER_SRV_ROUTE_H
 
@@ -20,6 +21,9 @@ typedef struct lm_srv_http_req {
   const char *x_api_key;     /* x-api-key header (Anthropic clients) */
   int (*gone)(void *ctx);    /* 1 when the client has disconnected */
   void *gone_ctx;
+  struct lm_srv_tally *tally; /* the request log's token counts (srv_tally.h; NULL: none) */
+  const char *model;          /* set by the route table: the served id the body names, else the
+                                 default one (a string the server owns) */
 } lm_srv_http_req;
 
 /* A non-streamed answer still being generated. The HTTP layer parks the connection (no thread
@@ -32,6 +36,9 @@ typedef struct lm_srv_later {
   void *obj;
   void (*answer)(void *obj, int r, struct lm_srv_reply *rp); /* r: 1 ended, -1 sink failure */
   void (*drop)(void *obj);
+  /* Instead of polling g (NULL: g): polls obj's generations without blocking, as
+   * lm_srv_gen_pump(g, 0) does one (answers with several choices). */
+  int (*pump)(void *obj);
 } lm_srv_later;
 
 /* An extra response header (static strings). */
@@ -63,11 +70,18 @@ void lm_srv_reply_text(lm_srv_reply *rp, int status, const char *ctype,
                        char *text); /* takes text */
 void lm_srv_reply_stream(lm_srv_reply *rp, lm_srv_stream *st);
 
-/* Protocol endpoints (srv_openai.c, srv_anthropic.c). */
+/* Protocol endpoints (srv_openai.c, srv_anthropic.c, srv_responses.c, srv_tokens.c). */
 void lm_srv_openai_chat(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
 void lm_srv_openai_completions(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
 void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp);
 void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_anthropic_count_tokens(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_responses_create(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_responses_get(const lm_srv_http_req *rq, lm_srv_reply *rp);
+void lm_srv_responses_delete(const lm_srv_http_req *rq, lm_srv_reply *rp);
+void lm_srv_tokenize(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_detokenize(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_apply_template(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
 /* GET / and /index.html: the chat page (srv_web.c). */
 void lm_srv_web(const lm_srv_http_req *rq, lm_srv_reply *rp);
 /* GET /stats (srv_stats.c). */
@@ -78,5 +92,9 @@ json_t *lm_srv_stats_json(lm_server *s);
 void lm_srv_reply_later(lm_srv_reply *rp, struct lm_srv_gen *g, void *obj,
                         void (*answer)(void *obj, int r, lm_srv_reply *rp),
                         void (*drop)(void *obj));
+/* The same for an answer of several generations, polled with pump(obj) (see lm_srv_later). */
+void lm_srv_reply_later_n(lm_srv_reply *rp, void *obj, int (*pump)(void *obj),
+                          void (*answer)(void *obj, int r, lm_srv_reply *rp),
+                          void (*drop)(void *obj));
 
 #endif

@@ -16,7 +16,8 @@
  * bytes the context could hold, plus 64 KiB for the request's other fields, is refused. */
 int lm_srv_size_check_body(const lm_server *s, size_t len, lm_srv_err *e);
 /* After parsing: the text the prompt will be rendered from (message contents, an Anthropic
- * system prompt, a completions prompt; token-id prompts by their count) against the context. */
+ * system prompt, a completions prompt, a Responses input and instructions; token-id prompts by
+ * their count) against the context. The error names the field the prompt came in. */
 int lm_srv_size_check_prompt(const lm_server *s, const json_t *body, lm_srv_err *e);
 
 #endif

@@ -104,24 +104,24 @@ await check('chat.completions.stream helper', async () => {
 });
 
 await check('tool call (model output parsed into tool_calls)', async () => {
-  const r = await client.chat.completions.create({ model: 'm', messages: romans, tools, temperature: 0 });
+  const r = await client.chat.completions.create({ model: 'lumen-tiny-kjv', messages: romans, tools, temperature: 0 });
   assert.equal(r.choices[0].finish_reason, 'tool_calls');
   assert.equal(r.choices[0].message.tool_calls.length, 1);
   checkRomans(r.choices[0].message.tool_calls[0]);
 });
 
 await check('tool call streamed (reassembled by the client helper)', async () => {
-  const s = client.chat.completions.stream({ model: 'm', messages: romans, tools, temperature: 0 });
+  const s = client.chat.completions.stream({ model: 'lumen-tiny-kjv', messages: romans, tools, temperature: 0 });
   const final = await s.finalChatCompletion();
   assert.equal(final.choices[0].finish_reason, 'tool_calls');
   checkRomans(final.choices[0].message.tool_calls[0]);
 });
 
 await check('tool result round trip', async () => {
-  const first = await client.chat.completions.create({ model: 'm', messages: romans, tools, temperature: 0 });
+  const first = await client.chat.completions.create({ model: 'lumen-tiny-kjv', messages: romans, tools, temperature: 0 });
   const call = first.choices[0].message.tool_calls[0];
   const r = await client.chat.completions.create({
-    model: 'm', tools, temperature: 0, max_tokens: 60,
+    model: 'lumen-tiny-kjv', tools, temperature: 0, max_tokens: 60,
     messages: [...romans, first.choices[0].message,
       { role: 'tool', tool_call_id: call.id, content: 'And we know that all things work together for good.' }],
   });
@@ -129,29 +129,29 @@ await check('tool result round trip', async () => {
 });
 
 await check('completions.create', async () => {
-  const r = await client.completions.create({ model: 'm', prompt: 'In the beginning', max_tokens: 20, temperature: 0 });
+  const r = await client.completions.create({ model: 'lumen-tiny-kjv', prompt: 'In the beginning', max_tokens: 20, temperature: 0 });
   assert.ok(r.choices[0].text.startsWith(' of the reign of Darius the king'));
   assert.equal(r.choices[0].finish_reason, 'length');
 });
 
 await check('typed errors', async () => {
-  await assert.rejects(client.chat.completions.create({ model: 'm', messages: who, max_tokens: 0 }), (e) => {
+  await assert.rejects(client.chat.completions.create({ model: 'lumen-tiny-kjv', messages: who, max_tokens: 0 }), (e) => {
     assert.ok(e instanceof OpenAI.BadRequestError);
     assert.equal(e.status, 400);
     assert.equal(e.type, 'invalid_request_error');
     assert.equal(e.param, 'max_tokens');
     return true;
   });
-  await assert.rejects(client.chat.completions.create({ model: 'm', messages: [{ role: 'oracle', content: 'x' }] }),
+  await assert.rejects(client.chat.completions.create({ model: 'lumen-tiny-kjv', messages: [{ role: 'oracle', content: 'x' }] }),
     (e) => e.status === 400 && e.param === 'messages[0].role');
-  await assert.rejects(client.chat.completions.create({ model: 'm', messages: [] }), (e) => e.status === 400);
+  await assert.rejects(client.chat.completions.create({ model: 'lumen-tiny-kjv', messages: [] }), (e) => e.status === 400);
   await assert.rejects(client.get('/nowhere'), (e) => e instanceof OpenAI.NotFoundError);
 });
 
 await check('aborted stream is cancelled on the server', async () => {
   const ac = new AbortController();
   const s = await client.chat.completions.create({
-    model: 'm', messages: [{ role: 'user', content: 'Recite Psalm 23.' }], max_tokens: 500, ignore_eos: true,
+    model: 'lumen-tiny-kjv', messages: [{ role: 'user', content: 'Recite Psalm 23.' }], max_tokens: 500, ignore_eos: true,
     stream: true,
   }, { signal: ac.signal });
   const before = (await stats()).jobs.cancelled;

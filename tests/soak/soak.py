@@ -117,7 +117,7 @@ def valid_one(port, rng):
         ok = st == 200 and "text" in json.loads(b)["choices"][0]
     elif kind == "anthropic":
         st, _, b = request(port, "POST", "/v1/messages",
-                           json.dumps({"model": "x", "max_tokens": 8,
+                           json.dumps({"max_tokens": 8,
                                        "messages": [{"role": "user", "content": "Hi"}]}))
         ok = st == 200 and json.loads(b)["type"] == "message"
     elif kind == "health":

@@ -449,11 +449,11 @@ static void event_names(const char *body, char *out, size_t n) {
 
 static void t_anthropic(void **state) {
   (void)state;
-  json_t *j = post_json(
-      S.port, "/v1/messages",
-      "{\"model\":\"claude\",\"max_tokens\":64,\"temperature\":0,\"messages\":[{\"role\":\"user\","
-      "\"content\":\"Who are you?\"}]}",
-      200);
+  json_t *j = post_json(S.port, "/v1/messages",
+                        "{\"model\":\"lumen-tiny-kjv\",\"max_tokens\":64,\"temperature\":0,"
+                        "\"messages\":[{\"role\":\"user\","
+                        "\"content\":\"Who are you?\"}]}",
+                        200);
   assert_string_equal(str(j, "type"), "message");
   assert_string_equal(str(j, "stop_reason"), "end_turn");
   assert_string_equal(str(json_array_get(json_object_get(j, "content"), 0), "text"), WHO_ANSWER);
@@ -464,7 +464,8 @@ static void t_anthropic(void **state) {
   assert_int_equal(
       http_post(
           S.port, "/v1/messages",
-          "{\"model\":\"claude\",\"max_tokens\":64,\"temperature\":0,\"stream\":true,\"messages\":"
+          "{\"model\":\"lumen-tiny-kjv\",\"max_tokens\":64,\"temperature\":0,\"stream\":true,"
+          "\"messages\":"
           "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Who are you?\"}]}]}",
           &r),
       0);

@@ -129,7 +129,7 @@ static void one_request(load_client *lc, int r) {
     rc = run_plain(lc, "/v1/completions", body, &toks);
   } else {
     snprintf(body, sizeof body,
-             "{\"model\":\"m\",\"max_tokens\":%d,\"stream\":true,\"messages\":[{\"role\":\"user\","
+             "{\"max_tokens\":%d,\"stream\":true,\"messages\":[{\"role\":\"user\","
              "\"content\":\"%s\"}]}",
              cfg->max_tokens, prompt);
     rc = run_stream(lc, "/v1/messages", body, 0, &ttft, &toks);

@@ -102,7 +102,7 @@ static const bad_case bad_cases[] = {
      "logit_bias"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":101}}", 400,
      "logit_bias"},
-    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", 400, "n"},
+    {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", 400, "n"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":3}", 400,
      "presence_penalty"},
     {'c', "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"repetition_penalty\":0}", 400,
