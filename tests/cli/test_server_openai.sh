@@ -3,8 +3,8 @@
 # into $LM_BUILD_DIR/node-openai (never committed), starts `lumen serve` over the embedded model on
 # 127.0.0.1 with an ephemeral port, and runs tests/server/conformance.mjs against it (chat, streaming,
 # tool calls, completions, errors, model_not_found, n = 2, the Responses API plain / streamed / with
-# function calls and previous_response_id, an aborted stream). Also checks the verb's --help, its startup lines,
-# a bad flag, and a clean exit on SIGTERM. Skipped (77) without node/npm or the registry.
+# function calls and previous_response_id, an aborted stream). Also checks the verb's --help, its
+# startup lines, a bad flag, and a clean exit on SIGTERM. Skipped (77) without node/npm or the registry.
 set -euo pipefail
 : "${LUMEN_BIN:?LUMEN_BIN is not set}" "${LM_BUILD_DIR:?LM_BUILD_DIR is not set}"
 fail() { echo "test_server_openai: $*" >&2; exit 1; }
