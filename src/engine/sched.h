@@ -51,6 +51,7 @@ typedef struct lm_job {
   double t_submit;  /* monotonic seconds */
   double deadline;  /* monotonic seconds; 0: none */
   lm_chan *ch;      /* the engine's reference */
+  struct lm_constraint *con; /* constrained decoding (engine/constraint.h; owned), or NULL */
 } lm_job;
 
 /* A new job with neutral sampling and its channel (two references: the job's and *consumer). */
