@@ -98,7 +98,7 @@ lm_status lm_gdfa_intern(lm_gdfa *d, const lm_gpda *p, const lm_gstate *st, uint
   for (uint32_t k; (k = d->slot[h]) != 0; h = (h + 1) & d->slot_mask) {
     uint32_t s = k - 1, n = d->off[s + 1] - d->off[s];
     if ((d->flags[s] & ~LM_GDFA_CTX_ANY) == fl && n == st->n &&
-        !memcmp(d->ids + d->off[s], st->s, n * sizeof *st->s)) {
+        (n == 0 || !memcmp(d->ids + d->off[s], st->s, n * sizeof *st->s))) {
       *id = s;
       return LM_OK;
     }
@@ -156,7 +156,7 @@ lm_status lm_gdfa_next(lm_gdfa *d, lm_gpda *p, uint32_t s, uint8_t b, uint32_t *
     in->s = q;
     in->cap = n;
   }
-  memcpy(in->s, d->ids + d->off[s], n * sizeof *in->s);
+  if (n) memcpy(in->s, d->ids + d->off[s], n * sizeof *in->s);
   in->n = n;
   LM_TRY(lm_gpda_step(p, in, b, &d->tmp_out));
   LM_TRY(lm_gdfa_intern(d, p, &d->tmp_out, t));

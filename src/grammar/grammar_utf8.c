@@ -35,7 +35,7 @@ static int range_cmp(const void *a, const void *b) {
 }
 
 lm_status lm_cpset_normalize(lm_cpset *s) {
-  qsort(s->r, s->n, sizeof *s->r, range_cmp);
+  if (s->n > 1) qsort(s->r, s->n, sizeof *s->r, range_cmp);
   size_t k = 0;
   for (size_t i = 0; i < s->n; i++) {
     lm_cprange r = s->r[i];
