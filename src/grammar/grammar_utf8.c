@@ -35,7 +35,7 @@ static int range_cmp(const void *a, const void *b) {
 }
 
 lm_status lm_cpset_normalize(lm_cpset *s) {
-  qsort(s->r, s->n, sizeof *s->r, range_cmp);
+  if (s->n > 1) qsort(s->r, s->n, sizeof *s->r, range_cmp);
   size_t k = 0;
   for (size_t i = 0; i < s->n; i++) {
     lm_cprange r = s->r[i];
@@ -195,14 +195,9 @@ static int same_tail(const bseq *x, const bseq *y) {
   return 1;
 }
 
-lm_status lm_gutf8_class(lm_gir *b, lm_gseq *s, const lm_cpset *set, const char *name) {
-  if (set->n == 0) return LM_ERRF(LM_ERR_INVALID, "grammar: '%s' matches no character", name);
-  if (set->r[set->n - 1].hi < 0x80) { /* ASCII: one byte set */
-    lm_gset g = {{0}};
-    for (size_t i = 0; i < set->n; i++)
-      lm_gset_add_range(&g, set->r[i].lo, set->r[i].hi);
-    return lm_gseq_set(b, s, &g);
-  }
+lm_status lm_gutf8_class_alts(lm_gir *b, int32_t rule, const lm_cpset *set) {
+  if (set->n == 0)
+    return LM_ERRF(LM_ERR_INVALID, "grammar: '%s' matches no character", lm_gir_rule_name(b, rule));
   bseqs o = {0};
   lm_status st = LM_OK;
   for (size_t i = 0; i < set->n && st == LM_OK; i++)
@@ -218,8 +213,6 @@ lm_status lm_gutf8_class(lm_gir *b, lm_gseq *s, const lm_cpset *set, const char 
     else
       o.a[k++] = o.a[i];
   }
-  int32_t rule = -1;
-  if (st == LM_OK) st = lm_gir_rule(b, name, &rule);
   for (size_t i = 0; i < k && st == LM_OK; i++) {
     lm_gseq q = {0};
     st = lm_gseq_set(b, &q, &o.a[i].lead);
@@ -232,6 +225,19 @@ lm_status lm_gutf8_class(lm_gir *b, lm_gseq *s, const lm_cpset *set, const char 
     lm_gseq_free(&q);
   }
   free(o.a);
-  if (st == LM_OK) st = lm_gseq_ref(b, s, rule);
   return st;
+}
+
+lm_status lm_gutf8_class(lm_gir *b, lm_gseq *s, const lm_cpset *set, const char *name) {
+  if (set->n == 0) return LM_ERRF(LM_ERR_INVALID, "grammar: '%s' matches no character", name);
+  if (set->r[set->n - 1].hi < 0x80) { /* ASCII: one byte set */
+    lm_gset g = {{0}};
+    for (size_t i = 0; i < set->n; i++)
+      lm_gset_add_range(&g, set->r[i].lo, set->r[i].hi);
+    return lm_gseq_set(b, s, &g);
+  }
+  int32_t rule;
+  LM_TRY(lm_gir_rule(b, name, &rule));
+  LM_TRY(lm_gutf8_class_alts(b, rule, set));
+  return lm_gseq_ref(b, s, rule);
 }

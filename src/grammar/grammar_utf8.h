@@ -34,6 +34,8 @@ void lm_cpset_free(lm_cpset *s);
  * set is ASCII only, else a reference to a new rule named `name` with one alternative per byte
  * sequence shape. An empty set is LM_ERR_INVALID. */
 lm_status lm_gutf8_class(lm_gir *b, lm_gseq *s, const lm_cpset *set, const char *name);
+/* Adds those alternatives (one code point of the normalized set each) to an existing rule. */
+lm_status lm_gutf8_class_alts(lm_gir *b, int32_t rule, const lm_cpset *set);
 
 /* The UTF-8 bytes of cp (<= LM_CP_MAX); returns their count. */
 int lm_utf8_encode(uint32_t cp, char out[4]);

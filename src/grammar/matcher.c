@@ -22,6 +22,7 @@ void lm_matcher_free(lm_matcher *m) {
   free(m->key2);
   lm_gstate_free(&m->cur);
   lm_gstate_free(&m->nxt);
+  lm_gdfa_free(&m->dfa);
   lm_gpda_free(&m->pda);
   free(m);
 }

@@ -3,6 +3,7 @@
 #ifndef LM_GRAMMAR_MATCHER_IMPL_H
 #define LM_GRAMMAR_MATCHER_IMPL_H
 
+#include "grammar/gdfa.h"
 #include "grammar/mask_cache.h"
 #include "grammar/pda.h"
 #include "grammar/vocab.h"
@@ -12,7 +13,7 @@
 #define LM_G_KEY_DEPTH 2u
 
 typedef struct lm_gwalk_level {
-  uint32_t node, child, mark;
+  uint32_t node, child, mark, sid; /* sid: the DFA state (walk_dfa) */
   uint8_t inh; /* a parse above reached the cut: tokens here not accepted are uncertain */
   int ctx_any;
   lm_gset first;
@@ -33,8 +34,10 @@ struct lm_matcher {
   uint32_t key2_cap;
   uint32_t key_depth;
   uint32_t live_frames; /* frames after the last compaction */
+  lm_gdfa dfa;
+  int no_dfa; /* tests: always take the plain (unmemoized) walk and check */
   /* counters for benchmarks and tests */
-  uint64_t n_full_hits, n_local_hits, n_walks, n_checked;
+  uint64_t n_full_hits, n_local_hits, n_walks, n_checked, n_fallbacks;
 };
 
 /* The cache of (g, v), made on first use. Errors: LM_ERR_NOMEM. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "grammar/gdfa.h"
 #include "grammar/matcher_impl.h"
 
 static void set_range(uint32_t *bits, const int32_t *tok, uint32_t lo, uint32_t hi) {
@@ -56,8 +57,8 @@ static void level_init(lm_matcher *m, lm_gwalk_level *L, uint32_t node, uint32_t
   lm_gpda_first(&m->pda, st, &L->first, &L->ctx_any);
 }
 
-lm_status lm_gmask_walk(lm_matcher *m, const lm_gstate *st, uint32_t *bits, int32_t **unc,
-                        uint32_t *n_unc) {
+static lm_status walk_plain(lm_matcher *m, const lm_gstate *st, uint32_t *bits, int32_t **unc,
+                            uint32_t *n_unc) {
   const lm_grammar_vocab *v = m->v;
   memset(bits, 0, ((size_t)v->n + 31) / 32 * sizeof *bits);
   unc_list u = {0};
@@ -106,7 +107,7 @@ lm_status lm_gmask_walk(lm_matcher *m, const lm_gstate *st, uint32_t *bits, int3
   return LM_OK;
 }
 
-lm_status lm_gmask_check(lm_matcher *m, const int32_t *unc, uint32_t n_unc, uint32_t *mask) {
+static lm_status check_plain(lm_matcher *m, const int32_t *unc, uint32_t n_unc, uint32_t *mask) {
   const lm_grammar_vocab *v = m->v;
   uint32_t base = m->pda.fr.n, have = 0;
   const uint8_t *prev = NULL;
@@ -134,8 +135,106 @@ lm_status lm_gmask_check(lm_matcher *m, const int32_t *unc, uint32_t n_unc, uint
     prev = p;
     prev_len = len;
   }
-  m->n_checked += n_unc;
   lm_gframes_rollback(&m->pda.fr, base);
+  return s;
+}
+
+/* The transition of DFA state s by byte b: the row's entry, or a step (gdfa.h). */
+static inline lm_status dfa_next(lm_matcher *m, uint32_t s, uint8_t b, uint32_t *t) {
+  const uint32_t *row = m->dfa.rows[s];
+  if (row && row[b] != UINT32_MAX) {
+    *t = row[b];
+    return LM_OK;
+  }
+  return lm_gdfa_next(&m->dfa, &m->pda, s, b, t);
+}
+
+/* The walk of walk_plain with states interned and transitions memoized: a lookup per trie node
+ * where states repeat. LM_ERR_STATE when the memo fills up (the caller falls back). */
+static lm_status walk_dfa(lm_matcher *m, const lm_gstate *st, uint32_t *bits, unc_list *u) {
+  const lm_grammar_vocab *v = m->v;
+  lm_gdfa *d = &m->dfa;
+  uint32_t s0;
+  LM_TRY(lm_gdfa_reset(d, &m->pda));
+  LM_TRY(lm_gdfa_intern(d, &m->pda, st, &s0));
+  lm_gwalk_level *lev = m->lev;
+  uint32_t sp = 1;
+  lev[0] = (lm_gwalk_level){.node = 0, .child = 1, .sid = s0};
+  while (sp > 0) {
+    lm_gwalk_level *L = &lev[sp - 1];
+    if (L->child >= v->nend[L->node]) {
+      sp--;
+      continue;
+    }
+    uint32_t c = L->child, t;
+    L->child = v->nend[c];
+    LM_TRY(dfa_next(m, L->sid, v->nbyte[c], &t));
+    uint8_t fl = d->flags[t];
+    if (fl & (LM_GDFA_ALIVE | LM_GDFA_ACCEPT | LM_GDFA_CTX_AFTER))
+      set_range(bits, v->tok, v->ntok[c], v->ntok[c + 1]);
+    else if (L->inh || (fl & LM_GDFA_CTX_HIT))
+      LM_TRY(unc_add(u, v->tok, v->ntok[c], v->ntok[c + 1]));
+    int deeper = L->inh || (fl & (LM_GDFA_CTX_HIT | LM_GDFA_CTX_AFTER));
+    if ((fl & LM_GDFA_ALIVE) && c + 1 < v->nend[c]) {
+      lev[sp++] = (lm_gwalk_level){.node = c, .child = c + 1, .sid = t, .inh = (uint8_t)deeper};
+      continue;
+    }
+    if (deeper) LM_TRY(unc_add(u, v->tok, v->ntok[c + 1], v->ntok[v->nend[c]]));
+  }
+  return LM_OK;
+}
+
+lm_status lm_gmask_walk(lm_matcher *m, const lm_gstate *st, uint32_t *bits, int32_t **unc,
+                        uint32_t *n_unc) {
+  const lm_grammar_vocab *v = m->v;
+  uint32_t mark = m->pda.fr.n;
+  memset(bits, 0, ((size_t)v->n + 31) / 32 * sizeof *bits);
+  unc_list u = {0};
+  lm_status s = m->no_dfa ? LM_ERR_STATE : walk_dfa(m, st, bits, &u);
+  lm_gframes_rollback(&m->pda.fr, mark);
+  if (s == LM_OK) {
+    *unc = u.a;
+    *n_unc = u.n;
+    return LM_OK;
+  }
+  free(u.a);
+  if (s != LM_ERR_STATE) return s;
+  m->n_fallbacks++;
+  return walk_plain(m, st, bits, unc, n_unc);
+}
+
+/* check_plain with memoized transitions from the whole state. */
+static lm_status check_dfa(lm_matcher *m, const int32_t *unc, uint32_t n_unc, uint32_t *mask) {
+  const lm_grammar_vocab *v = m->v;
+  lm_gdfa *d = &m->dfa;
+  uint32_t s0;
+  LM_TRY(lm_gdfa_reset(d, &m->pda));
+  LM_TRY(lm_gdfa_intern(d, &m->pda, &m->cur, &s0));
+  for (uint32_t i = 0; i < n_unc; i++) {
+    int32_t t = unc[i];
+    const uint8_t *p = (const uint8_t *)v->bytes + v->off[t];
+    uint32_t st = s0, len = v->len[t], k = 0;
+    for (; k < len && (d->flags[st] & LM_GDFA_ALIVE); k++)
+      LM_TRY(dfa_next(m, st, p[k], &st));
+    if (k == len && (d->flags[st] & (LM_GDFA_ALIVE | LM_GDFA_ACCEPT)))
+      mask[t >> 5] |= 1u << (t & 31);
+  }
+  return LM_OK;
+}
+
+lm_status lm_gmask_check(lm_matcher *m, const int32_t *unc, uint32_t n_unc, uint32_t *mask) {
+  uint32_t mark = m->pda.fr.n;
+  lm_status s = m->no_dfa ? LM_ERR_STATE : check_dfa(m, unc, n_unc, mask);
+  lm_gframes_rollback(&m->pda.fr, mark);
+  m->n_checked += n_unc;
+  if (s == LM_ERR_STATE) {
+    /* Start again without the memo. The uncertain tokens are exactly the bits the check may
+     * have set (the accepted ones never include them), so clearing them restores the mask. */
+    for (uint32_t i = 0; i < n_unc; i++)
+      mask[unc[i] >> 5] &= ~(1u << (unc[i] & 31));
+    m->n_fallbacks++;
+    s = check_plain(m, unc, n_unc, mask);
+  }
   return s;
 }
 

@@ -20,7 +20,7 @@
 #include "grammar/matcher_impl.h"
 
 /* Every single byte, then the pieces given, then one special token (length 0). */
-static lm_grammar_vocab *gt_vocab(const char *const *extra, int n_extra) {
+static inline lm_grammar_vocab *gt_vocab(const char *const *extra, int n_extra) {
   int n = 256 + n_extra + 1;
   const char **p = calloc((size_t)n, sizeof *p);
   size_t *l = calloc((size_t)n, sizeof *l);
@@ -44,7 +44,7 @@ static lm_grammar_vocab *gt_vocab(const char *const *extra, int n_extra) {
 }
 
 /* A vocabulary of JSON-ish pieces: the bytes plus common multi-byte tokens. */
-static lm_grammar_vocab *gt_json_vocab(void) {
+static inline lm_grammar_vocab *gt_json_vocab(void) {
   static const char *const extra[] = {
       "{\"",    "\":",   "\": ", "\",",  "\", \"", "\"}", "}}",  "},",    "[{",   "\"]",
       "true",   "false", "null", "nul",  "tr",     "12",  "123", "0.",    "-1",   "e+",
@@ -56,7 +56,7 @@ static lm_grammar_vocab *gt_json_vocab(void) {
   return gt_vocab(extra, (int)(sizeof extra / sizeof *extra));
 }
 
-static lm_grammar *gt_gbnf(const char *text) {
+static inline lm_grammar *gt_gbnf(const char *text) {
   lm_grammar *g = NULL;
   lm_status s = lm_grammar_from_gbnf(text, strlen(text), &g);
   if (s != LM_OK) fail_msg("gbnf failed: %s\n%s", lm_errmsg(), text);
@@ -64,7 +64,8 @@ static lm_grammar *gt_gbnf(const char *text) {
 }
 
 /* 1 when the whole string is a sentence of g. */
-static int gt_accepts(const lm_grammar *g, const lm_grammar_vocab *v, const char *s, size_t n) {
+static inline int gt_accepts(const lm_grammar *g, const lm_grammar_vocab *v, const char *s,
+                             size_t n) {
   lm_matcher *m = NULL;
   assert_int_equal(lm_matcher_create(g, v, &m), LM_OK);
   int ok = lm_matcher_accept_bytes(m, s, n) == LM_OK && lm_matcher_complete(m);
@@ -73,7 +74,7 @@ static int gt_accepts(const lm_grammar *g, const lm_grammar_vocab *v, const char
 }
 
 /* Every token stepped from m's state, rolled back after. */
-static void gt_brute_mask(lm_matcher *m, uint32_t *mask) {
+static inline void gt_brute_mask(lm_matcher *m, uint32_t *mask) {
   const lm_grammar_vocab *v = m->v;
   memset(mask, 0, ((size_t)v->n + 31) / 32 * sizeof *mask);
   lm_gstate a = {0}, b = {0};
@@ -101,7 +102,7 @@ static void gt_brute_mask(lm_matcher *m, uint32_t *mask) {
   lm_gstate_free(&b);
 }
 
-static void gt_check_mask(lm_matcher *m) {
+static inline void gt_check_mask(lm_matcher *m) {
   size_t nw = ((size_t)m->v->n + 31) / 32;
   uint32_t *a = calloc(nw, 4), *b = calloc(nw, 4);
   assert_int_equal(lm_matcher_fill_mask(m, a), LM_OK);
@@ -120,15 +121,16 @@ static void gt_check_mask(lm_matcher *m) {
 
 /* Generates one sentence by a random walk through the masks (stopping with probability 1/4 once
  * complete, or when nothing may follow); checks every mask against brute force when `brute`.
+ * Tokens holding a byte of `closers` are 16 times as likely (so strings and arrays end).
  * Returns the length written to out (NUL-terminated), or -1 when the walk passed max_tokens
  * without completing. */
-static long gt_random_walk(const lm_grammar *g, const lm_grammar_vocab *v, uint64_t seed,
-                           int max_tokens, int brute, char *out, size_t cap) {
+static inline long gt_walk(const lm_grammar *g, const lm_grammar_vocab *v, uint64_t seed,
+                           int max_tokens, int brute, const char *closers, char *out, size_t cap) {
   lm_matcher *m = NULL;
   assert_int_equal(lm_matcher_create(g, v, &m), LM_OK);
   size_t nw = ((size_t)v->n + 31) / 32, len = 0;
   uint32_t *mask = calloc(nw, 4);
-  int32_t *allowed = calloc((size_t)v->n, sizeof *allowed);
+  int32_t *allowed = calloc((size_t)v->n * 16 + 1, sizeof *allowed);
   lm_rng rng = {seed, 0};
   long result = -1;
   for (int step = 0; step < max_tokens; step++) {
@@ -139,14 +141,21 @@ static long gt_random_walk(const lm_grammar *g, const lm_grammar_vocab *v, uint6
     if (brute) gt_check_mask(m);
     assert_int_equal(lm_matcher_fill_mask(m, mask), LM_OK);
     int n = 0;
-    for (int32_t t = 0; t < v->n; t++)
-      if ((mask[t >> 5] >> (t & 31)) & 1) allowed[n++] = t;
+    for (int32_t t = 0; t < v->n; t++) {
+      if (!((mask[t >> 5] >> (t & 31)) & 1)) continue;
+      int w = 1;
+      for (uint32_t k = 0; closers && k < v->len[t]; k++)
+        if (strchr(closers, v->bytes[v->off[t] + k])) w = 16;
+      for (int k = 0; k < w; k++)
+        allowed[n++] = t;
+    }
     if (n == 0) fail_msg("no token allowed in an incomplete state after '%.*s'", (int)len, out);
     int32_t t = allowed[lm_rng_next(&rng) % (uint64_t)n];
     assert_int_equal(lm_matcher_accept(m, t), LM_OK);
     if (len + v->len[t] + 1 > cap) break;
     memcpy(out + len, v->bytes + v->off[t], v->len[t]);
     len += v->len[t];
+    out[len] = '\0';
   }
   out[len] = '\0';
   free(mask);
@@ -155,7 +164,12 @@ static long gt_random_walk(const lm_grammar *g, const lm_grammar_vocab *v, uint6
   return result;
 }
 
-static void gt_assert_msg_has(const char *needle) {
+static inline long gt_random_walk(const lm_grammar *g, const lm_grammar_vocab *v, uint64_t seed,
+                                  int max_tokens, int brute, char *out, size_t cap) {
+  return gt_walk(g, v, seed, max_tokens, brute, NULL, out, cap);
+}
+
+static inline void gt_assert_msg_has(const char *needle) {
   if (!strstr(lm_errmsg(), needle)) fail_msg("message \"%s\" lacks \"%s\"", lm_errmsg(), needle);
 }
 
