@@ -51,11 +51,11 @@ extern "C" {
 
 #define LUMEN_VERSION "0.2.0"
 #define LUMEN_VERSION_NUMBER 2000 /* major*1000000 + minor*1000 + patch */
-#define LUMEN_API_VERSION                                                                          \
-  4 /* 1: status codes only; 2: checkpoints, engines, requests;                                    \
-      3: lm_checkpoint_set_chat_template,                                                          \
-                              lm_engine_options.on_load;                                           \
-      4: lm_request_options.share_prompt */
+/* LUMEN_API_VERSION: 1 status codes only; 2 checkpoints, engines, requests; 3
+ * lm_checkpoint_set_chat_template, lm_engine_options.on_load; 4 lm_request_options.share_prompt,
+ * constrained decoding (lm_request_options.grammar, json_schema, json_object, constrain_tools;
+ * lm_engine_stats.constraint_s). */
+#define LUMEN_API_VERSION 4
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
@@ -291,6 +291,10 @@ typedef struct lm_engine_stats {
   int64_t steps, step_tokens, step_rows, prefill_tokens, decode_tokens;
   int64_t requests_done, requests_cancelled, requests_timeout, requests_failed;
   double busy_s; /* time in forward steps and sampling */
+  /* constrained decoding: host time in the constraints' masks and advances (part of busy_s),
+   * and the sampled tokens they governed */
+  double constraint_s;
+  int64_t constrained_tokens;
 } lm_engine_stats;
 
 /* A consistent snapshot of the counters. Thread-safe. */
@@ -356,6 +360,20 @@ typedef struct lm_request_options {
    * with the same prompt started after that event prefill only the last token: n answers to one
    * prompt for one prefill. (A copy that does not fit the KV budget is skipped.) */
   int share_prompt;
+  /* Constrained decoding of the answer (after any reasoning: while the model's reasoning channel
+   * is open, nothing is constrained): at most one of grammar, json_schema and json_object. The
+   * stop ids come only when the text is complete, and a grammar that allows nothing more ends the
+   * answer (LM_FIN_STOP, stop_id -1). Compiled once per text (the engine caches them); a bad one
+   * fails lm_request_create with LM_ERR_INVALID or LM_ERR_UNSUPPORTED, the message starting with
+   * the field's name and, for a schema, naming the keyword and its JSON pointer. */
+  const char *grammar;     /* llama.cpp GBNF (root rule "root") */
+  const char *json_schema; /* a JSON Schema (JSON text): the answer is JSON that validates */
+  int json_object;         /* the answer is one JSON object */
+  /* Tool calls constrained (messages on a Gemma 4 checkpoint): a call names one of tools_json's
+   * tools and its arguments follow that tool's parameters schema; tool_choice is enforced (none:
+   * no call; required / named: the answer is calls, after any reasoning; auto: text or calls).
+   * Without it, required / named open the call at the prompt's end and nothing is checked. */
+  int constrain_tools;
 } lm_request_options;
 
 /* No prompt, the checkpoint's sampling defaults are NOT applied (neutral sampling, temperature

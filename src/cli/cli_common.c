@@ -12,7 +12,9 @@
 #include "base/status.h"
 #include "cli/cli_progress.h"
 #include "hub/hub_cache.h"
+#include "io/file_util.h"
 #include "model/forward.h"
+#include "text/utf8.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -157,4 +159,26 @@ lm_status lm_cli_prepare(lm_model *m, lm_backend *be) {
   lm_status s = lm_model_prepare_progress(m, be, lm_cli_progress_cb, &pr);
   lm_cli_progress_end(&pr);
   return s;
+}
+
+int lm_cli_read_text(const char *flag, const char *path, char **out) {
+  *out = NULL;
+  FILE *f = NULL;
+  if (lm_file_fopen_regular(path, &f)) return lm_cli_fail(flag);
+  size_t cap = 1 << 22, n = 0;
+  char *b = malloc(cap + 1);
+  if (b) n = fread(b, 1, cap + 1, f);
+  int err = ferror(f);
+  fclose(f);
+  const char *why = !b ? "out of memory" : err ? "cannot read it" : n > cap ? "over 4 MiB" : NULL;
+  if (!why && !lm_utf8_valid(b, n)) why = "not valid UTF-8";
+  if (!why && memchr(b, '\0', n)) why = "contains a NUL byte";
+  if (why) {
+    fprintf(stderr, "lumen: %s %s: %s\n", flag, path, why);
+    free(b);
+    return 1;
+  }
+  b[n] = '\0';
+  *out = b;
+  return 0;
 }

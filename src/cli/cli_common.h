@@ -47,4 +47,8 @@ int lm_cli_fail(const char *what);
 /* Monotonic seconds. */
 double lm_cli_now(void);
 
+/* Reads a text file named by flag (a grammar, a schema: at most 4 MiB, valid UTF-8, no NUL) into
+ * *out (malloc'ed, NUL-terminated). Prints "lumen: FLAG PATH: why" and returns 1 on failure. */
+int lm_cli_read_text(const char *flag, const char *path, char **out);
+
 #endif

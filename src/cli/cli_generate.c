@@ -19,12 +19,18 @@ static const char *generate_help =
     "\n"
     "  --ids LIST       prompt token ids (required)\n"
     "  -n, --tokens N   tokens to generate (default 16)\n"
+    "  --json-schema FILE  the continuation is JSON that validates against this JSON Schema\n"
+    "  --grammar FILE      the continuation follows this GBNF grammar; with either one the ids\n"
+    "                   stop early when the grammar allows nothing more\n"
     "  --backend B      cpu (default); --precision f32|fast|bf16 (default f32); --threads N\n";
 
 /* Streams the greedy ids of one request as a JSON array. */
-static int generate(lm_engine *e, const int32_t *ids, int64_t T, int64_t n) {
+static int generate(lm_engine *e, const int32_t *ids, int64_t T, int64_t n, const char *grammar,
+                    const char *schema) {
   lm_request_options ro;
   lm_request_options_init(&ro);
+  ro.grammar = grammar;
+  ro.json_schema = schema;
   ro.ids = ids;
   ro.n_ids = T;
   ro.sampling.temperature = 0;
@@ -52,14 +58,11 @@ static int generate(lm_engine *e, const int32_t *ids, int64_t T, int64_t n) {
 }
 
 int lm_cli_generate(int argc, char **argv) {
-  static const struct option lo[] = {{"ids", 1, 0, 'i'},
-                                     {"tokens", 1, 0, 'n'},
-                                     {"backend", 1, 0, 'b'},
-                                     {"precision", 1, 0, 'P'},
-                                     {"threads", 1, 0, 't'},
-                                     {"help", 0, 0, 'h'},
-                                     {0, 0, 0, 0}};
-  const char *ids_s = NULL;
+  static const struct option lo[] = {
+      {"ids", 1, 0, 'i'},         {"tokens", 1, 0, 'n'},  {"backend", 1, 0, 'b'},
+      {"precision", 1, 0, 'P'},   {"threads", 1, 0, 't'}, {"grammar", 1, 0, 'g'},
+      {"json-schema", 1, 0, 'j'}, {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+  const char *ids_s = NULL, *grammar_file = NULL, *schema_file = NULL;
   int64_t n = 16;
   lm_cli_backend_opts bo = {0};
   int c;
@@ -74,15 +77,30 @@ int lm_cli_generate(int argc, char **argv) {
     case 'b': bo.backend = optarg; break;
     case 'P': bo.precision = optarg; break;
     case 't': bo.threads = atoi(optarg); break;
+    case 'g': grammar_file = optarg; break;
+    case 'j': schema_file = optarg; break;
     case 'h': fputs(generate_help, stdout); return 0;
     default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
   if (n < 1) return fprintf(stderr, "lumen generate: -n must be at least 1\n"), 2;
   if (optind != argc - 1 || !ids_s) return fputs(generate_help, stderr), 2;
+  if (grammar_file && schema_file)
+    return fprintf(stderr, "lumen generate: --grammar and --json-schema cannot be used together\n"),
+           2;
+  char *grammar = NULL, *schema = NULL;
+  if ((grammar_file && lm_cli_read_text("--grammar", grammar_file, &grammar)) ||
+      (schema_file && lm_cli_read_text("--json-schema", schema_file, &schema))) {
+    free(grammar);
+    return 1;
+  }
   int32_t *ids;
   int64_t T;
-  if (lm_cli_parse_ids(ids_s, &ids, &T)) return 1;
+  if (lm_cli_parse_ids(ids_s, &ids, &T)) {
+    free(grammar);
+    free(schema);
+    return 1;
+  }
   lm_checkpoint *ck = NULL;
   lm_engine *e = NULL;
   lm_engine_options eo;
@@ -97,9 +115,11 @@ int lm_cli_generate(int argc, char **argv) {
   if (lm_cli_checkpoint_open(argv[optind], &ck) || lm_engine_create(ck, &eo, &e))
     lm_cli_fail(NULL);
   else
-    rc = generate(e, ids, T, n);
+    rc = generate(e, ids, T, n, grammar, schema);
   lm_engine_free(e);
   lm_checkpoint_free(ck);
   free(ids);
+  free(grammar);
+  free(schema);
   return rc;
 }

@@ -35,7 +35,9 @@ enum {
   OPT_KV_START,
   OPT_SAVE_STATE,
   OPT_LOAD_STATE,
-  OPT_TEMPLATE
+  OPT_TEMPLATE,
+  OPT_GRAMMAR,
+  OPT_JSON_SCHEMA
 };
 
 void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o) {
@@ -54,6 +56,9 @@ void lm_cli_textgen_help(FILE *f) {
       "                           instead of the checkpoint's\n"
       "  --think / --no-think     set the template's enable_thinking (default: the template's)\n"
       "  --raw-output             print the decoded text as is, control tokens included, unparsed\n"
+      "  --json-schema FILE       the answer is JSON that validates against this JSON Schema\n"
+      "  --grammar FILE           the answer follows this GBNF grammar (llama.cpp's notation)\n"
+      "                           (either one; after the reasoning when thinking is on)\n"
       "  --chunk N                prefill tokens per forward step (512)\n"
       "  --ctx N                  context limit in tokens (default: none)\n"
       "  --backend B              cpu (default); --precision f32|fast|bf16 (default fast); "
@@ -104,6 +109,8 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   case OPT_SAVE_STATE: o->save_state = arg; return 0;
   case OPT_LOAD_STATE: o->load_state = arg; return 0;
   case OPT_TEMPLATE: o->chat_template = arg; return 0;
+  case OPT_GRAMMAR: o->grammar_file = arg; return 0;
+  case OPT_JSON_SCHEMA: o->schema_file = arg; return 0;
   case 'v': o->verbose = 1; return 0;
   case 'n':
     return lm_cli_sampling_handle(&o->samp, lm_cli_sampling_opt("max-tokens"), arg) == 1 ? 0 : 2;
@@ -134,8 +141,10 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
                           {"kv-quant-start", 1, 0, OPT_KV_START},
                           {"save-state", 1, 0, OPT_SAVE_STATE},
                           {"load-state", 1, 0, OPT_LOAD_STATE},
-                          {"chat-template", 1, 0, OPT_TEMPLATE}};
-  lm_cli_sampling_options(lo, 19, 48);
+                          {"chat-template", 1, 0, OPT_TEMPLATE},
+                          {"grammar", 1, 0, OPT_GRAMMAR},
+                          {"json-schema", 1, 0, OPT_JSON_SCHEMA}};
+  lm_cli_sampling_options(lo, 21, 48);
   int c;
   *done = 0;
   optind = 1;
@@ -238,6 +247,13 @@ int lm_cli_textgen_open(lm_cli_textgen *t, const char *dir, const lm_cli_textgen
   t->o = o;
   t->sigfd = -1;
   lm_sampling_init(&t->sampling);
+  if (o->grammar_file && o->schema_file) {
+    fprintf(stderr, "lumen: --grammar and --json-schema cannot be used together\n");
+    return 1;
+  }
+  if ((o->grammar_file && lm_cli_read_text("--grammar", o->grammar_file, &t->grammar)) ||
+      (o->schema_file && lm_cli_read_text("--json-schema", o->schema_file, &t->json_schema)))
+    return 1;
   if (lm_cli_checkpoint_open(dir, &t->ck)) return lm_cli_fail(NULL);
   if (o->chat_template && lm_checkpoint_set_chat_template(t->ck, o->chat_template))
     return lm_cli_fail("--chat-template");
@@ -253,6 +269,8 @@ void lm_cli_textgen_close(lm_cli_textgen *t) {
   lm_sampling_clear(&t->sampling);
   free(t->kwargs);
   free(t->ctx);
+  free(t->grammar);
+  free(t->json_schema);
   if (t->sigfd >= 0) close(t->sigfd);
   memset(t, 0, sizeof *t);
   t->sigfd = -1;
@@ -374,6 +392,8 @@ static lm_status submit(lm_cli_textgen *t, const int32_t *ids, int64_t n, lm_req
   ro.raw_output = t->o->raw_output;
   ro.parse_output = t->parse;
   ro.starts_in_reasoning = t->starts_in_reasoning;
+  ro.grammar = t->grammar;
+  ro.json_schema = t->json_schema;
   return lm_request_submit(t->e, &ro, r);
 }
 

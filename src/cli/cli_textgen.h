@@ -21,11 +21,12 @@ typedef struct lm_cli_textgen_opts {
   const char *system; /* --system */
   int think;          /* -1: the template's default; 0: --no-think; 1: --think */
   int64_t chunk, ctx; /* --chunk, --ctx (0: defaults) */
-  const char *kv_quant, *kv_config;    /* --kv-quant, --kv-config */
-  int kv_group;                        /* --kv-group */
-  int64_t kv_quant_start;              /* --kv-quant-start */
-  const char *save_state, *load_state; /* --save-state, --load-state */
-  const char *chat_template;           /* --chat-template FILE: instead of the checkpoint's */
+  const char *kv_quant, *kv_config;       /* --kv-quant, --kv-config */
+  int kv_group;                           /* --kv-group */
+  int64_t kv_quant_start;                 /* --kv-quant-start */
+  const char *save_state, *load_state;    /* --save-state, --load-state */
+  const char *chat_template;              /* --chat-template FILE: instead of the checkpoint's */
+  const char *grammar_file, *schema_file; /* --grammar FILE (GBNF), --json-schema FILE */
   int verbose;
 } lm_cli_textgen_opts;
 
@@ -52,10 +53,11 @@ typedef struct lm_cli_textgen {
   int templ;          /* prompts go through the chat template (it has one, and not --raw) */
   int parse;          /* responses go through the output parser (templ, not --raw-output) */
   int starts_in_reasoning;
-  int sigfd;        /* SIGINT as a file descriptor (-1: none) */
-  int interrupted;  /* the last response was cut by Ctrl-C */
-  int wrote;        /* the response printed something on stdout */
-  int in_reasoning; /* reasoning is being printed on stderr */
+  int sigfd;                   /* SIGINT as a file descriptor (-1: none) */
+  int interrupted;             /* the last response was cut by Ctrl-C */
+  int wrote;                   /* the response printed something on stdout */
+  int in_reasoning;            /* reasoning is being printed on stderr */
+  char *grammar, *json_schema; /* the files' texts: every response is constrained by them */
 } lm_cli_textgen;
 
 /* Opens MODEL_DIR for generation; prints the error and returns 1 on failure. */

@@ -4,10 +4,13 @@
 #ifndef LM_ENGINE_API_IMPL_H
 #define LM_ENGINE_API_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "backend/backend.h"
+#include "engine/grammar_cache.h"
 #include "engine/sched.h"
+#include "grammar/grammar.h"
 #include "lumen.h"
 #include "model/model.h"
 #include "sample/gen_config.h"
@@ -33,7 +36,17 @@ struct lm_checkpoint {
   int64_t max_positions;
   size_t longest_piece; /* bytes of the longest token piece */
   atomic_int engines;   /* engines on this checkpoint (at most one) */
+  int32_t think_id;     /* <|think|> (a prompt with it turns thinking on), -1 */
+  int32_t quote_id;     /* <|"|>, the call syntax's string quote (a grammar may use it), -1 */
+  /* the vocabulary as grammars see it, built on the first constrained request (gv_mu) */
+  pthread_mutex_t gv_mu;
+  lm_grammar_vocab *gv;
+  char *gv_bytes;
 };
+
+/* The checkpoint's grammar vocabulary (built once, on first use; thread-safe). Errors:
+ * LM_ERR_STATE (no tokenizer), LM_ERR_NOMEM, the grammar library's. */
+lm_status lm_checkpoint_grammar_vocab(lm_checkpoint *ck, const lm_grammar_vocab **out);
 
 struct lm_engine {
   lm_checkpoint *ck;
@@ -43,7 +56,10 @@ struct lm_engine {
   lm_kv_spec *specs;
   lm_sched *sched;
   lm_engine_info info;
-  atomic_uint_fast64_t seq; /* seeds of requests without one */
+  atomic_uint_fast64_t seq;   /* seeds of requests without one */
+  lm_grammar_cache *grammars; /* compiled constraints by source text (grammar_cache.h) */
+  int32_t *stop_sorted;       /* the checkpoint's stop ids, sorted (constraints read them) */
+  int32_t n_stop;
 };
 
 #endif

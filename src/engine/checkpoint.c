@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/buf.h"
 #include "base/status.h"
 #include "engine/api_impl.h"
 #include "text/utf8.h"
@@ -65,6 +66,59 @@ static void parser_tokens(lm_checkpoint *ck) {
                         ck->ptok.tool_response_open, lm_tokenizer_find(ck->tok, "<|\"|>", 5)};
   for (int i = 0; i < 6; i++)
     if (ct[i] >= 0) ck->keep[ck->n_keep++] = ct[i];
+  if (ck->gemma4) {
+    ck->quote_id = ct[5];
+    ck->think_id = lm_tokenizer_find(ck->tok, "<|think|>", 9);
+  }
+}
+
+/* The bytes of every id as a grammar sees them: a token's decoded bytes; special tokens none, but
+ * for <|"|>, which is the call syntax's quote and so part of a call's text. */
+static lm_status build_grammar_vocab(lm_checkpoint *ck) {
+  int32_t n = lm_tokenizer_vocab_size(ck->tok);
+  const char **pieces = calloc((size_t)(n ? n : 1), sizeof *pieces);
+  size_t *lens = calloc((size_t)(n ? n : 1), sizeof *lens), *offs = NULL, total = 0, cap = 0;
+  lm_detok *d = NULL;
+  lm_status s = pieces && lens ? lm_detok_create(ck->tok, 0, &d)
+                               : LM_ERRF(LM_ERR_NOMEM, "out of memory (grammar vocabulary)");
+  if (!s && !(offs = calloc((size_t)(n ? n : 1), sizeof *offs)))
+    s = LM_ERRF(LM_ERR_NOMEM, "out of memory (grammar vocabulary)");
+  for (int32_t i = 0; !s && i < n; i++) {
+    const char *b = NULL;
+    size_t k = 0;
+    if (lm_tokenizer_is_special(ck->tok, i) && i != ck->quote_id) {
+      offs[i] = total;
+      continue;
+    }
+    if (lm_detok_token_bytes(d, i, &b, &k)) { /* an id without a token: never allowed */
+      lm_err_clear();
+      k = 0;
+    }
+    offs[i] = total;
+    lens[i] = k;
+    if (k && lm_buf_append(&ck->gv_bytes, &total, &cap, 1 << 16, b, k))
+      s = LM_ERRF(LM_ERR_NOMEM, "out of memory (grammar vocabulary)");
+  }
+  for (int32_t i = 0; !s && i < n; i++)
+    pieces[i] = ck->gv_bytes ? ck->gv_bytes + offs[i] : "";
+  if (!s)
+    s = lm_err_prefix(lm_grammar_vocab_create(pieces, lens, n, &ck->gv), "grammar vocabulary");
+  lm_detok_free(d);
+  free(pieces);
+  free(lens);
+  free(offs);
+  return s;
+}
+
+lm_status lm_checkpoint_grammar_vocab(lm_checkpoint *ck, const lm_grammar_vocab **out) {
+  *out = NULL;
+  if (!ck->tok)
+    return LM_ERRF(LM_ERR_STATE, "%s has no tokenizer: constrained decoding needs one", ck->name);
+  pthread_mutex_lock(&ck->gv_mu);
+  lm_status s = ck->gv ? LM_OK : build_grammar_vocab(ck);
+  pthread_mutex_unlock(&ck->gv_mu);
+  *out = ck->gv;
+  return s;
 }
 
 static size_t longest_piece(const lm_tokenizer *tok) {
@@ -114,6 +168,8 @@ static lm_checkpoint *new_checkpoint(void) {
   if (!ck) return NULL;
   lm_gen_config_clear(&ck->gc);
   atomic_init(&ck->engines, 0);
+  ck->think_id = ck->quote_id = -1;
+  pthread_mutex_init(&ck->gv_mu, NULL);
   return ck;
 }
 
@@ -155,6 +211,9 @@ lm_status lm_checkpoint_open_synthetic(const char *config_path, const char *toke
 
 void lm_checkpoint_free(lm_checkpoint *ck) {
   if (!ck) return;
+  lm_grammar_vocab_free(ck->gv);
+  free(ck->gv_bytes);
+  pthread_mutex_destroy(&ck->gv_mu);
   lm_chat_template_free(ck->tmpl);
   lm_tokenizer_free(ck->tok);
   lm_gen_config_clear(&ck->gc);

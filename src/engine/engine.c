@@ -151,6 +151,23 @@ static lm_status start_sched(lm_engine *e, int64_t budget) {
   return lm_sched_start(e->sched);
 }
 
+/* The grammar cache (64 schemas: a server's few response formats and tool sets, with room) and
+ * the sorted stop ids the constraints allow once an answer is complete. */
+static lm_status make_constraints(lm_engine *e) {
+  const lm_checkpoint *ck = e->ck;
+  e->n_stop = ck->n_stop_ids;
+  e->stop_sorted = malloc((size_t)(e->n_stop ? e->n_stop : 1) * sizeof *e->stop_sorted);
+  if (!e->stop_sorted) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  if (e->n_stop) memcpy(e->stop_sorted, ck->stop_ids, (size_t)e->n_stop * sizeof *e->stop_sorted);
+  for (int32_t i = 1; i < e->n_stop; i++) /* a handful of ids: insertion sort */
+    for (int32_t k = i; k > 0 && e->stop_sorted[k - 1] > e->stop_sorted[k]; k--) {
+      int32_t t = e->stop_sorted[k];
+      e->stop_sorted[k] = e->stop_sorted[k - 1];
+      e->stop_sorted[k - 1] = t;
+    }
+  return lm_grammar_cache_create(64, &e->grammars);
+}
+
 static void fill_info(lm_engine *e, int64_t budget) {
   lm_engine_info *i = &e->info;
   const lm_admit *a = lm_sched_admit(e->sched);
@@ -208,6 +225,7 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
   if (!s) s = size_context(e);
   if (!s) s = plan_caches(e);
   if (!s) s = size_budget(e, &budget);
+  if (!s) s = make_constraints(e);
   if (!s) s = start_sched(e, budget);
   if (s) {
     lm_engine_free(e);
@@ -221,6 +239,8 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
 void lm_engine_free(lm_engine *e) {
   if (!e) return;
   lm_sched_free(e->sched);
+  lm_grammar_cache_free(e->grammars); /* grammars still held by requests live on */
+  free(e->stop_sorted);
   lm_backend_destroy(e->be);
   free(e->specs);
   free(e->kv_quant);

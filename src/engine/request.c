@@ -10,6 +10,8 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "engine/api_impl.h"
+#include "engine/constraint.h"
+#include "text/call_grammar.h"
 #include "text/utf8.h"
 
 typedef struct qevent { /* an event waiting to be taken; its strings are owned */
@@ -37,6 +39,7 @@ struct lm_request {
   size_t q_head, q_n, q_cap;
   qevent cur; /* the event last returned (its strings live until the next call) */
   int n_calls;
+  int start_reasoning; /* the prompt ends inside the reasoning channel */
 };
 
 static double now_s(void) {
@@ -282,6 +285,8 @@ static lm_status forced_call(const lm_checkpoint *ck, const lm_request_options *
   *out = NULL;
   if (!ck->gemma4 || (o->tool_choice != LM_TOOLS_REQUIRED && o->tool_choice != LM_TOOLS_NAMED))
     return LM_OK;
+  if (o->constrain_tools)
+    return LM_OK; /* the constraint makes the answer a call, after reasoning */
   int named = o->tool_choice == LM_TOOLS_NAMED;
   if (named && (!o->tool_name || !*o->tool_name || strlen(o->tool_name) > 200))
     return LM_ERRF(LM_ERR_INVALID, "tool_choice names no tool (or a name over 200 bytes)");
@@ -332,6 +337,7 @@ static lm_status chat_prompt(lm_request *r, const lm_request_options *o, int32_t
   }
   if (!s) s = lm_checkpoint_tokenize(ck, prompt, strlen(prompt), 0, ids, n);
   if (!s && !o->raw_output) s = make_parser(r, start_reasoning, forced);
+  r->start_reasoning = start_reasoning;
   free(prompt);
   free(forced);
   return s;
@@ -360,7 +366,81 @@ static lm_status build_prompt(lm_request *r, const lm_request_options *o, int32_
     if (!r->e->ck->tok) return LM_ERRF(LM_ERR_STATE, "parsing the answer needs a tokenizer");
     LM_TRY(make_parser(r, o->starts_in_reasoning, NULL));
   }
+  if (!o->messages_json) r->start_reasoning = o->starts_in_reasoning;
   return LM_OK;
+}
+
+/* ---- constrained decoding -------------------------------------------------------------------- */
+
+/* The answer's grammar (grammar, json_schema or json_object), compiled or from the cache; an
+ * error's message starts with the field's name. */
+static lm_status answer_grammar(lm_engine *e, const lm_request_options *o, lm_grammar_ref **out) {
+  *out = NULL;
+  int given = (o->grammar != NULL) + (o->json_schema != NULL) + (o->json_object != 0);
+  if (given > 1)
+    return LM_ERRF(LM_ERR_INVALID, "a request takes at most one of grammar, json_schema and "
+                                   "json_object");
+  lm_grammar_kind kind = o->grammar       ? LM_GRAMMAR_GBNF
+                         : o->json_schema ? LM_GRAMMAR_JSON_SCHEMA
+                                          : LM_GRAMMAR_JSON_OBJECT;
+  const char *text = o->grammar ? o->grammar : o->json_schema ? o->json_schema : "";
+  const char *field = o->grammar ? "grammar" : o->json_schema ? "json_schema" : "json_object";
+  if (!given) return LM_OK;
+  lm_status s = lm_grammar_cache_get(e->grammars, kind, text, strlen(text), out);
+  return s ? lm_err_prefix(s, "%s", field) : LM_OK;
+}
+
+/* The call grammar of the offered tools (Gemma 4 call syntax), compiled or from the cache. */
+static lm_status call_grammar(lm_engine *e, const lm_request_options *o, lm_grammar_ref **out) {
+  *out = NULL;
+  int forcing = o->tool_choice == LM_TOOLS_REQUIRED || o->tool_choice == LM_TOOLS_NAMED;
+  if (!o->tools_json || o->tool_choice == LM_TOOLS_NONE) {
+    if (forcing)
+      return LM_ERRF(LM_ERR_INVALID, "tool_choice asks for a tool call but no tools are given");
+    return LM_OK;
+  }
+  if (o->tool_choice == LM_TOOLS_NAMED && (!o->tool_name || !*o->tool_name))
+    return LM_ERRF(LM_ERR_INVALID, "tool_choice names no tool");
+  char *gbnf = NULL;
+  LM_TRY(lm_call_grammar_gemma4(o->tools_json,
+                                o->tool_choice == LM_TOOLS_NAMED ? o->tool_name : NULL, &gbnf));
+  lm_status s = lm_grammar_cache_get(e->grammars, LM_GRAMMAR_GBNF, gbnf, strlen(gbnf), out);
+  free(gbnf);
+  return s ? lm_err_prefix(s, "tools: the call grammar") : LM_OK;
+}
+
+/* 1 when the prompt turns thinking on (Gemma 4: a <|think|> token in it). */
+static int thinking_on(const lm_checkpoint *ck, const lm_job *j) {
+  for (int64_t i = 0; ck->think_id >= 0 && i < j->n_ids; i++)
+    if (j->ids[i] == ck->think_id) return 1;
+  return 0;
+}
+
+/* The job's constraint, when the request asks for one. */
+static lm_status make_constraint(lm_request *r, const lm_request_options *o, lm_job *j) {
+  lm_engine *e = r->e;
+  lm_checkpoint *ck = e->ck;
+  int tools = o->constrain_tools && ck->gemma4 && o->messages_json;
+  lm_constraint_opts co = {.choice = tools ? o->tool_choice : LM_TOOLS_AUTO,
+                           .n_vocab = ck->m->cfg.vocab_size,
+                           .channel_open = ck->ptok.channel_open,
+                           .channel_close = ck->ptok.channel_close,
+                           .call_open = ck->ptok.tool_call_open,
+                           .call_close = ck->ptok.tool_call_close,
+                           .stop_ids = e->stop_sorted,
+                           .n_stop_ids = e->n_stop,
+                           .start_in_reasoning = r->start_reasoning,
+                           .may_reason = thinking_on(ck, j)};
+  LM_TRY(answer_grammar(e, o, &co.answer));
+  lm_status s = tools ? call_grammar(e, o, &co.calls) : LM_OK;
+  if (!s && !co.answer && !co.calls && !(tools && o->tool_choice == LM_TOOLS_NONE)) return LM_OK;
+  if (!s) s = lm_checkpoint_grammar_vocab(ck, &co.vocab);
+  if (s) {
+    lm_grammar_ref_release(co.answer);
+    lm_grammar_ref_release(co.calls);
+    return s;
+  }
+  return lm_constraint_create(&co, &j->con);
 }
 
 /* ---- submitting ------------------------------------------------------------------------------ */
@@ -434,6 +514,7 @@ lm_status lm_request_create(lm_engine *e, const lm_request_options *o, lm_reques
     ids = NULL;
     s = fill_job(r, o, r->job);
   }
+  if (!s) s = make_constraint(r, o, r->job);
   for (int64_t i = 0; !s && i < r->job->n_ids; i++)
     s = ctx_push(r, r->job->ids[i]);
   if (s) {

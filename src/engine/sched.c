@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "engine/constraint.h"
 #include "engine/prompt_cache.h"
 #include "engine/seq.h"
 #include "kv/kv_state.h"
@@ -108,6 +109,7 @@ void lm_job_free(lm_job *j) {
   for (int i = 0; i < j->n_stops; i++)
     free(j->stops[i]);
   free(j->stops);
+  lm_constraint_free(j->con);
   lm_chan_unref(j->ch);
   free(j);
 }
@@ -590,17 +592,24 @@ static void fail_batch(lm_sched *s, const lm_batch *b, const char *msg) {
   }
 }
 
-static void accept_rows(lm_sched *s, const lm_batch *b, const int32_t *ids, double now) {
+/* Returns the seconds the rows' constraints took (masks while sampling, advancing here). */
+static double accept_rows(lm_sched *s, const lm_batch *b, const int32_t *ids, double now,
+                          int64_t *constrained) {
+  double con_s = 0;
   for (int32_t r = 0; r < b->n_logits; r++) {
     int i = s->row_slot[r];
     lm_seq *q = &s->slots[i];
+    *constrained += q->job->con != NULL;
     if (lm_seq_prefilling(q)) q->t_prefilled = now;
     if (ids[r] < 0)
       lm_seq_end(q, LM_FIN_ERROR, s->row_err[r], now);
     else if (lm_seq_accept(q, &s->env, ids[r], &s->toks[r], now))
       lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
+    con_s += q->con_s;
+    q->con_s = 0;
     if (q->fin.kind) release_slot(s, i, 1);
   }
+  return con_s;
 }
 
 static int all_plain_greedy(lm_sched *s, const lm_batch *b) {
@@ -628,8 +637,11 @@ static void step(lm_sched *s) {
   int64_t decode = 0;
   for (int32_t r = 0; r < b.n_logits; r++)
     decode += !lm_seq_prefilling(&s->slots[s->row_slot[r]]);
-  accept_rows(s, &b, ids, now_s());
+  int64_t constrained = 0;
+  double con_s = accept_rows(s, &b, ids, now_s(), &constrained);
   pthread_mutex_lock(&s->mu);
+  s->st.constraint_s += con_s;
+  s->st.constrained_tokens += constrained;
   s->st.steps++;
   s->st.step_tokens += b.n_tokens;
   s->st.step_rows += b.n_logits;

@@ -54,6 +54,7 @@ typedef struct lm_job {
   int share_prompt; /* once ids[0..n_ids-1) are in the caches, a copy of them goes into the prefix
                        cache (before the job's first token): jobs with the same prompt submitted
                        after that token prefill only its last token (n choices of one prompt) */
+  struct lm_constraint *con; /* constrained decoding (engine/constraint.h; owned), or NULL */
 } lm_job;
 
 /* A new job with neutral sampling and its channel (two references: the job's and *consumer). */

@@ -6,8 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
+#include "engine/constraint.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int cmp_i32(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -64,7 +72,7 @@ int lm_seq_plain_greedy(const lm_seq *q) {
   const lm_sampling *p = lm_sampler_params(q->smp);
   return p->temperature <= 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 &&
          p->frequency_penalty == 0 && p->n_bias == 0 && p->n_suppress == 0 &&
-         q->job->top_logprobs < 0;
+         q->job->top_logprobs < 0 && !q->job->con; /* a constraint masks the logits */
 }
 
 /* log-sum-exp of row[0..V) (NaN and -inf count as -inf). */
@@ -105,6 +113,12 @@ static void top_n(const float *row, int64_t V, double lse, int n, lm_tok_event *
 
 int32_t lm_seq_sample(lm_seq *q, const lm_seq_env *env, float *row, lm_tok_event *tok) {
   int want = q->job->top_logprobs;
+  if (q->job->con) { /* before every processor: top-k, top-p, min-p see what may come */
+    double t0 = now_s();
+    lm_status s = lm_constraint_apply(q->job->con, row);
+    q->con_s += now_s() - t0;
+    if (s) return -1;
+  }
   const float *raw = row;
   if (want >= 0) {
     if (!q->scratch && !(q->scratch = malloc((size_t)env->vocab * sizeof *q->scratch))) {
@@ -202,6 +216,14 @@ lm_status lm_seq_accept(lm_seq *q, const lm_seq_env *env, int32_t id, lm_tok_eve
   q->n_gen++;
   if (q->n_gen == 1) q->t_first = now;
   lm_finish_kind end = LM_FIN_NONE;
+  int done = 0; /* the constraint's grammar is finished: nothing may follow */
+  if (q->job->con) {
+    double t0 = now_s();
+    lm_status s = lm_constraint_accept(q->job->con, id);
+    done = !s && lm_constraint_finished(q->job->con);
+    q->con_s += now_s() - t0;
+    LM_TRY(s);
+  }
   if (!q->job->ignore_eos && in_sorted(env->stop_ids, env->n_stop_ids, id)) {
     tok->is_stop = 1;
     end = LM_FIN_STOP;
@@ -210,16 +232,18 @@ lm_status lm_seq_accept(lm_seq *q, const lm_seq_env *env, int32_t id, lm_tok_eve
     LM_TRY(hist_push(q, id)); /* pending: fed by the next step */
     int length =
         (q->job->max_tokens > 0 && q->n_gen >= q->job->max_tokens) || q->n_hist >= env->max_ctx;
-    LM_TRY(token_text(q, env, id, length, tok));
+    LM_TRY(token_text(q, env, id, length || done, tok));
     if (q->stop.matched >= 0)
       end = LM_FIN_STOP_STR;
+    else if (done)
+      end = LM_FIN_STOP; /* a stop, without a stop id */
     else if (length)
       end = LM_FIN_LENGTH;
   }
   lm_status s = lm_chan_push(q->job->ch, tok);
   if (end) {
     lm_seq_end(q, end, NULL, now);
-    if (end == LM_FIN_STOP) q->fin.stop_id = id;
+    if (end == LM_FIN_STOP && !done) q->fin.stop_id = id;
     if (end == LM_FIN_STOP_STR) q->fin.stop_index = q->stop.matched;
   }
   return s;

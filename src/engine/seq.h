@@ -31,6 +31,7 @@ typedef struct lm_seq {
   lm_detok *dt;
   lm_stop_hold stop;
   float *scratch; /* [vocab] raw logits copy for log-probabilities (lazily) */
+  double con_s;   /* seconds in the job's constraint since the scheduler last took them */
   lm_finish fin;  /* kind != NONE once the sequence has ended */
   double t_admit, t_prefilled, t_first;
 } lm_seq;

@@ -199,11 +199,14 @@ int lm_srv_anthropic_request(const json_t *req, json_t **out, lm_srv_err *e) {
   json_t *o = json_object(), *msgs = json_array();
   *out = o;
   static const char *const pass[] = {"model", "max_tokens", "temperature", "top_p",
-                                     "top_k", "stream",     "ignore_eos"};
-  for (int i = 0; i < 7; i++)
+                                     "top_k", "stream",     "ignore_eos",  "grammar"};
+  for (int i = 0; i < 8; i++)
     if (json_object_get(req, pass[i])) json_object_set(o, pass[i], json_object_get(req, pass[i]));
   if (json_object_get(req, "stop_sequences"))
     json_object_set(o, "stop", json_object_get(req, "stop_sequences"));
+  /* structured outputs: output_format {type: json_schema, schema} is response_format's shape */
+  const json_t *of = json_object_get(req, "output_format");
+  if (of && !json_is_null(of)) json_object_set(o, "response_format", (json_t *)of);
   const json_t *th = json_object_get(req, "thinking");
   if (th && !json_is_null(th)) {
     const char *type = json_string_value(json_object_get(th, "type"));

@@ -43,10 +43,24 @@ static int chat_json(const lm_srv_params *p, char **msgs, char **tools, char **k
   return 0;
 }
 
-/* The HTTP error of a request that could not be built. */
-static int create_error(lm_status st, int chat, lm_srv_err *e) {
+static int starts(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
+
+/* The HTTP error of a request that could not be built. A constraint's message starts with the
+ * option that carried it (lumen.h): it names the request field that did. */
+static int create_error(lm_status st, int chat, const lm_srv_params *p, lm_srv_err *e) {
+  const char *m = lm_errmsg();
   if (st == LM_ERR_NOMEM)
     return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "%s", lm_errmsg());
+  if (starts(m, "json_schema: ") || starts(m, "json_object: "))
+    return lm_srv_err_set(e, 400, "invalid_request_error",
+                          st == LM_ERR_UNSUPPORTED ? "unsupported_schema" : "invalid_schema",
+                          p->format_param[0] ? p->format_param : "response_format", "%s", m);
+  if (starts(m, "grammar: "))
+    return lm_srv_err_set(e, 400, "invalid_request_error", "invalid_grammar", "grammar", "%s", m);
+  if (starts(m, "tools"))
+    return lm_srv_err_set(e, 400, "invalid_request_error",
+                          st == LM_ERR_UNSUPPORTED ? "unsupported_schema" : NULL, "tools", "%s", m);
+  if (starts(m, "tool_choice")) return lm_srv_err_bad(e, "tool_choice", "%s", m);
   if (chat) return lm_srv_err_bad(e, "messages", "chat template: %s", lm_errmsg());
   return lm_srv_err_bad(e, "prompt", "%s", lm_errmsg());
 }
@@ -80,8 +94,12 @@ static int create(lm_server *s, lm_srv_params *p, int chat, lm_srv_gen *g, lm_sr
   ro.ignore_eos = p->ignore_eos;
   ro.logprobs = p->top_logprobs;
   ro.timeout_s = s->o.timeout_s > 0 ? s->o.timeout_s : 0;
+  ro.grammar = p->grammar;
+  ro.json_schema = p->json_schema;
+  ro.json_object = p->json_object;
+  ro.constrain_tools = chat; /* tool names and arguments are held to the offered tools */
   lm_status st = lm_request_create(s->e, &ro, &g->r);
-  if (st) r = create_error(st, chat, e);
+  if (st) r = create_error(st, chat, p, e);
 done:
   free(msgs);
   free(tools);

@@ -173,6 +173,11 @@ static void put_sched(tbuf *b, const lm_engine_stats *st) {
             (double)st->decode_tokens);
   put_gauge(b, "lumen_engine_busy_seconds_total", "counter", "Time the engine spent in steps.",
             st->busy_s);
+  put_gauge(b, "lumen_constraint_seconds_total", "counter",
+            "Time the constraints' masks took (part of the busy time).", st->constraint_s);
+  put_gauge(b, "lumen_constrained_tokens_total", "counter",
+            "Tokens sampled under a constraint (grammar, schema, tool calls).",
+            (double)st->constrained_tokens);
   put(b,
       "# HELP lumen_jobs_total Generations ended, by outcome.\n# TYPE lumen_jobs_total counter\n");
   put(b,

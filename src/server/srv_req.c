@@ -25,6 +25,8 @@ void lm_srv_params_clear(lm_srv_params *p) {
   json_decref(p->messages);
   json_decref(p->tools);
   json_decref(p->kwargs);
+  free(p->grammar);
+  free(p->json_schema);
   free(p->prompt);
   free(p->prompt_ids);
   lm_srv_params_init(p);
@@ -220,6 +222,17 @@ static int parse_sampling(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   return 0;
 }
 
+/* grammar: a GBNF text (llama.cpp's field), the answer's constraint. */
+static int parse_grammar(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
+  const json_t *g = json_object_get(req, "grammar");
+  if (!g || json_is_null(g)) return 0;
+  if (!json_is_string(g) || !json_string_length(g))
+    return lm_srv_err_bad(e, "grammar", "grammar must be a non-empty GBNF string");
+  if (!(p->grammar = strdup(json_string_value(g))))
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  return 0;
+}
+
 int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab,
                         lm_srv_params *p, lm_srv_err *e) {
   lm_sampling_clear(&p->sampling);
@@ -235,6 +248,7 @@ int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t 
   if ((r = parse_stop(req, "stop", p, e))) return r;
   if ((r = parse_logit_bias(req, vocab, p, e))) return r;
   if ((r = get_bool(req, "ignore_eos", &p->ignore_eos, e))) return r;
+  if ((r = parse_grammar(req, p, e))) return r;
   if (lm_sampling_validate(&p->sampling)) return lm_srv_err_bad(e, NULL, "%s", lm_errmsg());
   return 0;
 }
@@ -479,16 +493,55 @@ static int parse_chat_logprobs(const json_t *req, lm_srv_params *p, lm_srv_err *
   return 0;
 }
 
-static int parse_response_format(const json_t *req, lm_srv_err *e) {
-  const json_t *rf = json_object_get(req, "response_format");
-  if (!rf || json_is_null(rf)) return 0;
-  const char *t = json_string_value(json_object_get(rf, "type"));
-  if (!t)
-    return lm_srv_err_bad(e, "response_format", "response_format must be an object with a type");
-  if (strcmp(t, "text"))
-    return lm_srv_err_bad(e, "response_format",
-                          "response_format type '%.32s' is not supported (only text)", t);
+/* The schema of a json_schema format, as JSON text into p. */
+static int format_schema(const json_t *js, const char *param, lm_srv_params *p, lm_srv_err *e) {
+  char where[64];
+  const json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict"),
+               *schema = json_object_get(js, "schema");
+  snprintf(where, sizeof where, "%s.name", param);
+  if (name && !json_is_null(name) &&
+      (!json_is_string(name) || !json_string_length(name) || json_string_length(name) > 64))
+    return lm_srv_err_bad(e, where, "the schema's name must be a string of 1-64 characters");
+  snprintf(where, sizeof where, "%s.strict", param);
+  if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+    return lm_srv_err_bad(e, where, "strict must be a boolean");
+  snprintf(where, sizeof where, "%s.schema", param);
+  if (!schema || json_is_null(schema) || json_is_true(schema)) {
+    p->json_object = 1; /* no schema: any JSON; an object is what clients mean by it */
+    return 0;
+  }
+  if (!json_is_object(schema)) return lm_srv_err_bad(e, where, "the schema must be a JSON object");
+  if (!(p->json_schema = json_dumps(schema, JSON_COMPACT | JSON_SORT_KEYS)))
+    return lm_srv_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
   return 0;
+}
+
+int lm_srv_parse_format(const json_t *fmt, const char *param, lm_srv_params *p, lm_srv_err *e) {
+  if (!fmt || json_is_null(fmt)) return 0;
+  char where[64];
+  snprintf(where, sizeof where, "%s.type", param);
+  const char *t = json_string_value(json_object_get(fmt, "type"));
+  if (!json_is_object(fmt) || !t)
+    return lm_srv_err_bad(e, param, "%s must be an object with a type", param);
+  snprintf(p->format_param, sizeof p->format_param, "%s", param);
+  if (!strcmp(t, "text")) return 0;
+  if (p->grammar) return lm_srv_err_bad(e, param, "%s and grammar cannot be used together", param);
+  if (!strcmp(t, "json_object")) {
+    p->json_object = 1;
+    return 0;
+  }
+  if (strcmp(t, "json_schema"))
+    return lm_srv_err_bad(e, where,
+                          "%s type '%.32s' is not supported (text, json_object or "
+                          "json_schema)",
+                          param, t);
+  const json_t *js = json_object_get(fmt, "json_schema");
+  snprintf(where, sizeof where, "%s.json_schema", param);
+  if (js && !json_is_object(js)) return lm_srv_err_bad(e, where, "json_schema must be an object");
+  if (js) return format_schema(js, where, p, e);
+  if (!json_object_get(fmt, "schema"))
+    return lm_srv_err_bad(e, param, "a json_schema format needs a json_schema object");
+  return format_schema(fmt, param, p, e);
 }
 
 int lm_srv_parse_chat(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
@@ -500,7 +553,7 @@ int lm_srv_parse_chat(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   if (!r) r = declared_tools(rt, p, &tools, e);
   if (!r) r = parse_kwargs(req, p, e);
   if (!r) r = parse_chat_logprobs(req, p, e);
-  if (!r) r = parse_response_format(req, e);
+  if (!r) r = lm_srv_parse_format(json_object_get(req, "response_format"), "response_format", p, e);
   if (!r && lm_chat_normalize(msgs, tools, &p->messages, &p->tools))
     r = lm_srv_err_bad(e, "messages", "%s", lm_errmsg());
   json_decref(msgs);

@@ -41,6 +41,11 @@ typedef struct lm_srv_params {
   json_t *kwargs;   /* template variables (owned, never NULL after a chat parse) */
   lm_srv_tool_choice tool_choice;
   char tool_name[128];
+  /* structured output (lm_request_options): at most one of the three */
+  char *grammar;         /* GBNF (owned) */
+  char *json_schema;     /* the schema's JSON text (owned) */
+  int json_object;       /* any JSON object */
+  char format_param[32]; /* the field that set the format, for errors ("response_format") */
   /* completions */
   char *prompt;        /* text prompt (owned), or: */
   int32_t *prompt_ids; /* token-id prompt (owned) */
@@ -57,19 +62,28 @@ int lm_srv_parse_body(const char *body, size_t len, json_t **out, lm_srv_err *e)
 /* The fields every generation endpoint shares: stream, stream_options, max_tokens /
  * max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop, presence_penalty,
  * frequency_penalty, repetition_penalty, repetition_context_size, presence_context_size,
- * logit_bias, n (1..LM_SRV_MAX_N), ignore_eos. vocab bounds the logit_bias ids. `defaults` is
- * copied into p->sampling first. Returns 0 or the HTTP status. */
+ * logit_bias, n (1..LM_SRV_MAX_N), ignore_eos, grammar (llama.cpp GBNF). vocab bounds the logit_bias
+ * ids. `defaults` is copied into p->sampling first. Returns 0 or the HTTP status. */
 int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab,
                         lm_srv_params *p, lm_srv_err *e);
 /* Chat completions: messages, tools, tool_choice, logprobs / top_logprobs, reasoning_effort,
  * chat_template_kwargs, response_format. */
 int lm_srv_parse_chat(const json_t *req, lm_srv_params *p, lm_srv_err *e);
+/* A structured-output format object into p (the Responses API's text.format calls this too):
+ * {"type": "text"} (nothing), {"type": "json_object"}, or {"type": "json_schema"} with its name,
+ * schema and strict either under "json_schema" (chat completions' response_format) or beside the
+ * type (the Responses API's text.format). The schema must be an object (true stands for {}); name
+ * and strict are checked but constrain nothing more (every schema is enforced, strict or not).
+ * param names the field in errors. Refused next to a grammar. Returns 0 or the HTTP status. */
+int lm_srv_parse_format(const json_t *fmt, const char *param, lm_srv_params *p, lm_srv_err *e);
+
 /* Completions: prompt (a string, one string in a list, or token ids < vocab), logprobs (an int),
  * echo / suffix (refused when set). */
 int lm_srv_parse_completion(const json_t *req, int64_t vocab, lm_srv_params *p, lm_srv_err *e);
 
 /* Anthropic Messages: translates a /v1/messages body into the chat shape the functions above read
- * (system, content blocks, tool_use / tool_result, stop_sequences, thinking, tools, tool_choice).
+ * (system, content blocks, tool_use / tool_result, stop_sequences, thinking, tools, tool_choice,
+ * grammar, and output_format {type: json_schema, schema} as response_format).
  * *out owns the new object (may be set on failure too: json_decref it). Returns 0 or the HTTP
  * status. */
 int lm_srv_anthropic_request(const json_t *req, json_t **out, lm_srv_err *e);

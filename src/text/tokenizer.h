@@ -101,5 +101,10 @@ lm_status lm_detok_push(lm_detok *d, int32_t id, const char **text, size_t *len)
 lm_status lm_detok_flush(lm_detok *d, const char **text, size_t *len);
 /* Drops held-back bytes and starts a new stream. */
 void lm_detok_reset(lm_detok *d);
+/* The bytes one id contributes on its own, through the decoder's per-token steps (a byte-fallback
+ * token is its one byte, which may be part of a UTF-8 sequence): what a grammar over the output's
+ * bytes sees of it. Leaves the stream as it is. *bytes is valid until the next call on d. Errors:
+ * LM_ERR_INVALID (an id without a token), LM_ERR_NOMEM. */
+lm_status lm_detok_token_bytes(lm_detok *d, int32_t id, const char **bytes, size_t *len);
 
 #endif

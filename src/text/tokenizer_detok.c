@@ -197,3 +197,14 @@ lm_status lm_detok_flush(lm_detok *d, const char **text, size_t *len) {
   lm_detok_reset(d);
   return finish(d, text, len);
 }
+
+lm_status lm_detok_token_bytes(lm_detok *d, int32_t id, const char **bytes, size_t *len) {
+  if (!d || !bytes || !len) return LM_ERRF(LM_ERR_INVALID, "lm_detok_token_bytes: NULL argument");
+  size_t n;
+  const char *s = lm_tok_decode_text(d->t, id, &n);
+  if (!s) return LM_ERRF(LM_ERR_INVALID, "detokenizer: id %d has no token", id);
+  LM_TRY(token_bytes(d, s, n));
+  *bytes = d->tok.p ? d->tok.p : "";
+  *len = d->tok.n;
+  return LM_OK;
+}

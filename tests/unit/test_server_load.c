@@ -8,9 +8,11 @@
  * no KV memory reserved beyond the prompt cache.
  *
  * As a benchmark: test_server_load --bench --port P [--clients N] [--requests R] [--max-tokens T]
- *   [--prompt-words W] [--temperature T]: N concurrent streaming clients, R requests each,
- * fixed-length responses (ignore_eos), distinct prompts (no prompt-cache hits); prints aggregate
- * generated tok/s and p50/p99 time to first token as seen by the clients. */
+ *   [--prompt-words W] [--temperature T] [--json-schema FILE]: N concurrent streaming clients, R
+ * requests each, fixed-length responses (ignore_eos), distinct prompts (no prompt-cache hits);
+ * prints aggregate generated tok/s and p50/p99 time to first token as seen by the clients. With
+ * --json-schema every request carries it as its response_format (a schema that cannot be
+ * finished within max_tokens keeps the lengths fixed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +24,7 @@
 typedef struct load_cfg {
   int port, clients, requests, max_tokens, prompt_words, bench;
   double temperature; /* < 0: the server's default */
+  const char *schema; /* --json-schema: the response_format schema's JSON text, or NULL */
 } load_cfg;
 
 typedef struct load_client {
@@ -104,7 +107,12 @@ static int abandons(int client, int r) { return (client + r) % 4 == 0 && client 
 
 static void one_request(load_client *lc, int r) {
   const load_cfg *cfg = lc->cfg;
-  char prompt[4096], body[8192];
+  char prompt[4096], body[16384], fmt[8192] = "";
+  if (cfg->schema)
+    snprintf(fmt, sizeof fmt,
+             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"bench\","
+             "\"schema\":%s}},",
+             cfg->schema);
   make_prompt(prompt, sizeof prompt, lc->idx, r, cfg->prompt_words);
   int kind = cfg->bench ? 0 : (lc->idx + r) % 4, abandon = !cfg->bench && abandons(lc->idx, r);
   double ttft = -1;
@@ -114,9 +122,9 @@ static void one_request(load_client *lc, int r) {
   if (cfg->temperature >= 0) snprintf(temp, sizeof temp, "\"temperature\":%g,", cfg->temperature);
   if (kind == 0) {
     snprintf(body, sizeof body,
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,%s%s"
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":%d,%s%s%s"
              "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
-             prompt, cfg->max_tokens, cfg->bench ? "\"ignore_eos\":true," : "", temp);
+             prompt, cfg->max_tokens, cfg->bench ? "\"ignore_eos\":true," : "", temp, fmt);
     rc = run_stream(lc, "/v1/chat/completions", body, abandon, &ttft, &toks);
   } else if (kind == 1) {
     snprintf(body, sizeof body,
@@ -242,6 +250,16 @@ static void t_load(void **state) {
 
 /* ---- the benchmark --------------------------------------------------------------------------- */
 
+/* The schema file as one line of JSON (it goes inside the request body). */
+static const char *read_schema(const char *path) {
+  json_error_t je;
+  json_t *j = json_load_file(path, 0, &je);
+  char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  if (!s) fprintf(stderr, "--json-schema %s: %s\n", path, je.text);
+  return s;
+}
+
 static int bench(int argc, char **argv) {
   load_cfg cfg = {.clients = 1,
                   .requests = 4,
@@ -263,7 +281,9 @@ static int bench(int argc, char **argv) {
       cfg.prompt_words = v;
     else if (!strcmp(argv[i], "--temperature"))
       cfg.temperature = atof(argv[i + 1]);
-    else {
+    else if (!strcmp(argv[i], "--json-schema")) {
+      if (!(cfg.schema = read_schema(argv[i + 1]))) return 2;
+    } else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
@@ -271,7 +291,7 @@ static int bench(int argc, char **argv) {
   if (cfg.port <= 0 || cfg.clients < 1 || cfg.requests < 1 || cfg.requests > 256) {
     fprintf(stderr, "usage: test_server_load --bench --port P [--clients N] [--requests R<=256] "
                     "[--max-tokens T] "
-                    "[--prompt-words W] [--temperature T]\n");
+                    "[--prompt-words W] [--temperature T] [--json-schema FILE]\n");
     return 2;
   }
   load_sum s = run_load(&cfg);

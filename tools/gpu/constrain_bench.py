@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""constrain_bench.py — the cost of constrained decoding at many concurrent streams.
+
+Against a running `lumen serve` (e.g. the synthetic E4B of tools/gpu/serve_bench.sh on the H200
+GPU machine), sends CLIENTS concurrent chat requests twice: unconstrained, then each with the
+same JSON schema (response_format json_schema), both at temperature 1 with max_tokens N, and
+prints the aggregate tok/s of each run and the server's /stats constraint counters (host time of
+the masks per token and its share of the busy time).
+
+    python3 tools/gpu/constrain_bench.py --port 8080 --clients 64 --tokens 128
+"""
+import argparse, json, threading, time, urllib.request
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 8},
+        "kind": {"enum": ["person", "place", "thing"]},
+        "notes": {"type": "string"},
+    },
+    "required": ["name", "age", "tags", "kind", "notes"],
+    "additionalProperties": False,
+}
+
+
+def post(port, path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def stats(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=60) as r:
+        return json.loads(r.read())
+
+
+def run(port, clients, tokens, constrained):
+    out = [None] * clients
+
+    def one(i):
+        body = {"messages": [{"role": "user", "content": f"Describe item {i} as JSON."}],
+                "max_tokens": tokens, "temperature": 1.0, "seed": i}
+        if constrained:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "item", "schema": SCHEMA}}
+        out[i] = post(port, "/v1/chat/completions", body)
+
+    before = stats(port)
+    t0 = time.time()
+    th = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    dt = time.time() - t0
+    after = stats(port)
+    gen = sum(o["usage"]["completion_tokens"] for o in out if o)
+    valid = 0
+    for o in out:
+        try:
+            json.loads(o["choices"][0]["message"]["content"])
+            valid += 1
+        except Exception:
+            pass
+    return gen, dt, valid, before, after
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=128)
+    a = ap.parse_args()
+    run(a.port, min(a.clients, 8), 8, False)  # warm up the graphs and the caches
+    for constrained in (False, True, False, True):
+        gen, dt, valid, b, e = run(a.port, a.clients, a.tokens, constrained)
+        c0, c1 = b.get("batch", {}).get("constraint", {}), e.get("batch", {}).get("constraint", {})
+        busy = e["batch"]["busy_s"] - b["batch"]["busy_s"]
+        cs = (c1.get("seconds", 0) - c0.get("seconds", 0)) if c1 else 0
+        ct = (c1.get("tokens", 0) - c0.get("tokens", 0)) if c1 else 0
+        print(json.dumps({"constrained": constrained, "clients": a.clients, "tokens": gen,
+                          "seconds": round(dt, 3), "tok_s": round(gen / dt, 1),
+                          "busy_s": round(busy, 3), "constraint_s": round(cs, 4),
+                          "constraint_tokens": ct,
+                          "constraint_share": round(cs / busy, 4) if busy > 0 else None,
+                          "us_per_token": round(1e6 * cs / ct, 2) if ct else None,
+                          "valid_json": valid if constrained else None}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
