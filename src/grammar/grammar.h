@@ -49,6 +49,10 @@ void lm_matcher_free(lm_matcher *m);
 lm_status lm_matcher_fill_mask(lm_matcher *m, uint32_t *mask);
 /* Advances by one token; LM_ERR_INVALID when the token is not allowed (the matcher is unchanged).
  */
+/* (Added) Both accept calls and fill_mask may also fail with LM_ERR_UNSUPPORTED when the grammar
+ * is too ambiguous at this point (thousands of parses at once; no JSON schema's grammar gets
+ * near) and LM_ERR_NOMEM; the matcher is then unchanged. An accept can fail that way for a token
+ * fill_mask allowed: the caller ends the sequence with the error. */
 lm_status lm_matcher_accept(lm_matcher *m, int32_t id);
 /* Advances by raw bytes (text that is forced, e.g. a tool name chosen by the caller). */
 lm_status lm_matcher_accept_bytes(lm_matcher *m, const char *bytes, size_t n);

@@ -45,9 +45,15 @@ lm_status lm_gstate_copy(lm_gstate *dst, const lm_gstate *src) {
   return LM_OK;
 }
 
+static int id_cmp(const void *x, const void *y) {
+  uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+  return a < b ? -1 : a > b;
+}
+
 static void sort_unique(lm_gstate *st) {
   uint32_t *a = st->s, n = st->n;
-  for (uint32_t i = 1; i < n; i++) { /* states are small: insertion sort */
+  if (n > 32) qsort(a, n, sizeof *a, id_cmp);
+  for (uint32_t i = 1; i < n && n <= 32; i++) { /* states are mostly small: insertion sort */
     uint32_t x = a[i], j = i;
     while (j > 0 && a[j - 1] > x) {
       a[j] = a[j - 1];
@@ -88,6 +94,11 @@ static lm_status push_work(stepper *s, uint32_t id) {
     return LM_OK;
   }
   if (!lm_gframes_visit(&s->p->fr, id)) return LM_OK;
+  if (s->p->budget && --s->p->budget == 0)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "grammar: too ambiguous (a mask needs more than %llu "
+                   "expansions)",
+                   (unsigned long long)LM_G_MASK_BUDGET);
   if (++s->done > LM_G_MAX_WORK)
     return LM_ERRF(LM_ERR_UNSUPPORTED,
                    "grammar: too ambiguous (more than %u expansions for one "

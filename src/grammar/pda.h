@@ -17,9 +17,12 @@
 #include "grammar/grammar_impl.h"
 #include "grammar/gstack.h"
 
-/* Bounds per step, so an ambiguous grammar costs at most this much per byte. */
-#define LM_G_MAX_STACKS 1024u
-#define LM_G_MAX_WORK (1u << 16)
+/* Bounds per step, so an ambiguous grammar costs at most this much per byte. Past them a step
+ * fails with LM_ERR_UNSUPPORTED; since masks are computed from the stack tops, where fewer parses
+ * are told apart, such a failure can reach lm_matcher_accept for a token the mask allowed. Only
+ * grammars ambiguous far beyond any JSON schema's get there. */
+#define LM_G_MAX_STACKS 4096u
+#define LM_G_MAX_WORK (1u << 18)
 
 typedef struct lm_gstate {
   uint32_t *s; /* sorted, distinct frame ids */
@@ -29,11 +32,16 @@ typedef struct lm_gstate {
   uint8_t ctx_after; /* after the byte, a parse returned into what lies below a truncated stack */
 } lm_gstate;
 
+/* Expansions one mask computation may spend in all (a hostile, ambiguous grammar would otherwise
+ * make a trie walk run for hours); past it the fill fails with LM_ERR_UNSUPPORTED. */
+#define LM_G_MASK_BUDGET (1ull << 25)
+
 typedef struct lm_gpda {
   const lm_grammar *g;
   lm_gframes fr;
   uint32_t *work;
   uint32_t cap_work;
+  uint64_t budget; /* expansions left to the current mask computation; 0: no limit */
 } lm_gpda;
 
 lm_status lm_gpda_init(lm_gpda *p, const lm_grammar *g);

@@ -269,7 +269,16 @@ static int same_key(const uint32_t *a, uint32_t na, const uint32_t *b, uint32_t 
   return na == nb && !memcmp(a, b, na * sizeof *a);
 }
 
+static lm_status fill(lm_matcher *m, uint32_t *mask);
+
 lm_status lm_matcher_fill_mask(lm_matcher *m, uint32_t *mask) {
+  m->pda.budget = LM_G_MASK_BUDGET;
+  lm_status s = fill(m, mask);
+  m->pda.budget = 0;
+  return s;
+}
+
+static lm_status fill(lm_matcher *m, uint32_t *mask) {
   const lm_grammar_vocab *v = m->v;
   size_t n_words = ((size_t)v->n + 31) / 32;
   if (!mask) return LM_ERRF(LM_ERR_INVALID, "grammar: fill_mask: no mask");
