@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/grammar_utf8.h"
+#include "text/utf8.h"
 
 #define GBNF_MAX_DEPTH 128
 #define GBNF_MAX_COUNT 1000000u
@@ -185,9 +186,11 @@ static lm_status parse_char(gp *p, uint32_t *cp) {
     *cp = v;
     return LM_OK;
   }
-  int len = lm_utf8_decode((const uint8_t *)p->s + p->i, p->n - p->i, cp);
-  if (len == 0) return perr(p, at, "invalid UTF-8");
-  p->i += (size_t)len;
+  int32_t c;
+  size_t len = lm_utf8_next(p->s + p->i, p->n - p->i, &c);
+  if (c < 0) return perr(p, at, "invalid UTF-8");
+  *cp = (uint32_t)c;
+  p->i += len;
   return LM_OK;
 }
 
@@ -198,7 +201,7 @@ static lm_status parse_literal(gp *p, lm_gseq *q) {
     uint32_t cp;
     LM_TRY(parse_char(p, &cp));
     char u[4];
-    LM_TRY(lm_gseq_lit(p->b, q, u, (size_t)lm_utf8_encode(cp, u)));
+    LM_TRY(lm_gseq_lit(p->b, q, u, lm_utf8_encode(cp, u)));
   }
   p->i++;
   return LM_OK;
