@@ -286,6 +286,17 @@ static const char *const k_schemas[] = {
     "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
     "\"required\":[\"a\"]},{\"properties\":{\"b\":{\"type\":\"string\",\"maxLength\":2}},"
     "\"required\":[\"b\"]}]}",
+    /* what Pydantic and OpenAI's strict mode write */
+    "{\"$defs\":{\"Item\":{\"properties\":{\"name\":{\"title\":\"Name\",\"type\":\"string\"},"
+    "\"price\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}],\"default\":null,"
+    "\"title\":\"Price\"}},\"required\":[\"name\"],\"title\":\"Item\",\"type\":\"object\"}},"
+    "\"properties\":{\"items\":{\"items\":{\"$ref\":\"#/$defs/Item\"},\"title\":\"Items\","
+    "\"type\":\"array\",\"maxItems\":3}},\"required\":[\"items\"],\"title\":\"Order\","
+    "\"type\":\"object\",\"additionalProperties\":false}",
+    "{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\",\"description\":"
+    "\"City\"},\"unit\":{\"type\":[\"string\",\"null\"],\"enum\":[\"celsius\",\"fahrenheit\","
+    "null]}},\"required\":[\"location\",\"unit\"],\"additionalProperties\":false,\"strict\":"
+    "true}",
     /* maps and any values */
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0}}",
     "{\"type\":\"object\"}",
