@@ -32,6 +32,11 @@ lm_status lm_grammar_json_object(lm_grammar **out);
 
 void lm_grammar_free(lm_grammar *g);
 
+/* (Added) The byte budget of each of g's mask caches (one per vocabulary it is used with;
+ * default 64 MiB, about two thousand masks of a 262144-token vocabulary); least recently used
+ * masks are dropped past it. Thread-safe. */
+void lm_grammar_set_cache_limit(lm_grammar *g, size_t bytes);
+
 /* The tokenizer's vocabulary as the matcher sees it: the bytes of each token (special/control
  * tokens get len 0 and are never allowed by a grammar; the caller decides about EOS). Built once
  * per tokenizer, shared by every matcher. */

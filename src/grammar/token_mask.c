@@ -8,9 +8,13 @@
  *      trie from the truncated state (lm_gmask_walk): a token is accepted when a parse takes all
  *      its bytes, rejected when every parse dies within the top frames, uncertain when a parse
  *      needed what lies below the cut before the token's last byte.
- *   3. mask = accepted | the uncertain tokens the whole state takes (lm_gmask_check, trie order so
- *      consecutive tokens share their common prefix's steps); stored as FULL when there were
- *      uncertain tokens, so the next call in the same state is a copy.
+ *   3. mask = accepted | the uncertain tokens the whole state takes (lm_gmask_check); stored as
+ *      FULL when there were uncertain tokens, so the next call in the same state is a copy.
+ * The walk and the check step through gdfa.h's memoized transitions (a lookup per trie node where
+ * states repeat); when that memo fills up they start again stepping plainly (walk_plain,
+ * check_plain: frames rolled back per trie node, consecutive tokens sharing their prefix's
+ * steps), which is slower but bounded in memory. The whole fill has a budget of expansions
+ * (LM_G_MASK_BUDGET), so no grammar makes it run unbounded.
  * Exactness: a parse of the truncated state is the top of a parse of the whole state, so whatever
  * it accepts or rejects without touching the cut holds for the whole state; the rest is checked.
  * Counts are capped at the longest piece + 1 in keys: a token cannot tell larger counts apart. */

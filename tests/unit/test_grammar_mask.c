@@ -82,13 +82,19 @@ static void t_tiny_cache(void **state) {
   (void)state;
   lm_grammar_vocab *v = sv_make(4096, 9);
   lm_grammar *g = schema(k_schema);
-  g->cache_limit = 1000;
+  lm_grammar_set_cache_limit(g, 100); /* less than one mask: nothing is kept */
   walk_checked(g, v, (cfg){2, 0, 0}, 5, 30);
-  g->cache_limit = 64 * 1024; /* a few entries: evictions with entries in use */
-  lm_grammar *g2 = schema(k_schema);
-  g2->cache_limit = 64 * 1024;
+  lm_gcache_stats st = lm_gcache_get_stats(g->caches[0]);
+  assert_int_equal(st.entries, 0);
+  assert_true(st.misses > 0);
+  lm_grammar *g2 = schema(k_schema); /* a few entries: evictions with entries in use */
+  walk_checked(g2, v, (cfg){2, 0, 0}, 6, 10);
+  lm_grammar_set_cache_limit(g2, 8 * 1024);
   walk_checked(g2, v, (cfg){2, 0, 0}, 6, 30);
   walk_checked(g2, v, (cfg){2, 0, 0}, 6, 30);
+  st = lm_gcache_get_stats(g2->caches[0]);
+  assert_true(st.evictions > 0);
+  assert_true(st.bytes <= 8 * 1024);
   lm_grammar_free(g);
   lm_grammar_free(g2);
   lm_grammar_vocab_free(v);
@@ -112,7 +118,7 @@ static void t_threads(void **state) {
   (void)state;
   lm_grammar_vocab *v = sv_make(4096, 13);
   lm_grammar *g = schema(k_schema);
-  g->cache_limit = 256 * 1024;
+  lm_grammar_set_cache_limit(g, 256 * 1024);
   pthread_t th[4];
   thr args[4];
   for (int i = 0; i < 4; i++) {
