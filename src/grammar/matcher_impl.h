@@ -11,6 +11,9 @@
 /* How many top frames of each stack a LOCAL cache key keeps. Deeper keys are more specific (fewer
  * tokens left to check per call, more distinct keys to walk the trie for). */
 #define LM_G_KEY_DEPTH 2u
+/* A LOCAL entry leaving more tokens than this to check against the whole state per call is
+ * replaced by one of twice the depth (token_mask.c). */
+#define LM_G_MAX_UNCERTAIN 2048u
 
 typedef struct lm_gwalk_level {
   uint32_t node, child, mark, sid; /* sid: the DFA state (walk_dfa) */

@@ -75,7 +75,12 @@ static uint32_t dec(uint32_t x) { return x == LM_G_INF ? x : (x ? x - 1 : 0); }
 static uint32_t enter(lm_gpda *p, uint32_t pos, uint32_t parent) {
   const lm_gelem *e = &p->g->elems[pos];
   if (e->kind == LM_GK_END) return parent;
-  if (e->kind == LM_GK_REPEAT) return lm_gframes_intern(&p->fr, pos, e->min, e->max, parent);
+  if (e->kind == LM_GK_REPEAT) {
+    uint32_t lo = e->min, hi = e->max;
+    if (p->clamp && lo >= p->clamp) lo = LM_G_INF;
+    if (p->clamp && hi >= p->clamp) hi = LM_G_INF;
+    return lm_gframes_intern(&p->fr, pos, lo, hi, parent);
+  }
   return lm_gframes_intern(&p->fr, pos, 0, 0, parent);
 }
 
@@ -241,7 +246,10 @@ int lm_gpda_complete(const lm_gpda *p, const lm_gstate *st) {
   return 0;
 }
 
-static uint32_t cap_count(uint32_t x, uint32_t clamp) { return x > clamp ? clamp : x; }
+/* A count a token cannot exhaust (clamp = the longest piece + 1, and every repetition of a
+ * counted body takes at least a byte) behaves, for that token, like no bound at all: written as
+ * LM_G_INF, so long repetitions share keys and, unbounded, step back to the same state. */
+static uint32_t cap_count(uint32_t x, uint32_t clamp) { return x >= clamp ? LM_G_INF : x; }
 
 #define KEY_END_ROOT 0xffffffffu
 #define KEY_END_CUT 0xfffffffeu

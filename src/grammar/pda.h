@@ -42,6 +42,10 @@ typedef struct lm_gpda {
   uint32_t *work;
   uint32_t cap_work;
   uint64_t budget; /* expansions left to the current mask computation; 0: no limit */
+  /* While masks are computed (one token at a time), counts of at least this (the longest piece
+   * + 1) are entered as LM_G_INF: no token can exhaust them, and loops over them then step back
+   * to the same state. 0 while accepting: a matcher's own state keeps exact counts. */
+  uint32_t clamp;
 } lm_gpda;
 
 lm_status lm_gpda_init(lm_gpda *p, const lm_grammar *g);
@@ -62,7 +66,8 @@ void lm_gpda_first(const lm_gpda *p, const lm_gstate *st, lm_gset *out, int *ctx
 int lm_gpda_complete(const lm_gpda *p, const lm_gstate *st);
 
 /* The cache key of st: per stack its top `depth` frames (pos, rmin, rmax with the counts capped
- * at `clamp`: a token of fewer bytes cannot tell larger counts apart) and whether the stack goes
+ * at `clamp`, as LM_G_INF: a token of fewer bytes cannot tell larger counts apart) and whether
+ * the stack goes
  * on below; stacks sorted and deduplicated. Written to *buf (grown), *len words. */
 lm_status lm_gpda_key(lm_gpda *p, const lm_gstate *st, uint32_t depth, uint32_t clamp,
                       uint32_t **buf, uint32_t *cap, uint32_t *len);
