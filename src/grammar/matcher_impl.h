@@ -36,7 +36,8 @@ struct lm_matcher {
   uint32_t *key2;
   uint32_t key2_cap;
   uint32_t key_depth;
-  uint32_t live_frames; /* frames after the last compaction */
+  uint32_t max_uncertain; /* LM_G_MAX_UNCERTAIN (tests lower it) */
+  uint32_t live_frames;   /* frames after the last compaction */
   lm_gdfa dfa;
   int no_dfa; /* tests: always take the plain (unmemoized) walk and check */
   /* counters for benchmarks and tests */

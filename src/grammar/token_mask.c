@@ -400,7 +400,7 @@ static lm_status fill(lm_matcher *m, uint32_t *mask) {
     LM_TRY(lm_gpda_key(&m->pda, &m->cur, depth, clamp, &m->key, &m->key_cap, &n1));
     uint64_t h1 = lm_gcache_hash(LM_GC_LOCAL, m->key, n1);
     LM_TRY(fill_local(m, depth, m->key, n1, h1, &e));
-    if (e->n_unc <= LM_G_MAX_UNCERTAIN || depth >= 64 || same_key(m->key, n1, m->key2, n2)) break;
+    if (e->n_unc <= m->max_uncertain || depth >= 64 || same_key(m->key, n1, m->key2, n2)) break;
     lm_gcache_release(m->cache, e);
   }
   memcpy(mask, e->bits, n_words * sizeof *mask);
