@@ -8,6 +8,7 @@
  * Comments run from # to the end of the line. Literals and classes are Unicode (UTF-8 in the
  * text; escapes \n \r \t \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH); "." is any character. The start
  * rule is "root". Errors name the line and column (1-based). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "base/status.h"
 #include "grammar/grammar_ir.h"
 #include "grammar/grammar_utf8.h"
+#include "text/utf8.h"
 
 #define GBNF_MAX_DEPTH 128
 #define GBNF_MAX_COUNT 1000000u
@@ -39,7 +41,8 @@ typedef struct gp {
   uint32_t anon;
 } gp;
 
-static lm_status perr(const gp *p, size_t at, const char *fmt, const char *arg) {
+static lm_status perr(const gp *p, size_t at, const char *fmt, ...) LM_PRINTF(3, 4);
+static lm_status perr(const gp *p, size_t at, const char *fmt, ...) {
   int line = 1, col = 1;
   for (size_t k = 0; k < at && k < p->n; k++) {
     if (p->s[k] == '\n')
@@ -48,7 +51,10 @@ static lm_status perr(const gp *p, size_t at, const char *fmt, const char *arg) 
       col++;
   }
   char msg[256];
-  snprintf(msg, sizeof msg, fmt, arg);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   return LM_ERRF(LM_ERR_INVALID, "gbnf:%d:%d: %s", line, col, msg);
 }
 
@@ -146,7 +152,7 @@ static int hexval(char c) {
 /* One character of a literal or class (an escape or a UTF-8 code point). */
 static lm_status parse_char(gp *p, uint32_t *cp) {
   size_t at = p->i;
-  if (at_end(p)) return perr(p, at, "unexpected end of input%s", "");
+  if (at_end(p)) return perr(p, at, "unexpected end of input");
   if (cur(p) == '\\') {
     p->i++;
     char e = cur(p);
@@ -171,30 +177,31 @@ static lm_status parse_char(gp *p, uint32_t *cp) {
     uint32_t v = 0;
     for (int k = 0; k < digits; k++) {
       int h = hexval(cur(p));
-      if (h < 0 || at_end(p))
-        return perr(p, p->i, "expected %s hex digits", digits == 2 ? "2" : digits == 4 ? "4" : "8");
+      if (h < 0 || at_end(p)) return perr(p, p->i, "expected %d hex digits", digits);
       v = v * 16 + (uint32_t)h;
       p->i++;
     }
     if (v > LM_CP_MAX || (v >= 0xD800 && v <= 0xDFFF))
-      return perr(p, at, "escape is not a Unicode scalar value%s", "");
+      return perr(p, at, "escape is not a Unicode scalar value");
     *cp = v;
     return LM_OK;
   }
-  int len = lm_utf8_decode((const uint8_t *)p->s + p->i, p->n - p->i, cp);
-  if (len == 0) return perr(p, at, "invalid UTF-8%s", "");
-  p->i += (size_t)len;
+  int32_t c;
+  size_t len = lm_utf8_next(p->s + p->i, p->n - p->i, &c);
+  if (c < 0) return perr(p, at, "invalid UTF-8");
+  *cp = (uint32_t)c;
+  p->i += len;
   return LM_OK;
 }
 
 static lm_status parse_literal(gp *p, lm_gseq *q) {
   size_t at = p->i++;
   while (cur(p) != '"') {
-    if (at_end(p) || cur(p) == '\n') return perr(p, at, "unterminated literal%s", "");
+    if (at_end(p) || cur(p) == '\n') return perr(p, at, "unterminated literal");
     uint32_t cp;
     LM_TRY(parse_char(p, &cp));
     char u[4];
-    LM_TRY(lm_gseq_lit(p->b, q, u, (size_t)lm_utf8_encode(cp, u)));
+    LM_TRY(lm_gseq_lit(p->b, q, u, lm_utf8_encode(cp, u)));
   }
   p->i++;
   return LM_OK;
@@ -202,7 +209,7 @@ static lm_status parse_literal(gp *p, lm_gseq *q) {
 
 static lm_status class_to_seq(gp *p, lm_cpset *set, size_t at, lm_gseq *q) {
   lm_status s = lm_cpset_normalize(set);
-  if (s == LM_OK && set->n == 0) s = perr(p, at, "character class matches nothing%s", "");
+  if (s == LM_OK && set->n == 0) s = perr(p, at, "character class matches nothing");
   char name[48];
   snprintf(name, sizeof name, "class-%u", p->anon++);
   if (s == LM_OK) s = lm_gutf8_class(p->b, q, set, name);
@@ -217,7 +224,7 @@ static lm_status parse_class(gp *p, lm_gseq *q) {
   lm_status s = LM_OK;
   while (s == LM_OK && cur(p) != ']') {
     if (at_end(p) || cur(p) == '\n') {
-      s = perr(p, at, "unterminated character class%s", "");
+      s = perr(p, at, "unterminated character class");
       break;
     }
     uint32_t lo, hi;
@@ -227,7 +234,7 @@ static lm_status parse_class(gp *p, lm_gseq *q) {
       p->i++;
       size_t rat = p->i;
       s = parse_char(p, &hi);
-      if (s == LM_OK && hi < lo) s = perr(p, rat, "range end before its start%s", "");
+      if (s == LM_OK && hi < lo) s = perr(p, rat, "range end before its start");
     }
     if (s == LM_OK) s = lm_cpset_add(&set, lo, hi);
   }
@@ -255,11 +262,11 @@ static lm_status parse_alts(gp *p, int32_t rule);
 
 static lm_status parse_count(gp *p, uint32_t *v) {
   size_t at = p->i;
-  if (cur(p) < '0' || cur(p) > '9') return perr(p, at, "expected a number%s", "");
+  if (cur(p) < '0' || cur(p) > '9') return perr(p, at, "expected a number");
   uint64_t x = 0;
   while (cur(p) >= '0' && cur(p) <= '9' && !at_end(p)) {
     x = x * 10 + (uint64_t)(cur(p) - '0');
-    if (x > GBNF_MAX_COUNT) return perr(p, at, "repetition count too large%s", "");
+    if (x > GBNF_MAX_COUNT) return perr(p, at, "repetition count too large");
     p->i++;
   }
   *v = (uint32_t)x;
@@ -304,9 +311,9 @@ static lm_status parse_postfix(gp *p, lm_gseq *q) {
         if (cur(p) != '}') LM_TRY(parse_count(p, &max));
         skip(p, 0);
       }
-      if (cur(p) != '}') return perr(p, p->i, "expected '}'%s", "");
+      if (cur(p) != '}') return perr(p, p->i, "expected '}'");
       p->i++;
-      if (max < min) return perr(p, at, "repetition {m,n} with n < m%s", "");
+      if (max < min) return perr(p, at, "repetition {m,n} with n < m");
     } else {
       return LM_OK;
     }
@@ -316,7 +323,7 @@ static lm_status parse_postfix(gp *p, lm_gseq *q) {
 
 static lm_status parse_group(gp *p, lm_gseq *q) {
   size_t at = p->i++;
-  if (++p->depth > GBNF_MAX_DEPTH) return perr(p, at, "parentheses nested too deeply%s", "");
+  if (++p->depth > GBNF_MAX_DEPTH) return perr(p, at, "parentheses nested too deeply");
   char name[48];
   snprintf(name, sizeof name, "group-%u", p->anon++);
   int32_t rule;
@@ -324,7 +331,7 @@ static lm_status parse_group(gp *p, lm_gseq *q) {
   skip(p, 1);
   LM_TRY(parse_alts(p, rule));
   skip(p, 1);
-  if (cur(p) != ')') return perr(p, at, "unclosed '('%s", "");
+  if (cur(p) != ')') return perr(p, at, "unclosed '('");
   p->i++;
   p->depth--;
   return lm_gseq_ref(p->b, q, rule);
@@ -394,7 +401,7 @@ static lm_status parse_rule(gp *p) {
   size_t at = p->i;
   while (!at_end(p) && name_char(cur(p)))
     p->i++;
-  if (p->i == at) return perr(p, at, "expected a rule name%s", "");
+  if (p->i == at) return perr(p, at, "expected a rule name");
   sym *y;
   LM_TRY(sym_get(p, p->s + at, p->i - at, at, &y));
   if (y->defined) return perr(p, at, "rule '%s' is defined twice", y->name);
@@ -402,7 +409,7 @@ static lm_status parse_rule(gp *p) {
   int32_t rule = y->rule;
   skip(p, 0);
   if (p->i + 3 > p->n || memcmp(p->s + p->i, "::=", 3) != 0)
-    return perr(p, p->i, "expected '::=' after the rule name%s", "");
+    return perr(p, p->i, "expected '::=' after the rule name");
   p->i += 3;
   skip(p, 1);
   LM_TRY(parse_alts(p, rule));
@@ -435,7 +442,7 @@ lm_status lm_grammar_from_gbnf(const char *text, size_t len, lm_grammar **out) {
   gp p = {.s = text ? text : "", .n = len};
   if (memchr(p.s, '\0', len)) {
     size_t at = (size_t)((const char *)memchr(p.s, '\0', len) - p.s);
-    return perr(&p, at, "NUL byte in the grammar%s", "");
+    return perr(&p, at, "NUL byte in the grammar");
   }
   lm_status s = lm_gir_create(&p.b);
   if (s != LM_OK) return s;

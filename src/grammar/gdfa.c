@@ -15,6 +15,8 @@ void lm_gdfa_free(lm_gdfa *d) {
   free(d->flags);
   free(d->first);
   free(d->rows);
+  free(d->loop);
+  free(d->loop_done);
   free(d->slot);
   lm_gstate_free(&d->tmp_in);
   lm_gstate_free(&d->tmp_out);
@@ -65,6 +67,12 @@ static lm_status grow_states(lm_gdfa *d) {
   uint32_t **rows = realloc(d->rows, cap * sizeof *rows);
   if (!rows) return nomem();
   d->rows = rows;
+  uint64_t(*loop)[2] = realloc(d->loop, cap * sizeof *loop);
+  if (!loop) return nomem();
+  d->loop = loop;
+  uint8_t *done = realloc(d->loop_done, cap);
+  if (!done) return nomem();
+  d->loop_done = done;
   d->cap = cap;
   return LM_OK;
 }
@@ -123,6 +131,7 @@ lm_status lm_gdfa_intern(lm_gdfa *d, const lm_gpda *p, const lm_gstate *st, uint
   lm_gpda_first(p, st, &d->first[s], &ctx);
   d->flags[s] = (uint8_t)(fl | (ctx ? LM_GDFA_CTX_ANY : 0));
   d->rows[s] = NULL;
+  d->loop_done[s] = 0;
   d->slot[h] = s + 1;
   if (d->n * 2 > d->slot_mask) LM_TRY(rehash(d));
   *id = s;

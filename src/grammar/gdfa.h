@@ -32,8 +32,10 @@ typedef struct lm_gdfa {
   uint32_t n_ids, cap_ids;
   uint8_t *flags;
   lm_gset *first;
-  uint32_t **rows; /* 256 transitions per state, UINT32_MAX unknown; NULL until needed */
-  uint32_t *slot;  /* interning: state id + 1 */
+  uint32_t **rows;     /* 256 transitions per state, UINT32_MAX unknown; NULL until needed */
+  uint64_t (*loop)[2]; /* per state: the ASCII bytes that lead back to it (when loop_done) */
+  uint8_t *loop_done;
+  uint32_t *slot; /* interning: state id + 1 */
   uint32_t slot_mask;
   uint32_t max_states, frames_base, max_new_frames;
   lm_gstate tmp_in, tmp_out;

@@ -27,6 +27,14 @@ void lm_grammar_free(lm_grammar *g) {
   free(g);
 }
 
+void lm_grammar_set_cache_limit(lm_grammar *g, size_t bytes) {
+  pthread_mutex_lock(&g->lock);
+  g->cache_limit = bytes;
+  for (uint32_t i = 0; i < g->n_caches; i++)
+    lm_gcache_set_limit(g->caches[i], bytes);
+  pthread_mutex_unlock(&g->lock);
+}
+
 lm_status lm_grammar_cache_for(const lm_grammar *cg, const lm_grammar_vocab *v, lm_gcache **out) {
   /* The caches are the one mutable part of a shared grammar; the lock makes that safe. */
   lm_grammar *g = (lm_grammar *)cg;

@@ -32,6 +32,11 @@ lm_status lm_grammar_json_object(lm_grammar **out);
 
 void lm_grammar_free(lm_grammar *g);
 
+/* (Added) The byte budget of each of g's mask caches (one per vocabulary it is used with;
+ * default 64 MiB, about two thousand masks of a 262144-token vocabulary); least recently used
+ * masks are dropped past it. Thread-safe. */
+void lm_grammar_set_cache_limit(lm_grammar *g, size_t bytes);
+
 /* The tokenizer's vocabulary as the matcher sees it: the bytes of each token (special/control
  * tokens get len 0 and are never allowed by a grammar; the caller decides about EOS). Built once
  * per tokenizer, shared by every matcher. */
@@ -49,6 +54,10 @@ void lm_matcher_free(lm_matcher *m);
 lm_status lm_matcher_fill_mask(lm_matcher *m, uint32_t *mask);
 /* Advances by one token; LM_ERR_INVALID when the token is not allowed (the matcher is unchanged).
  */
+/* (Added) Both accept calls and fill_mask may also fail with LM_ERR_UNSUPPORTED when the grammar
+ * is too ambiguous at this point (thousands of parses at once; no JSON schema's grammar gets
+ * near) and LM_ERR_NOMEM; the matcher is then unchanged. An accept can fail that way for a token
+ * fill_mask allowed: the caller ends the sequence with the error. */
 lm_status lm_matcher_accept(lm_matcher *m, int32_t id);
 /* Advances by raw bytes (text that is forced, e.g. a tool name chosen by the caller). */
 lm_status lm_matcher_accept_bytes(lm_matcher *m, const char *bytes, size_t n);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "text/utf8.h"
 
 lm_status lm_cpset_add(lm_cpset *s, uint32_t lo, uint32_t hi) {
   if (s->n == s->cap) {
@@ -79,56 +80,6 @@ lm_status lm_cpset_negate(lm_cpset *s) {
   return lm_cpset_normalize(s);
 }
 
-int lm_utf8_encode(uint32_t cp, char out[4]) {
-  if (cp < 0x80) {
-    out[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = (char)(0xE0 | (cp >> 12));
-    out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = (char)(0xF0 | (cp >> 18));
-  out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-int lm_utf8_decode(const uint8_t *p, size_t n, uint32_t *cp) {
-  if (n == 0) return 0;
-  uint8_t c = p[0];
-  int len;
-  uint32_t v, min;
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  } else if ((c & 0xE0) == 0xC0) {
-    len = 2, v = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3, v = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4, v = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if ((size_t)len > n) return 0;
-  for (int i = 1; i < len; i++) {
-    if ((p[i] & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (p[i] & 0x3F);
-  }
-  if (v < min || v > LM_CP_MAX || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  *cp = v;
-  return len;
-}
-
 /* One sequence: n byte ranges. */
 typedef struct bseq {
   uint8_t n, lo[4], hi[4];
@@ -149,7 +100,7 @@ static lm_status emit(bseqs *o, uint32_t lo, uint32_t hi) {
     o->cap = c;
   }
   char a[4], b[4];
-  int n = lm_utf8_encode(lo, a);
+  int n = (int)lm_utf8_encode(lo, a);
   lm_utf8_encode(hi, b);
   bseq *s = &o->a[o->n++];
   memset(s, 0, sizeof *s);

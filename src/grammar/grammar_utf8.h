@@ -1,7 +1,7 @@
 /* grammar_utf8.h — Unicode for a byte-level grammar: code-point sets become alternatives of
  * UTF-8 byte-range sequences (so "[^\"]" matches every valid encoding of every other character,
- * and a byte-fallback token carrying half a character is judged byte by byte), plus the UTF-8
- * codec the front ends share. Surrogates (U+D800..U+DFFF) are never matched: they are not valid
+ * and a byte-fallback token carrying half a character is judged byte by byte). The codec is
+ * text/utf8.h's. Surrogates (U+D800..U+DFFF) are never matched: they are not valid
  * UTF-8. */
 #ifndef LM_GRAMMAR_UTF8_H
 #define LM_GRAMMAR_UTF8_H
@@ -36,11 +36,5 @@ void lm_cpset_free(lm_cpset *s);
 lm_status lm_gutf8_class(lm_gir *b, lm_gseq *s, const lm_cpset *set, const char *name);
 /* Adds those alternatives (one code point of the normalized set each) to an existing rule. */
 lm_status lm_gutf8_class_alts(lm_gir *b, int32_t rule, const lm_cpset *set);
-
-/* The UTF-8 bytes of cp (<= LM_CP_MAX); returns their count. */
-int lm_utf8_encode(uint32_t cp, char out[4]);
-/* Decodes one code point at p (n bytes available); returns its length, 0 when the bytes are not
- * valid UTF-8 (overlong, surrogate, truncated, past U+10FFFF). */
-int lm_utf8_decode(const uint8_t *p, size_t n, uint32_t *cp);
 
 #endif

@@ -6,9 +6,11 @@
  * with integer-valued bounds are exact too: for v = I + f (f the fraction), v >= a holds for any
  * fraction when I > a (or I >= a inclusive), v <= b for any fraction when I < b, and I == b only
  * with a zero fraction; negative numbers are the same on the magnitude. Bounded numbers are
- * written without an exponent. Bounds beyond ±9.2e18 count as unbounded where that is the
- * outside, and are refused where they would exclude everything practical; non-integer bounds
- * on "number" are refused (LM_ERR_UNSUPPORTED). */
+ * written without an exponent. Where the schema leaves a side open, the integer part has at most
+ * 18 digits and an exponent at most 2 (INT_DIGITS_MAX): every parser then reads the value
+ * exactly or as a finite double, and a model cannot run on in digits. Bounds beyond ±9.2e18
+ * count as unbounded where that is the outside, and are refused where they would exclude
+ * everything practical; non-integer bounds on "number" are refused (LM_ERR_UNSUPPORTED). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -155,6 +155,8 @@ static const struct {
               "(\\." RX_LABEL ")+$"},
     {"ipv4", "^(" RX_OCTET "\\.){3}" RX_OCTET "$"},
     {"hostname", "^" RX_LABEL "(\\." RX_LABEL ")*$"},
+    /* the characters RFC 3986 allows, after a scheme */
+    {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9._~:/?#@!$&'()*+,;=%\\[\\]-]+$"},
 };
 
 /* "\"" body "\"" as a rule. */

@@ -34,6 +34,7 @@ lm_status lm_matcher_create(const lm_grammar *g, const lm_grammar_vocab *v, lm_m
   m->g = g;
   m->v = v;
   m->key_depth = LM_G_KEY_DEPTH;
+  m->max_uncertain = LM_G_MAX_UNCERTAIN;
   lm_status s = lm_gpda_init(&m->pda, g);
   if (s != LM_OK) {
     free(m);

@@ -11,6 +11,9 @@
 /* How many top frames of each stack a LOCAL cache key keeps. Deeper keys are more specific (fewer
  * tokens left to check per call, more distinct keys to walk the trie for). */
 #define LM_G_KEY_DEPTH 2u
+/* A LOCAL entry leaving more tokens than this to check against the whole state per call is
+ * replaced by one of twice the depth (token_mask.c). */
+#define LM_G_MAX_UNCERTAIN 2048u
 
 typedef struct lm_gwalk_level {
   uint32_t node, child, mark, sid; /* sid: the DFA state (walk_dfa) */
@@ -33,7 +36,8 @@ struct lm_matcher {
   uint32_t *key2;
   uint32_t key2_cap;
   uint32_t key_depth;
-  uint32_t live_frames; /* frames after the last compaction */
+  uint32_t max_uncertain; /* LM_G_MAX_UNCERTAIN (tests lower it) */
+  uint32_t live_frames;   /* frames after the last compaction */
   lm_gdfa dfa;
   int no_dfa; /* tests: always take the plain (unmemoized) walk and check */
   /* counters for benchmarks and tests */

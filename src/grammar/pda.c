@@ -45,9 +45,15 @@ lm_status lm_gstate_copy(lm_gstate *dst, const lm_gstate *src) {
   return LM_OK;
 }
 
+static int id_cmp(const void *x, const void *y) {
+  uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+  return a < b ? -1 : a > b;
+}
+
 static void sort_unique(lm_gstate *st) {
   uint32_t *a = st->s, n = st->n;
-  for (uint32_t i = 1; i < n; i++) { /* states are small: insertion sort */
+  if (n > 32) qsort(a, n, sizeof *a, id_cmp);
+  for (uint32_t i = 1; i < n && n <= 32; i++) { /* states are mostly small: insertion sort */
     uint32_t x = a[i], j = i;
     while (j > 0 && a[j - 1] > x) {
       a[j] = a[j - 1];
@@ -69,7 +75,12 @@ static uint32_t dec(uint32_t x) { return x == LM_G_INF ? x : (x ? x - 1 : 0); }
 static uint32_t enter(lm_gpda *p, uint32_t pos, uint32_t parent) {
   const lm_gelem *e = &p->g->elems[pos];
   if (e->kind == LM_GK_END) return parent;
-  if (e->kind == LM_GK_REPEAT) return lm_gframes_intern(&p->fr, pos, e->min, e->max, parent);
+  if (e->kind == LM_GK_REPEAT) {
+    uint32_t lo = e->min, hi = e->max;
+    if (p->clamp && lo >= p->clamp) lo = LM_G_INF;
+    if (p->clamp && hi >= p->clamp) hi = LM_G_INF;
+    return lm_gframes_intern(&p->fr, pos, lo, hi, parent);
+  }
   return lm_gframes_intern(&p->fr, pos, 0, 0, parent);
 }
 
@@ -88,6 +99,11 @@ static lm_status push_work(stepper *s, uint32_t id) {
     return LM_OK;
   }
   if (!lm_gframes_visit(&s->p->fr, id)) return LM_OK;
+  if (s->p->budget && --s->p->budget == 0)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "grammar: too ambiguous (a mask needs more than %llu "
+                   "expansions)",
+                   (unsigned long long)LM_G_MASK_BUDGET);
   if (++s->done > LM_G_MAX_WORK)
     return LM_ERRF(LM_ERR_UNSUPPORTED,
                    "grammar: too ambiguous (more than %u expansions for one "
@@ -230,7 +246,10 @@ int lm_gpda_complete(const lm_gpda *p, const lm_gstate *st) {
   return 0;
 }
 
-static uint32_t cap_count(uint32_t x, uint32_t clamp) { return x > clamp ? clamp : x; }
+/* A count a token cannot exhaust (clamp = the longest piece + 1, and every repetition of a
+ * counted body takes at least a byte) behaves, for that token, like no bound at all: written as
+ * LM_G_INF, so long repetitions share keys and, unbounded, step back to the same state. */
+static uint32_t cap_count(uint32_t x, uint32_t clamp) { return x >= clamp ? LM_G_INF : x; }
 
 #define KEY_END_ROOT 0xffffffffu
 #define KEY_END_CUT 0xfffffffeu

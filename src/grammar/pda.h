@@ -17,9 +17,12 @@
 #include "grammar/grammar_impl.h"
 #include "grammar/gstack.h"
 
-/* Bounds per step, so an ambiguous grammar costs at most this much per byte. */
-#define LM_G_MAX_STACKS 1024u
-#define LM_G_MAX_WORK (1u << 16)
+/* Bounds per step, so an ambiguous grammar costs at most this much per byte. Past them a step
+ * fails with LM_ERR_UNSUPPORTED; since masks are computed from the stack tops, where fewer parses
+ * are told apart, such a failure can reach lm_matcher_accept for a token the mask allowed. Only
+ * grammars ambiguous far beyond any JSON schema's get there. */
+#define LM_G_MAX_STACKS 4096u
+#define LM_G_MAX_WORK (1u << 18)
 
 typedef struct lm_gstate {
   uint32_t *s; /* sorted, distinct frame ids */
@@ -29,11 +32,20 @@ typedef struct lm_gstate {
   uint8_t ctx_after; /* after the byte, a parse returned into what lies below a truncated stack */
 } lm_gstate;
 
+/* Expansions one mask computation may spend in all (a hostile, ambiguous grammar would otherwise
+ * make a trie walk run for hours); past it the fill fails with LM_ERR_UNSUPPORTED. */
+#define LM_G_MASK_BUDGET (1ull << 25)
+
 typedef struct lm_gpda {
   const lm_grammar *g;
   lm_gframes fr;
   uint32_t *work;
   uint32_t cap_work;
+  uint64_t budget; /* expansions left to the current mask computation; 0: no limit */
+  /* While masks are computed (one token at a time), counts of at least this (the longest piece
+   * + 1) are entered as LM_G_INF: no token can exhaust them, and loops over them then step back
+   * to the same state. 0 while accepting: a matcher's own state keeps exact counts. */
+  uint32_t clamp;
 } lm_gpda;
 
 lm_status lm_gpda_init(lm_gpda *p, const lm_grammar *g);
@@ -54,7 +66,8 @@ void lm_gpda_first(const lm_gpda *p, const lm_gstate *st, lm_gset *out, int *ctx
 int lm_gpda_complete(const lm_gpda *p, const lm_gstate *st);
 
 /* The cache key of st: per stack its top `depth` frames (pos, rmin, rmax with the counts capped
- * at `clamp`: a token of fewer bytes cannot tell larger counts apart) and whether the stack goes
+ * at `clamp`, as LM_G_INF: a token of fewer bytes cannot tell larger counts apart) and whether
+ * the stack goes
  * on below; stacks sorted and deduplicated. Written to *buf (grown), *len words. */
 lm_status lm_gpda_key(lm_gpda *p, const lm_gstate *st, uint32_t depth, uint32_t clamp,
                       uint32_t **buf, uint32_t *cap, uint32_t *len);

@@ -3,6 +3,8 @@
  * (lm_json_char_class). Nesting is bounded, so a hostile pattern cannot exhaust the stack. */
 #include "grammar/regex.h"
 
+#include "text/utf8.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,9 +192,11 @@ static lm_status char_escape(rx *r, uint32_t *cp) {
 }
 
 static lm_status literal_cp(rx *r, uint32_t *cp) {
-  int len = lm_utf8_decode((const uint8_t *)r->s + r->i, r->n - r->i, cp);
-  if (len == 0) return rx_err(r, LM_ERR_INVALID, "invalid UTF-8");
-  r->i += (size_t)len;
+  int32_t c;
+  size_t len = lm_utf8_next(r->s + r->i, r->n - r->i, &c);
+  if (c < 0) return rx_err(r, LM_ERR_INVALID, "invalid UTF-8");
+  *cp = (uint32_t)c;
+  r->i += len;
   return LM_OK;
 }
 

@@ -8,9 +8,13 @@
  *      trie from the truncated state (lm_gmask_walk): a token is accepted when a parse takes all
  *      its bytes, rejected when every parse dies within the top frames, uncertain when a parse
  *      needed what lies below the cut before the token's last byte.
- *   3. mask = accepted | the uncertain tokens the whole state takes (lm_gmask_check, trie order so
- *      consecutive tokens share their common prefix's steps); stored as FULL when there were
- *      uncertain tokens, so the next call in the same state is a copy.
+ *   3. mask = accepted | the uncertain tokens the whole state takes (lm_gmask_check); stored as
+ *      FULL when there were uncertain tokens, so the next call in the same state is a copy.
+ * The walk and the check step through gdfa.h's memoized transitions (a lookup per trie node where
+ * states repeat); when that memo fills up they start again stepping plainly (walk_plain,
+ * check_plain: frames rolled back per trie node, consecutive tokens sharing their prefix's
+ * steps), which is slower but bounded in memory. The whole fill has a budget of expansions
+ * (LM_G_MASK_BUDGET), so no grammar makes it run unbounded.
  * Exactness: a parse of the truncated state is the top of a parse of the whole state, so whatever
  * it accepts or rejects without touching the cut holds for the whole state; the rest is checked.
  * Counts are capped at the longest piece + 1 in keys: a token cannot tell larger counts apart. */
@@ -149,8 +153,87 @@ static inline lm_status dfa_next(lm_matcher *m, uint32_t s, uint8_t b, uint32_t 
   return lm_gdfa_next(&m->dfa, &m->pda, s, b, t);
 }
 
+/* Whether every well-formed UTF-8 character of two or more bytes leads DFA state s back to
+ * itself, through live states only (so a piece may also stop inside one). Followed shape by
+ * shape (lead range, continuation ranges), the states after each byte deduplicated. */
+static lm_status utf8_loops(lm_matcher *m, uint32_t s, int *yes) {
+  static const struct {
+    uint8_t lead_lo, lead_hi, n, lo1, hi1;
+  } shapes[] = {{0xC2, 0xDF, 1, 0x80, 0xBF}, {0xE0, 0xE0, 2, 0xA0, 0xBF},
+                {0xE1, 0xEC, 2, 0x80, 0xBF}, {0xED, 0xED, 2, 0x80, 0x9F},
+                {0xEE, 0xEF, 2, 0x80, 0xBF}, {0xF0, 0xF0, 3, 0x90, 0xBF},
+                {0xF1, 0xF3, 3, 0x80, 0xBF}, {0xF4, 0xF4, 3, 0x80, 0x8F}};
+  *yes = 0;
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+    uint32_t fr[16], n = 0;
+    for (unsigned b = shapes[k].lead_lo; b <= shapes[k].lead_hi; b++) {
+      uint32_t t;
+      LM_TRY(dfa_next(m, s, (uint8_t)b, &t));
+      if (!(m->dfa.flags[t] & LM_GDFA_ALIVE)) return LM_OK;
+      uint32_t j = 0;
+      while (j < n && fr[j] != t)
+        j++;
+      if (j == n && n == 16) return LM_OK; /* too varied to be a loop worth finding */
+      if (j == n) fr[n++] = t;
+    }
+    for (unsigned i = 0; i < shapes[k].n; i++) {
+      unsigned lo = i ? 0x80 : shapes[k].lo1, hi = i ? 0xBF : shapes[k].hi1;
+      uint32_t nx[16], nn = 0;
+      for (uint32_t f = 0; f < n; f++)
+        for (unsigned b = lo; b <= hi; b++) {
+          uint32_t t;
+          LM_TRY(dfa_next(m, fr[f], (uint8_t)b, &t));
+          int last = i + 1 == shapes[k].n;
+          if (last ? t != s : !(m->dfa.flags[t] & LM_GDFA_ALIVE)) return LM_OK;
+          uint32_t j = 0;
+          while (j < nn && nx[j] != t)
+            j++;
+          if (j == nn && nn == 16) return LM_OK;
+          if (j == nn) nx[nn++] = t;
+        }
+      memcpy(fr, nx, nn * sizeof *nx);
+      n = nn;
+    }
+  }
+  *yes = 1;
+  return LM_OK;
+}
+
+/* The ASCII bytes that lead DFA state s back to itself (gdfa.h's loop set), computed once per
+ * state; with `utf8`, also whether multi-byte characters do (computed once, when first asked:
+ * it takes a few hundred steps, worth it only where wide characters are met). */
+static lm_status loop_set(lm_matcher *m, uint32_t s, int utf8, uint64_t out[2], int *wide) {
+  lm_gdfa *d = &m->dfa;
+  if (!d->loop_done[s]) {
+    uint64_t l[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++) {
+      uint32_t t;
+      LM_TRY(dfa_next(m, s, (uint8_t)b, &t));
+      if (t == s) l[b >> 6] |= 1ull << (b & 63);
+    }
+    d->loop[s][0] = l[0]; /* after the steps: interning may have moved d->loop */
+    d->loop[s][1] = l[1];
+    d->loop_done[s] = 1;
+  }
+  if (utf8 && d->loop_done[s] == 1) {
+    int u;
+    LM_TRY(utf8_loops(m, s, &u));
+    d->loop_done[s] = (uint8_t)(u ? 3 : 2);
+  }
+  out[0] = d->loop[s][0];
+  out[1] = d->loop[s][1];
+  *wide = d->loop_done[s] == 3;
+  return LM_OK;
+}
+
+/* Subtrees at least this large are first tested for acceptance in bulk. */
+#define LM_G_BULK_MIN 2u
+
 /* The walk of walk_plain with states interned and transitions memoized: a lookup per trie node
- * where states repeat. LM_ERR_STATE when the memo fills up (the caller falls back). */
+ * where states repeat. A subtree whose every ASCII byte leads the (live) state back to itself, and
+ * whose other bytes are well-formed characters that do the same, holds only accepted tokens,
+ * whatever their lengths: inside a JSON string that is most text, taken without visiting it.
+ * LM_ERR_STATE when the memo fills up (the caller falls back). */
 static lm_status walk_dfa(lm_matcher *m, const lm_gstate *st, uint32_t *bits, unc_list *u) {
   const lm_grammar_vocab *v = m->v;
   lm_gdfa *d = &m->dfa;
@@ -168,6 +251,19 @@ static lm_status walk_dfa(lm_matcher *m, const lm_gstate *st, uint32_t *bits, un
     }
     uint32_t c = L->child, t;
     L->child = v->nend[c];
+    if (v->nend[c] - c >= LM_G_BULK_MIN && (d->flags[L->sid] & LM_GDFA_ALIVE)) {
+      uint64_t loop[2];
+      int wide = 0;
+      LM_TRY(loop_set(m, L->sid, 0, loop, &wide));
+      int ascii_ok = !(v->nsum[c][0] & ~loop[0]) && !(v->nsum[c][1] & ~loop[1]);
+      uint8_t nf = v->nflags[c];
+      if (ascii_ok && (nf & LM_GV_NONASCII) && (nf & LM_GV_UTF8))
+        LM_TRY(loop_set(m, L->sid, 1, loop, &wide));
+      if (ascii_ok && (!(nf & LM_GV_NONASCII) || wide)) {
+        set_range(bits, v->tok, v->ntok[c], v->ntok[v->nend[c]]);
+        continue;
+      }
+    }
     LM_TRY(dfa_next(m, L->sid, v->nbyte[c], &t));
     uint8_t fl = d->flags[t];
     if (fl & (LM_GDFA_ALIVE | LM_GDFA_ACCEPT | LM_GDFA_CTX_AFTER))
@@ -238,8 +334,12 @@ lm_status lm_gmask_check(lm_matcher *m, const int32_t *unc, uint32_t n_unc, uint
   return s;
 }
 
-static lm_status fill_local(lm_matcher *m, const uint32_t *key, uint32_t len, uint64_t h,
-                            lm_gcache_entry **out) {
+static int same_key(const uint32_t *a, uint32_t na, const uint32_t *b, uint32_t nb) {
+  return na == nb && !memcmp(a, b, na * sizeof *a);
+}
+
+static lm_status fill_local(lm_matcher *m, uint32_t depth, const uint32_t *key, uint32_t len,
+                            uint64_t h, lm_gcache_entry **out) {
   *out = lm_gcache_get(m->cache, LM_GC_LOCAL, key, len, h);
   if (*out) {
     m->n_local_hits++;
@@ -252,7 +352,7 @@ static lm_status fill_local(lm_matcher *m, const uint32_t *key, uint32_t len, ui
   int32_t *unc = NULL;
   uint32_t n_unc = 0;
   lm_status s = bits ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "grammar: out of memory");
-  if (s == LM_OK) s = lm_gpda_truncate(&m->pda, &m->cur, m->key_depth, v->max_len + 1, &tr);
+  if (s == LM_OK) s = lm_gpda_truncate(&m->pda, &m->cur, depth, v->max_len + 1, &tr);
   if (s == LM_OK) s = lm_gmask_walk(m, &tr, bits, &unc, &n_unc);
   lm_gstate_free(&tr);
   lm_gframes_rollback(&m->pda.fr, mark);
@@ -265,11 +365,18 @@ static lm_status fill_local(lm_matcher *m, const uint32_t *key, uint32_t len, ui
   return *out ? LM_OK : LM_ERRF(LM_ERR_NOMEM, "grammar: out of memory");
 }
 
-static int same_key(const uint32_t *a, uint32_t na, const uint32_t *b, uint32_t nb) {
-  return na == nb && !memcmp(a, b, na * sizeof *a);
-}
+static lm_status fill(lm_matcher *m, uint32_t *mask);
 
 lm_status lm_matcher_fill_mask(lm_matcher *m, uint32_t *mask) {
+  m->pda.budget = LM_G_MASK_BUDGET;
+  m->pda.clamp = m->v->max_len + 1;
+  lm_status s = fill(m, mask);
+  m->pda.budget = 0;
+  m->pda.clamp = 0;
+  return s;
+}
+
+static lm_status fill(lm_matcher *m, uint32_t *mask) {
   const lm_grammar_vocab *v = m->v;
   size_t n_words = ((size_t)v->n + 31) / 32;
   if (!mask) return LM_ERRF(LM_ERR_INVALID, "grammar: fill_mask: no mask");
@@ -287,9 +394,15 @@ lm_status lm_matcher_fill_mask(lm_matcher *m, uint32_t *mask) {
     m->n_full_hits++;
     return LM_OK;
   }
-  LM_TRY(lm_gpda_key(&m->pda, &m->cur, m->key_depth, clamp, &m->key, &m->key_cap, &n1));
-  uint64_t h1 = lm_gcache_hash(LM_GC_LOCAL, m->key, n1);
-  LM_TRY(fill_local(m, m->key, n1, h1, &e));
+  /* A key whose entry leaves many tokens to check per call gives way to a deeper one (the
+   * entry remembers nothing of it: the same key always leads to the same deeper key). */
+  for (uint32_t depth = m->key_depth;; depth *= 2) {
+    LM_TRY(lm_gpda_key(&m->pda, &m->cur, depth, clamp, &m->key, &m->key_cap, &n1));
+    uint64_t h1 = lm_gcache_hash(LM_GC_LOCAL, m->key, n1);
+    LM_TRY(fill_local(m, depth, m->key, n1, h1, &e));
+    if (e->n_unc <= m->max_uncertain || depth >= 64 || same_key(m->key, n1, m->key2, n2)) break;
+    lm_gcache_release(m->cache, e);
+  }
   memcpy(mask, e->bits, n_words * sizeof *mask);
   lm_status s = LM_OK;
   if (e->n_unc && !same_key(m->key, n1, m->key2, n2)) {

@@ -31,6 +31,8 @@ void lm_grammar_vocab_free(lm_grammar_vocab *v) {
   free(v->nend);
   free(v->ntok);
   free(v->tok);
+  free(v->nsum);
+  free(v->nflags);
   free(v);
 }
 
@@ -64,6 +66,38 @@ static lm_status copy_pieces(lm_grammar_vocab *v, const char *const *pieces, con
   return LM_OK;
 }
 
+/* Ends the subtree of the node at path[d]: its end, and its bytes folded into its parent's. */
+static void close_node(lm_grammar_vocab *v, const uint32_t *path, uint32_t d, uint32_t end) {
+  uint32_t i = path[d], up = path[d - 1];
+  v->nend[i] = end;
+  v->nsum[up][0] |= v->nsum[i][0];
+  v->nsum[up][1] |= v->nsum[i][1];
+  v->nflags[up] |= (uint8_t)(v->nflags[i] & LM_GV_NONASCII);
+}
+
+/* ok[i] = 1 when p[i..n) is well-formed UTF-8 that may stop inside its last character. */
+static void utf8_suffixes(const uint8_t *p, uint32_t n, uint8_t *ok) {
+  ok[n] = 1;
+  for (uint32_t i = n; i-- > 0;) {
+    uint8_t c = p[i];
+    uint32_t len = c < 0x80                 ? 1
+                   : c >= 0xC2 && c <= 0xDF ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3
+                   : c >= 0xF0 && c <= 0xF4 ? 4
+                                            : 0;
+    int good = len > 0;
+    for (uint32_t k = 1; good && k < len && i + k < n; k++) {
+      uint8_t x = p[i + k], lo = 0x80, hi = 0xBF;
+      if (k == 1 && c == 0xE0) lo = 0xA0;
+      if (k == 1 && c == 0xED) hi = 0x9F;
+      if (k == 1 && c == 0xF0) lo = 0x90;
+      if (k == 1 && c == 0xF4) hi = 0x8F;
+      good = x >= lo && x <= hi;
+    }
+    ok[i] = (uint8_t)(good && (i + len >= n || ok[i + len]));
+  }
+}
+
 /* One preorder pass over the sorted pieces: the path from the root is a stack; a piece shares
  * its longest common prefix with the previous one, so nodes past that prefix are closed. */
 static lm_status build_trie(lm_grammar_vocab *v, const piece *ps, uint32_t np) {
@@ -74,13 +108,17 @@ static lm_status build_trie(lm_grammar_vocab *v, const piece *ps, uint32_t np) {
   v->nend = malloc(cap * sizeof *v->nend);
   v->ntok = malloc((cap + 1) * sizeof *v->ntok);
   v->tok = malloc((np + 1) * sizeof *v->tok);
+  v->nsum = calloc(cap, sizeof *v->nsum);
+  v->nflags = malloc(cap);
   uint32_t *path = malloc((LM_GV_MAX_PIECE + 1) * sizeof *path);
-  if (!v->nbyte || !v->nend || !v->ntok || !v->tok || !path) {
+  uint8_t ok[LM_GV_MAX_PIECE + 1];
+  if (!v->nbyte || !v->nend || !v->ntok || !v->tok || !v->nsum || !v->nflags || !path) {
     free(path);
     return LM_ERRF(LM_ERR_NOMEM, "grammar vocab: out of memory");
   }
   uint32_t nn = 1, depth = 0, nt = 0;
   v->nbyte[0] = 0;
+  v->nflags[0] = LM_GV_UTF8;
   v->ntok[0] = 0;
   path[0] = 0;
   const piece *prev = NULL;
@@ -91,17 +129,25 @@ static lm_status build_trie(lm_grammar_vocab *v, const piece *ps, uint32_t np) {
       while (lcp < prev->len && lcp < c->len && prev->p[lcp] == c->p[lcp])
         lcp++;
     while (depth > lcp)
-      v->nend[path[depth--]] = nn;
+      close_node(v, path, depth--, nn);
+    /* A node's UTF-8 flag must hold for every piece below it: the nodes of the shared prefix
+     * learn this piece's. */
+    utf8_suffixes(c->p, c->len, ok);
+    for (uint32_t d = 1; d <= depth; d++)
+      if (!ok[d - 1]) v->nflags[path[d]] &= (uint8_t)~LM_GV_UTF8;
     for (; depth < c->len; depth++) {
-      v->nbyte[nn] = c->p[depth];
+      uint8_t b = c->p[depth];
+      v->nbyte[nn] = b;
       v->ntok[nn] = nt;
+      if (b < 0x80) v->nsum[nn][b >> 6] |= 1ull << (b & 63);
+      v->nflags[nn] = (uint8_t)((b >= 0x80 ? LM_GV_NONASCII : 0) | (ok[depth] ? LM_GV_UTF8 : 0));
       path[depth + 1] = nn++;
     }
     v->tok[nt++] = c->id;
     prev = c;
   }
   while (depth > 0)
-    v->nend[path[depth--]] = nn;
+    close_node(v, path, depth--, nn);
   v->nend[0] = nn;
   v->ntok[nn] = nt;
   v->n_nodes = nn;

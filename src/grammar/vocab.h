@@ -28,6 +28,15 @@ struct lm_grammar_vocab {
   uint32_t *ntok;   /* n_nodes + 1 entries: the node's tokens start at tok[ntok[i]] */
   int32_t *tok;     /* token ids in trie order */
   uint32_t n_tok;
+  /* Per node, what the edges of its subtree (its own edge included) hold: the ASCII bytes as a
+   * 128-bit set, and in nflags whether there are bytes >= 0x80 (LM_GV_NONASCII) and whether
+   * every piece below reads, from this node's depth on, as well-formed UTF-8 that may stop in
+   * the middle of its last character (LM_GV_UTF8). Lets the mask walk accept a whole subtree at
+   * once where all of it leads a state back to itself (token_mask.c). */
+  uint64_t (*nsum)[2];
+  uint8_t *nflags;
 };
+
+enum { LM_GV_NONASCII = 1, LM_GV_UTF8 = 2 };
 
 #endif

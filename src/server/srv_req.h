@@ -62,8 +62,8 @@ int lm_srv_parse_body(const char *body, size_t len, json_t **out, lm_srv_err *e)
 /* The fields every generation endpoint shares: stream, stream_options, max_tokens /
  * max_completion_tokens, temperature, top_p, top_k, min_p, seed, stop, presence_penalty,
  * frequency_penalty, repetition_penalty, repetition_context_size, presence_context_size,
- * logit_bias, n (1..LM_SRV_MAX_N), ignore_eos, grammar (llama.cpp GBNF). vocab bounds the logit_bias
- * ids. `defaults` is copied into p->sampling first. Returns 0 or the HTTP status. */
+ * logit_bias, n (1..LM_SRV_MAX_N), ignore_eos, grammar (llama.cpp GBNF). vocab bounds the
+ * logit_bias ids. `defaults` is copied into p->sampling first. Returns 0 or the HTTP status. */
 int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab,
                         lm_srv_params *p, lm_srv_err *e);
 /* Chat completions: messages, tools, tool_choice, logprobs / top_logprobs, reasoning_effort,

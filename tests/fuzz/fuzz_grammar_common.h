@@ -32,7 +32,8 @@ static lm_grammar_vocab *fz_vocab(void) {
   return v;
 }
 
-/* 1 when token t is accepted from m's state (stepped on a copy, rolled back). */
+/* 1 when token t is accepted from m's state (stepped on a copy, rolled back); -1 when the step
+ * is refused as too ambiguous (grammar.h allows accept to fail so for an allowed token). */
 static int fz_takes(lm_matcher *m, int32_t t) {
   const lm_grammar_vocab *v = m->v;
   uint32_t len = v->len[t], mark = m->pda.fr.n;
@@ -40,15 +41,17 @@ static int fz_takes(lm_matcher *m, int32_t t) {
   lm_gstate a = {0}, b = {0};
   int ok = lm_gstate_copy(&a, &m->cur) == LM_OK;
   for (uint32_t i = 0; i < len && ok; i++) {
-    if (a.n == 0 || lm_gpda_step(&m->pda, &a, (uint8_t)v->bytes[v->off[t] + i], &b) != LM_OK) {
-      ok = 0;
+    lm_status s = a.n ? lm_gpda_step(&m->pda, &a, (uint8_t)v->bytes[v->off[t] + i], &b) : LM_OK;
+    if (s == LM_ERR_UNSUPPORTED) ok = -1;
+    if (s != LM_OK || a.n == 0) {
+      ok = ok < 0 ? -1 : 0;
       break;
     }
     lm_gstate sw = a;
     a = b;
     b = sw;
   }
-  ok = ok && (a.n || a.accept);
+  if (ok > 0) ok = a.n || a.accept;
   lm_gstate_free(&a);
   lm_gstate_free(&b);
   lm_gframes_rollback(&m->pda.fr, mark);
@@ -68,16 +71,19 @@ static int fz_walk(const lm_grammar *g, const lm_grammar_vocab *v, const uint8_t
   for (int s = 0; s < steps; s++) {
     lm_status st = lm_matcher_fill_mask(m, mask);
     if (st != LM_OK) break; /* e.g. too ambiguous: refused, not crashed */
-    int n = 0;
+    int n = 0, ambiguous = 0;
     for (int32_t t = 0; t < v->n; t++) {
-      int bit = (mask[t >> 5] >> (t & 31)) & 1;
-      if (bit != fz_takes(m, t)) {
+      int bit = (mask[t >> 5] >> (t & 31)) & 1, takes = fz_takes(m, t);
+      if (takes < 0)
+        ambiguous = 1;
+      else if (bit != takes) {
         fprintf(stderr, "mask bit %d for token %d disagrees with brute force\n", bit, t);
         abort();
       }
       if (bit) allowed[n++] = t;
     }
-    if (n == 0) break;
+    /* A state of hundreds of parses is a pathological grammar: its invariants were checked. */
+    if (n == 0 || ambiguous || m->cur.n > 256) break;
     uint8_t c = n_choice ? choice[s % n_choice] : (uint8_t)s;
     /* A refused token leaves the state as it was. */
     for (int32_t t = c; t < v->n; t++)
@@ -87,7 +93,9 @@ static int fz_walk(const lm_grammar *g, const lm_grammar_vocab *v, const uint8_t
       }
     int32_t t = allowed[(c * 7 + (uint8_t)s) % n];
     if (len + v->len[t] > cap) break; /* out always holds exactly what was accepted */
-    if (lm_matcher_accept(m, t) != LM_OK) abort();
+    lm_status as = lm_matcher_accept(m, t);
+    if (as == LM_ERR_UNSUPPORTED) break; /* too ambiguous: refused cleanly */
+    if (as != LM_OK) abort();
     memcpy(out + len, v->bytes + v->off[t], v->len[t]);
     len += v->len[t];
     if (lm_matcher_complete(m) && c % 3 == 0) break;

@@ -80,6 +80,7 @@ static const char *v_format_rx(const char *f) {
     return "^\\d{4}-\\d\\d-\\d\\d[Tt]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]"
            "\\d\\d:\\d\\d)$";
   if (!strcmp(f, "email")) return "^[^@\\s]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$";
+  if (!strcmp(f, "uri")) return "^[A-Za-z][A-Za-z0-9+.-]*:\\S+$";
   if (!strcmp(f, "ipv4"))
     return "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$";
   return NULL;
@@ -272,7 +273,8 @@ static const char *const k_schemas[] = {
     "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},"
     "\"u\":{\"type\":\"string\",\"format\":\"uuid\"},\"e\":{\"type\":\"string\",\"format\":"
     "\"email\"},\"t\":{\"type\":\"string\",\"format\":\"date-time\"},\"ip\":{\"type\":\"string\","
-    "\"format\":\"ipv4\"}},\"required\":[\"d\",\"u\",\"e\",\"t\",\"ip\"]}",
+    "\"format\":\"ipv4\"},\"w\":{\"type\":\"string\",\"format\":\"uri\"}},\"required\":[\"d\","
+    "\"u\",\"e\",\"t\",\"ip\",\"w\"]}",
     /* numbers */
     "{\"type\":\"integer\",\"minimum\":-1234,\"maximum\":567}",
     "{\"type\":\"integer\",\"exclusiveMinimum\":99}",
@@ -284,6 +286,17 @@ static const char *const k_schemas[] = {
     "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
     "\"required\":[\"a\"]},{\"properties\":{\"b\":{\"type\":\"string\",\"maxLength\":2}},"
     "\"required\":[\"b\"]}]}",
+    /* what Pydantic and OpenAI's strict mode write */
+    "{\"$defs\":{\"Item\":{\"properties\":{\"name\":{\"title\":\"Name\",\"type\":\"string\"},"
+    "\"price\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}],\"default\":null,"
+    "\"title\":\"Price\"}},\"required\":[\"name\"],\"title\":\"Item\",\"type\":\"object\"}},"
+    "\"properties\":{\"items\":{\"items\":{\"$ref\":\"#/$defs/Item\"},\"title\":\"Items\","
+    "\"type\":\"array\",\"maxItems\":3}},\"required\":[\"items\"],\"title\":\"Order\","
+    "\"type\":\"object\",\"additionalProperties\":false}",
+    "{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\",\"description\":"
+    "\"City\"},\"unit\":{\"type\":[\"string\",\"null\"],\"enum\":[\"celsius\",\"fahrenheit\","
+    "null]}},\"required\":[\"location\",\"unit\"],\"additionalProperties\":false,\"strict\":"
+    "true}",
     /* maps and any values */
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0}}",
     "{\"type\":\"object\"}",
@@ -387,7 +400,8 @@ static const ucase k_refused[] = {
      "#/items: 'not' is not supported"},
     {"{\"if\":{},\"then\":{}}", LM_ERR_UNSUPPORTED, "#: 'if' is not supported"},
     {"{\"type\":\"array\",\"uniqueItems\":true}", LM_ERR_UNSUPPORTED, "'uniqueItems': true"},
-    {"{\"type\":\"string\",\"format\":\"uri\"}", LM_ERR_UNSUPPORTED, "format 'uri'"},
+    {"{\"type\":\"string\",\"format\":\"iri-reference\"}", LM_ERR_UNSUPPORTED,
+     "format 'iri-reference'"},
     {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", LM_ERR_UNSUPPORTED, "backreferences"},
     {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", LM_ERR_UNSUPPORTED, "lookaround"},
     {"{\"type\":\"string\",\"pattern\":\"[a\"}", LM_ERR_INVALID, "unterminated character class"},

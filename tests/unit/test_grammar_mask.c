@@ -32,6 +32,7 @@ typedef struct cfg {
   uint32_t depth;
   int no_dfa;
   uint32_t dfa_max_states;
+  uint32_t max_uncertain; /* 0: the default */
 } cfg;
 
 static void walk_checked(const lm_grammar *g, const lm_grammar_vocab *v, cfg c, uint64_t seed,
@@ -41,6 +42,7 @@ static void walk_checked(const lm_grammar *g, const lm_grammar_vocab *v, cfg c, 
   lm_matcher_set_key_depth(m, c.depth);
   m->no_dfa = c.no_dfa;
   m->dfa.max_states = c.dfa_max_states;
+  if (c.max_uncertain) m->max_uncertain = c.max_uncertain;
   size_t nw = ((size_t)v->n + 31) / 32;
   uint32_t *mask = calloc(nw, 4);
   int32_t *ok = calloc((size_t)v->n, sizeof *ok);
@@ -68,7 +70,9 @@ static void t_brute_force_depths(void **state) {
   (void)state;
   lm_grammar_vocab *v = sv_make(4096, 7);
   lm_grammar *gs[2] = {schema(k_schema), gt_gbnf(k_gbnf)};
-  const cfg cfgs[] = {{1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {8, 0, 0}, {2, 1, 0}, {1, 0, 3}};
+  /* key depths; the plain walk; a memo so small it falls back; keys deepened past 3 uncertain */
+  const cfg cfgs[] = {{1, 0, 0, 0}, {2, 0, 0, 0}, {3, 0, 0, 0}, {8, 0, 0, 0},
+                      {2, 1, 0, 0}, {1, 0, 3, 0}, {1, 0, 0, 3}};
   for (int gi = 0; gi < 2; gi++)
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++)
       walk_checked(gs[gi], v, cfgs[c], 11 + c * 101 + (uint64_t)gi, 40);
@@ -82,13 +86,19 @@ static void t_tiny_cache(void **state) {
   (void)state;
   lm_grammar_vocab *v = sv_make(4096, 9);
   lm_grammar *g = schema(k_schema);
-  g->cache_limit = 1000;
-  walk_checked(g, v, (cfg){2, 0, 0}, 5, 30);
-  g->cache_limit = 64 * 1024; /* a few entries: evictions with entries in use */
-  lm_grammar *g2 = schema(k_schema);
-  g2->cache_limit = 64 * 1024;
-  walk_checked(g2, v, (cfg){2, 0, 0}, 6, 30);
-  walk_checked(g2, v, (cfg){2, 0, 0}, 6, 30);
+  lm_grammar_set_cache_limit(g, 100); /* less than one mask: nothing is kept */
+  walk_checked(g, v, (cfg){2, 0, 0, 0}, 5, 30);
+  lm_gcache_stats st = lm_gcache_get_stats(g->caches[0]);
+  assert_int_equal(st.entries, 0);
+  assert_true(st.misses > 0);
+  lm_grammar *g2 = schema(k_schema); /* a few entries: evictions with entries in use */
+  walk_checked(g2, v, (cfg){2, 0, 0, 0}, 6, 10);
+  lm_grammar_set_cache_limit(g2, 8 * 1024);
+  walk_checked(g2, v, (cfg){2, 0, 0, 0}, 6, 30);
+  walk_checked(g2, v, (cfg){2, 0, 0, 0}, 6, 30);
+  st = lm_gcache_get_stats(g2->caches[0]);
+  assert_true(st.evictions > 0);
+  assert_true(st.bytes <= 8 * 1024);
   lm_grammar_free(g);
   lm_grammar_free(g2);
   lm_grammar_vocab_free(v);
@@ -102,7 +112,7 @@ typedef struct thr {
 
 static void *thread_main(void *arg) {
   thr *t = arg;
-  walk_checked(t->g, t->v, (cfg){2, 0, 0}, t->seed, 25);
+  walk_checked(t->g, t->v, (cfg){2, 0, 0, 0}, t->seed, 25);
   return NULL;
 }
 
@@ -112,7 +122,7 @@ static void t_threads(void **state) {
   (void)state;
   lm_grammar_vocab *v = sv_make(4096, 13);
   lm_grammar *g = schema(k_schema);
-  g->cache_limit = 256 * 1024;
+  lm_grammar_set_cache_limit(g, 256 * 1024);
   pthread_t th[4];
   thr args[4];
   for (int i = 0; i < 4; i++) {
@@ -130,9 +140,9 @@ static void t_two_vocabs(void **state) {
   (void)state;
   lm_grammar_vocab *a = sv_make(4096, 21), *b = gt_json_vocab();
   lm_grammar *g = schema(k_schema);
-  walk_checked(g, a, (cfg){2, 0, 0}, 1, 15);
-  walk_checked(g, b, (cfg){2, 0, 0}, 1, 15);
-  walk_checked(g, a, (cfg){2, 0, 0}, 2, 15);
+  walk_checked(g, a, (cfg){2, 0, 0, 0}, 1, 15);
+  walk_checked(g, b, (cfg){2, 0, 0, 0}, 1, 15);
+  walk_checked(g, a, (cfg){2, 0, 0, 0}, 2, 15);
   assert_int_equal(g->n_caches, 2);
   lm_grammar_free(g);
   lm_grammar_vocab_free(a);
