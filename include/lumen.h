@@ -372,7 +372,8 @@ typedef struct lm_request_options {
   /* Tool calls constrained (messages on a Gemma 4 checkpoint): a call names one of tools_json's
    * tools and its arguments follow that tool's parameters schema; tool_choice is enforced (none:
    * no call; required / named: the answer is calls, after any reasoning; auto: text or calls).
-   * Without it, required / named open the call at the prompt's end and nothing is checked. */
+   * Implied by grammar, json_schema and json_object. Without any of them, required / named open the
+   * call at the prompt's end and nothing is checked. */
   int constrain_tools;
 } lm_request_options;
 

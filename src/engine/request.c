@@ -279,14 +279,19 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= k && !memcmp(s + n - k, suffix, k);
 }
 
+/* Tool calls are constrained when asked, and whenever the answer is (its grammar and a call opened
+ * at the prompt's end could not both hold). */
+static int tools_constrained(const lm_request_options *o) {
+  return o->constrain_tools || o->grammar || o->json_schema || o->json_object;
+}
+
 /* The opening of a forced call: "<|tool_call>call:" (+ "NAME{" for a named tool); NULL when the
  * choice forces nothing or the vocabulary has no call tokens. */
 static lm_status forced_call(const lm_checkpoint *ck, const lm_request_options *o, char **out) {
   *out = NULL;
   if (!ck->gemma4 || (o->tool_choice != LM_TOOLS_REQUIRED && o->tool_choice != LM_TOOLS_NAMED))
     return LM_OK;
-  if (o->constrain_tools)
-    return LM_OK; /* the constraint makes the answer a call, after reasoning */
+  if (tools_constrained(o)) return LM_OK; /* the constraint makes the answer a call */
   int named = o->tool_choice == LM_TOOLS_NAMED;
   if (named && (!o->tool_name || !*o->tool_name || strlen(o->tool_name) > 200))
     return LM_ERRF(LM_ERR_INVALID, "tool_choice names no tool (or a name over 200 bytes)");
@@ -420,7 +425,7 @@ static int thinking_on(const lm_checkpoint *ck, const lm_job *j) {
 static lm_status make_constraint(lm_request *r, const lm_request_options *o, lm_job *j) {
   lm_engine *e = r->e;
   lm_checkpoint *ck = e->ck;
-  int tools = o->constrain_tools && ck->gemma4 && o->messages_json;
+  int tools = tools_constrained(o) && ck->gemma4 && o->messages_json;
   lm_constraint_opts co = {.choice = tools ? o->tool_choice : LM_TOOLS_AUTO,
                            .n_vocab = ck->m->cfg.vocab_size,
                            .channel_open = ck->ptok.channel_open,
