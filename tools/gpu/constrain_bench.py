@@ -79,11 +79,15 @@ def main():
         gen, dt, valid, b, e = run(a.port, a.clients, a.tokens, constrained)
         c0, c1 = b.get("batch", {}).get("constraint", {}), e.get("batch", {}).get("constraint", {})
         busy = e["batch"]["busy_s"] - b["batch"]["busy_s"]
+        steps = e["batch"]["steps"] - b["batch"]["steps"]
+        rows = e["batch"]["step_rows"] - b["batch"]["step_rows"]
         cs = (c1.get("seconds", 0) - c0.get("seconds", 0)) if c1 else 0
         ct = (c1.get("tokens", 0) - c0.get("tokens", 0)) if c1 else 0
         print(json.dumps({"constrained": constrained, "clients": a.clients, "tokens": gen,
                           "seconds": round(dt, 3), "tok_s": round(gen / dt, 1),
-                          "busy_s": round(busy, 3), "constraint_s": round(cs, 4),
+                          "busy_s": round(busy, 3), "steps": steps,
+                          "ms_per_step": round(1e3 * busy / steps, 2) if steps else None,
+                          "rows_per_step": round(rows / steps, 1) if steps else None, "constraint_s": round(cs, 4),
                           "constraint_tokens": ct,
                           "constraint_share": round(cs / busy, 4) if busy > 0 else None,
                           "us_per_token": round(1e6 * cs / ct, 2) if ct else None,
