@@ -7,7 +7,8 @@
  *
  * Chat output comes from the output parser: content and reasoning_content deltas, and a
  * tool_calls delta per call when its closing token arrives (finish_reason "tool_calls").
- * Log-probabilities are of the model's raw distribution (before the sampling processors), in
+ * Log-probabilities are of the model's distribution before the sampling processors (after a
+ * request's constraint, which removes the tokens its grammar forbids), in
  * OpenAI's chat shape ({content: [{token, logprob, bytes, top_logprobs}]}) or completions shape
  * ({tokens, token_logprobs, top_logprobs, text_offset}). */
 #include <stdlib.h>
