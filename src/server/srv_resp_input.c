@@ -246,12 +246,8 @@ static int refuse_unsupported(const json_t *req, lm_srv_err *e) {
   const json_t *text = json_object_get(req, "text"), *fmt = json_object_get(text, "format");
   if (text && !json_is_null(text) && !json_is_object(text))
     return lm_srv_err_bad(e, "text", "text must be an object");
-  const char *ft = json_string_value(json_object_get(fmt, "type"));
-  if (fmt && !json_is_null(fmt) && (!ft || strcmp(ft, "text")))
-    return lm_srv_err_bad(e, "text.format",
-                          "text.format type '%.32s' is not supported (only text): this server "
-                          "does not constrain its output to a schema yet",
-                          ft ? ft : "?");
+  if (fmt && !json_is_null(fmt) && !json_is_object(fmt))
+    return lm_srv_err_bad(e, "text.format", "text.format must be an object");
   const json_t *rs = json_object_get(req, "reasoning");
   if (rs && !json_is_null(rs) && !json_is_object(rs))
     return lm_srv_err_bad(e, "reasoning", "reasoning must be an object");

@@ -338,19 +338,21 @@ static double round6(float x) { return round((double)x * 1e6) / 1e6; }
 /* What the response repeats of its request, with the values the generation used. */
 static json_t *echo_json(const json_t *req, const lm_srv_params *p, int store) {
   const json_t *effort = json_object_get(json_object_get(req, "reasoning"), "effort");
-  json_t *o = json_pack("{s:o,s:o,s:o,s:o,s:o,s:{s:O,s:n},s:b,s:f,s:f,s:{s:{s:s}},s:o,s:o,s:o,s:o}",
-                        "instructions", field_or(req, "instructions", json_null()),
-                        "max_output_tokens", field_or(req, "max_output_tokens", json_null()),
-                        "metadata", field_or(req, "metadata", json_object()), "parallel_tool_calls",
-                        field_or(req, "parallel_tool_calls", json_true()), "previous_response_id",
-                        field_or(req, "previous_response_id", json_null()), "reasoning", "effort",
-                        effort ? effort : json_null(), "summary", "store", store, "temperature",
-                        round6(p->sampling.temperature), "top_p", round6(p->sampling.top_p), "text",
-                        "format", "type", "text", "tool_choice",
-                        field_or(req, "tool_choice", json_string("auto")), "tools",
-                        field_or(req, "tools", json_array()), "truncation",
-                        field_or(req, "truncation", json_string("disabled")), "user",
-                        field_or(req, "user", json_null()));
+  const json_t *fmt = json_object_get(json_object_get(req, "text"), "format");
+  json_t *o = json_pack(
+      "{s:o,s:o,s:o,s:o,s:o,s:{s:O,s:n},s:b,s:f,s:f,s:{s:o},s:o,s:o,s:o,s:o}", "instructions",
+      field_or(req, "instructions", json_null()), "max_output_tokens",
+      field_or(req, "max_output_tokens", json_null()), "metadata",
+      field_or(req, "metadata", json_object()), "parallel_tool_calls",
+      field_or(req, "parallel_tool_calls", json_true()), "previous_response_id",
+      field_or(req, "previous_response_id", json_null()), "reasoning", "effort",
+      effort ? effort : json_null(), "summary", "store", store, "temperature",
+      round6(p->sampling.temperature), "top_p", round6(p->sampling.top_p), "text", "format",
+      fmt && json_is_object(fmt) ? json_incref((json_t *)fmt) : json_pack("{s:s}", "type", "text"),
+      "tool_choice", field_or(req, "tool_choice", json_string("auto")), "tools",
+      field_or(req, "tools", json_array()), "truncation",
+      field_or(req, "truncation", json_string("disabled")), "user",
+      field_or(req, "user", json_null()));
   return o;
 }
 
@@ -451,6 +453,10 @@ void lm_srv_responses_create(const lm_srv_http_req *rq, const json_t *body, lm_s
     lm_srv_resp_param(&e);
     r = e.http;
   }
+  /* text.format: structured output, as chat's response_format (the flat Responses shape) */
+  const json_t *fmt = json_object_get(json_object_get(body, "text"), "format");
+  if (!r && fmt && !json_is_null(fmt) && lm_srv_parse_format(fmt, "text.format", &p, &e))
+    r = e.http;
   resp *o = r ? NULL : resp_new(rq, body, &p, store, history, turn);
   if (!r && !o) r = lm_srv_err_set(&e, 500, "server_error", NULL, NULL, "out of memory");
   if (r)

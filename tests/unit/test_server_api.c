@@ -494,6 +494,24 @@ static void t_responses_text(void **state) {
   assert_string_equal(str(j, "instructions"), "You quote scripture.");
   json_decref(c);
   json_decref(j);
+  /* text.format json_schema: the answer is JSON of the schema, and the response repeats the format
+   */
+  j = post("/v1/responses",
+           "{\"input\":\"Who are you?\",\"temperature\":1,\"seed\":3,\"max_output_tokens\":200,"
+           "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"who\",\"schema\":{"
+           "\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},"
+           "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}},\"required\":[\"name\","
+           "\"age\"],\"additionalProperties\":false}}}}",
+           200);
+  assert_string_equal(str(j, "status"), "completed");
+  json_t *doc = json_loads(output_text(j), 0, NULL);
+  assert_non_null(doc);
+  assert_true(json_is_string(json_object_get(doc, "name")));
+  assert_true(json_is_integer(json_object_get(doc, "age")));
+  json_decref(doc);
+  assert_string_equal(str(json_object_get(json_object_get(j, "text"), "format"), "type"),
+                      "json_schema");
+  json_decref(j);
   /* the token limit: incomplete, with its reason */
   j = post("/v1/responses",
            "{\"input\":\"Who are you?\",\"temperature\":0,\"max_output_tokens\":4}", 200);
@@ -723,10 +741,11 @@ static void t_responses_refused(void **state) {
       {"{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0]"},
       {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0]"},
       {"{\"input\":\"x\",\"tool_choice\":{\"type\":\"allowed_tools\"}}", "tool_choice"},
+      {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format.type"},
+      {"{\"input\":\"x\",\"text\":{\"format\":5}}", "text.format"},
       {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"a\","
-       "\"schema\":{}}}}",
-       "text.format"},
-      {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\"}}}", "text.format"},
+       "\"schema\":5}}}",
+       "text.format.schema"},
       {"{\"input\":\"x\",\"background\":true}", "background"},
       {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
       {"{\"input\":\"x\",\"temperature\":\"hot\"}", "temperature"},
