@@ -4,8 +4,9 @@
 # bounded schemas from a seeded generator at temperature 1 (every finished answer parses and validates,
 # >= 95% finish within max_tokens 600) and 60 requests of random tools (every call names an offered tool
 # and validates) — and prints the numbers, then the constraints' share of the engine's busy time from
-# /stats. Shares npm ajv@8.17.1 (with openai, zod) in $LM_BUILD_DIR/node-structured with
-# test_structured_output.sh. Skipped (77) without node/npm or the registry.
+# /stats. Installs npm ajv@8.17.1 (with openai, zod) into its own $LM_BUILD_DIR/node-structured-target:
+# test_structured_output.sh runs at the same time under ctest -j, and two npm installs into one prefix
+# make one of them fail. Skipped (77) without node/npm or the registry.
 set -euo pipefail
 : "${LUMEN_BIN:?LUMEN_BIN is not set}" "${LM_BUILD_DIR:?LM_BUILD_DIR is not set}"
 fail() { echo "test_structured_target: $*" >&2; exit 1; }
@@ -19,7 +20,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
 [ "$NODE_MAJOR" -ge 20 ] || { echo "test_structured_target: node >= 20 needed" >&2; exit 77; }
-ND="$LM_BUILD_DIR/node-structured"
+ND="$LM_BUILD_DIR/node-structured-target"
 have() { node -p "try{require('$ND/node_modules/$1/package.json').version}catch(e){''}"; }
 if [ "$(have openai)" != "6.30.1" ] || [ "$(have zod)" != "4.1.12" ] || [ "$(have ajv)" != "8.17.1" ]; then
   mkdir -p "$ND"
