@@ -342,9 +342,24 @@ LM_AVX2 static inline __m256i lm_split_even_odd(__m256i v) {
   return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, sh), _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-/* Rewrites a natural-order row of k int8 values into the perm-64 layout, in place. */
-LM_AVX2 static void lm_perm64_row(int8_t *q, int64_t k) {
+/* Rewrites a natural-order row of k int8 values into the perm-P layout (P = 64 or 128), in
+ * place: each chunk of P holds its evens, then its odds; a final chunk of 64 or 32 likewise. */
+LM_AVX2 static void lm_perm_row(int8_t *q, int64_t k, int perm) {
   int64_t c = 0;
+  if (perm == 128)
+    for (; c + 128 <= k; c += 128) {
+      __m256i v[4];
+      for (int i = 0; i < 4; i++)
+        v[i] =
+            lm_split_even_odd(_mm256_loadu_si256((const __m256i *)(const void *)(q + c + 32 * i)));
+      _mm256_storeu_si256((__m256i *)(void *)(q + c), _mm256_permute2x128_si256(v[0], v[1], 0x20));
+      _mm256_storeu_si256((__m256i *)(void *)(q + c + 32),
+                          _mm256_permute2x128_si256(v[2], v[3], 0x20));
+      _mm256_storeu_si256((__m256i *)(void *)(q + c + 64),
+                          _mm256_permute2x128_si256(v[0], v[1], 0x31));
+      _mm256_storeu_si256((__m256i *)(void *)(q + c + 96),
+                          _mm256_permute2x128_si256(v[2], v[3], 0x31));
+    }
   for (; c + 64 <= k; c += 64) {
     __m256i a = lm_split_even_odd(_mm256_loadu_si256((const __m256i *)(const void *)(q + c)));
     __m256i b = lm_split_even_odd(_mm256_loadu_si256((const __m256i *)(const void *)(q + c + 32)));
@@ -392,7 +407,7 @@ LM_AVX2 void lm_mm_avx2_quantize(const lm_mm_job *j, lm_qact *qa, int64_t t0, in
       sx[g] += sum;
       c8[g] += 128.0f * d[b] * (float)qsum;
     }
-    if (qa->perm == 64) lm_perm64_row(q, j->k);
+    if (qa->perm) lm_perm_row(q, j->k, qa->perm);
   }
 }
 

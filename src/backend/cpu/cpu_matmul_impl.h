@@ -20,7 +20,7 @@
 
 /* Quantized activations for the FAST path (all arrays row-major, one row per token).
  * Layout of q per row: natural column order when perm == 0; with perm == P, each chunk of
- * P columns holds its even columns first, then its odd ones (a final chunk of 32 likewise):
+ * P columns holds its even columns first, then its odd ones (a final chunk of 64 or 32 likewise):
  * that is the order in which a vector of packed 4-bit codes yields its low and high nibbles. */
 typedef struct lm_qact {
   int8_t *q; /* [m][ldq] */
