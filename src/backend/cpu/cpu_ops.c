@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/cpu_vec.h"
 #include "base/status.h"
 #include "tensor/dtype.h"
 
@@ -43,12 +44,10 @@ typedef struct glu_job {
 
 static void glu_cols(void *arg, int64_t c0, int64_t c1) {
   const glu_job *j = arg;
-  for (int64_t r = 0; r < j->out.rows; r++) {
-    float *y = lm_cpu_row(j->out, r);
-    const float *g = lm_cpu_row(j->gate, r), *u = lm_cpu_row(j->up, r);
-    for (int64_t c = c0; c < c1; c++)
-      y[c] = lm_gelu_tanh(g[c]) * u[c];
-  }
+  const lm_cpu_vec *vk = lm_cpu_vec_best();
+  for (int64_t r = 0; r < j->out.rows; r++)
+    vk->geglu(lm_cpu_row(j->out, r) + c0, lm_cpu_row(j->gate, r) + c0, lm_cpu_row(j->up, r) + c0,
+              c1 - c0);
 }
 
 /* The kernel's arguments for one op's product (its team when a step runs as one). */
@@ -276,26 +275,13 @@ static void ew_run(lm_backend *be, ew_job *j, int par) {
 
 static void geglu_cols(const ew_job *j, int64_t r, int64_t c0, int64_t c1) {
   const lm_geglu_args *a = j->a;
-  float *y = lm_cpu_row(a->out, r);
-  const float *g = lm_cpu_row(a->gate, r), *u = lm_cpu_row(a->up, r);
-  for (int64_t c = c0; c < c1; c++)
-    y[c] = lm_gelu_tanh(g[c]) * u[c];
+  lm_cpu_vec_best()->geglu(lm_cpu_row(a->out, r) + c0, lm_cpu_row(a->gate, r) + c0,
+                           lm_cpu_row(a->up, r) + c0, c1 - c0);
 }
 
-/* Parallel over every element, so a decode step's single wide row (12,288 columns on E2B's
- * shared layers) is split too: tanhf is the cost here, not memory. */
 lm_status lm_cpu_geglu(lm_backend *be, const lm_geglu_args *a) {
-  if (lm_cpu_in_team(be)) {
-    ew_job j = {.rows = a->out.rows, .cols = a->out.cols, .fn = geglu_cols, .a = a};
-    ew_run(be, &j, 0);
-    return LM_OK;
-  }
-  int64_t cols = a->out.cols, n = a->out.rows * cols;
-#pragma omp parallel for schedule(static) if (n > 4096)
-  for (int64_t i = 0; i < n; i++) {
-    int64_t r = i / cols, c = i % cols;
-    lm_cpu_row(a->out, r)[c] = lm_gelu_tanh(lm_cpu_row(a->gate, r)[c]) * lm_cpu_row(a->up, r)[c];
-  }
+  ew_job j = {.rows = a->out.rows, .cols = a->out.cols, .fn = geglu_cols, .a = a};
+  ew_run(be, &j, a->out.rows * a->out.cols > 4096);
   return LM_OK;
 }
 
@@ -321,9 +307,7 @@ lm_status lm_cpu_add(lm_backend *be, const lm_add_args *a) {
 
 static void softcap_cols(const ew_job *j, int64_t r, int64_t c0, int64_t c1) {
   const lm_softcap_args *a = j->a;
-  float *y = lm_cpu_row(a->x, r);
-  for (int64_t i = c0; i < c1; i++)
-    y[i] = tanhf(y[i] / a->cap) * a->cap;
+  lm_cpu_vec_best()->softcap(lm_cpu_row(a->x, r) + c0, c1 - c0, a->cap);
 }
 
 /* final_logit_softcapping: tanh(x / cap) * cap. */

@@ -1,0 +1,35 @@
+/* cpu_vec.h — the CPU backend's vector math outside the matmul: the GeGLU of the MLP, the logits'
+ * soft cap and the three loops of attention's online softmax over a tile of keys. One table per
+ * instruction set (cpu_vec.c: portable, cpu_vec_avx2.c, cpu_vec_avx512.c); every caller of one
+ * process uses the same table, so the team and the separate ops compute the same bits.
+ *
+ * Each function's result for an element depends only on that element's inputs (and, for the
+ * sums, on the order of the keys), never on how many elements a call covers or where they
+ * sit in it: a row computes the same whether it is decoded alone or verified in a batch. */
+#ifndef LM_BACKEND_CPU_VEC_H
+#define LM_BACKEND_CPU_VEC_H
+
+#include <stdint.h>
+
+typedef struct lm_cpu_vec {
+  const char *name;
+  /* y[i] = gelu_tanh(g[i]) · u[i] for i < n (y may alias g or u) */
+  void (*geglu)(float *y, const float *g, const float *u, int64_t n);
+  /* y[i] = tanh(y[i] / cap) · cap (final_logit_softcapping) */
+  void (*softcap)(float *y, int64_t n, float cap);
+  /* s[j] = scale · Σ_d q[d]·k[j][d] for j < n: one accumulation chain per key */
+  void (*dots)(const float *q, const float *const *k, int n, int hd, float scale, float *s);
+  /* s[j] = exp(s[j] - m) for j < n (n <= 16); returns their sum */
+  float (*exps)(float *s, int n, float m);
+  /* acc[d] = acc[d]·r + Σ_j p[j]·v[j][d] for d < hd, the keys in order */
+  void (*axpys)(float *acc, float r, const float *p, const float *const *v, int n, int hd);
+} lm_cpu_vec;
+
+extern const lm_cpu_vec lm_cpu_vec_scalar;
+extern const lm_cpu_vec lm_cpu_vec_avx2;
+extern const lm_cpu_vec lm_cpu_vec_avx512;
+
+/* The widest table this CPU runs (the matmul's choice of family, cpu_matmul.c). */
+const lm_cpu_vec *lm_cpu_vec_best(void);
+
+#endif
