@@ -2,43 +2,24 @@
  * the append that commits the chunk afterwards. Gemma 4 eager attention (modeling_gemma4.py
  * eager_attention_forward): raw dot products (scaling 1.0), causal mask, sliding layers see
  * exactly `window` keys including the query, softmax in f32. The softmax is computed online
- * (one pass, running max and sum), so no [T, S] score matrix exists anywhere. */
+ * over tiles of keys (one pass, running max and sum; cpu_vec.h's loops), so no [T, S] score
+ * matrix exists anywhere. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_vec.h"
 #include "base/status.h"
 #include "tensor/quant.h"
 
-typedef struct attn_acc {
-  float m, l; /* running max and sum of exp */
-} attn_acc;
-
-static inline void attn_step(attn_acc *st, float *acc, float s, const float *v, int hd) {
-  if (s > st->m) {
-    float r = expf(st->m - s); /* exp(-inf) = 0 on the first key */
-    st->l *= r;
-#pragma omp simd
-    for (int d = 0; d < hd; d++)
-      acc[d] *= r;
-    st->m = s;
-  }
-  float p = expf(s - st->m);
-  st->l += p;
-#pragma omp simd
-  for (int d = 0; d < hd; d++)
-    acc[d] += p * v[d];
-}
-
-/* The simd reduction lets the compiler keep several partial sums (f32 order changes only). */
-static inline float dot(const float *a, const float *b, int n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; i++)
-    s += a[i] * b[i];
-  return s;
-}
+/* Keys are taken in tiles of this many positions, aligned to multiples of it: a query's tiles
+ * depend only on the positions it sees, never on which of them sit in the cache and which
+ * in the chunk being written, so a row decoded alone and the same row in a batch agree. */
+#define ATTN_TILE 16
+/* ... and segments of this many, each an online softmax of its own, merged in order: the unit
+ * a team can share among its threads when a step has fewer queries than threads. */
+#define ATTN_SEG 256
 
 /* Row of head g of the key (or value) at `slot`, as f32: in place for plain caches, else
  * dequantized into buf (never a copy of the cache: one row at a time). */
@@ -58,70 +39,237 @@ static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot,
   return buf;
 }
 
-/* Query heads [r0, r1) of KV head g's group for token t, which share every key and value:
- * each key row is read (or dequantized) once for all of them. Keys: cache positions [lo, n),
- * then the chunk's tokens [c_lo, t] of the same sequence. */
-static void attn_group(const lm_attn_args *a, const lm_kv_cache *c, int64_t t, int64_t t0, int g,
-                       int r0, int r1, int32_t pos_t) {
-  int hd = a->head_dim, nr = r1 - r0;
-  int64_t p = c->n + (t - t0), lo = 0, c_lo = t0;
-  if (a->window) {
-    lo = p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-    c_lo = t - a->window + 1 > t0 ? t - a->window + 1 : t0;
-  }
+/* One (token, KV head) of a call: where its keys come from and which positions it sees. */
+typedef struct attn_view {
+  const lm_attn_args *a;
+  const lm_kv_cache *c;
+  int64_t t, t0; /* the token's row, its sequence's first row in the batch */
+  int64_t lo, p; /* positions [lo, p] */
+  int g;
+} attn_view;
+
+static attn_view attn_view_of(const lm_attn_args *a, const lm_batch *b, int64_t t, int g) {
+  const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
+  attn_view w = {.a = a, .c = c, .t = t, .t0 = t - (b->pos[t] - c->n), .g = g};
+  w.p = c->n + (t - w.t0);
+  w.lo = a->window && w.p - a->window + 1 > 0 ? w.p - a->window + 1 : 0;
   int64_t first = lm_kv_first_held(c);
-  if (lo < first) lo = first; /* cannot happen for a well-formed step; never read evicted slots */
-  int group = a->n_heads / a->n_kv_heads;
-  float *qw = lm_cpu_row(a->q, t) + ((int64_t)g * group + r0) * hd;
-  if (a->q_rope) { /* a team's fused q norm: these heads, as the rmsnorm op with RoPE */
-    for (int r = 0; r < nr; r++)
-      lm_cpu_rmsnorm_row(qw + r * hd, qw + r * hd, a->q_norm ? a->q_norm->data : NULL, hd, a->q_eps,
+  if (w.lo < first)
+    w.lo = first; /* cannot happen for a well-formed step; never read evicted slots */
+  return w;
+}
+
+/* Asks for the n key and value rows from position p0 on ahead of their tile: each tile's
+ * rows are short streams the hardware prefetchers barely start on. */
+static void tile_prefetch(const attn_view *w, int64_t p0, int64_t n) {
+  const lm_attn_args *a = w->a;
+  const lm_kv_cache *c = w->c;
+  int64_t hd = a->head_dim, kvw = (int64_t)c->n_kv_heads * hd;
+  for (int64_t pos = p0; pos < p0 + n; pos++) {
+    const char *k, *v;
+    int64_t bytes;
+    if (pos < c->n) {
+      int64_t slot = lm_kv_slot(c, pos);
+      bytes = c->bits ? hd * c->bits / 8 : hd * 4;
+      int64_t rb = c->bits ? lm_kv_row_bytes(c, LM_KV_K) : kvw * 4, off = w->g * bytes;
+      k = (const char *)c->k + slot * rb + off;
+      v = (const char *)c->v + slot * rb + off;
+    } else {
+      k = (const char *)(lm_cpu_row(a->k_new, w->t0 + (pos - c->n)) + w->g * hd);
+      v = (const char *)(lm_cpu_row(a->v_new, w->t0 + (pos - c->n)) + w->g * hd);
+      bytes = hd * 4;
+    }
+    for (int64_t o = 0; o < bytes; o += 64) {
+      __builtin_prefetch(k + o);
+      __builtin_prefetch(v + o);
+    }
+  }
+}
+
+/* Segments of the positions [lo, p]: [ATTN_SEG·i, ATTN_SEG·(i+1)) clipped to them. */
+static int64_t attn_seg0(const attn_view *w) { return w->lo / ATTN_SEG; }
+static int64_t attn_nseg(const attn_view *w) { return w->p / ATTN_SEG - w->lo / ATTN_SEG + 1; }
+
+/* The normalized, rotated query heads [r0, r1) of the view's group, in place (the team's
+ * fused q norm: these heads, as the rmsnorm op with RoPE). */
+static float *attn_query(const attn_view *w, int r0, int r1, int prep) {
+  const lm_attn_args *a = w->a;
+  int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
+  float *q = lm_cpu_row(a->q, w->t) + ((int64_t)w->g * group + r0) * hd;
+  if (prep && a->q_rope) {
+    for (int r = 0; r < r1 - r0; r++)
+      lm_cpu_rmsnorm_row(q + r * hd, q + r * hd, a->q_norm ? a->q_norm->data : NULL, hd, a->q_eps,
                          0);
-    lm_cpu_rope_token(qw, hd, nr, hd, pos_t, a->q_rope->data, 0);
+    lm_cpu_rope_token(q, hd, r1 - r0, hd, (int32_t)w->p, a->q_rope->data, 0);
   }
-  const float *q = qw;
-  float acc[nr * hd], kb[hd], vb[hd];
-  attn_acc st[nr];
-  memset(acc, 0, sizeof acc);
-  for (int r = 0; r < nr; r++)
-    st[r] = (attn_acc){-INFINITY, 0.0f};
-  for (int64_t pos = lo; pos < c->n; pos++) {
-    int64_t slot = lm_kv_slot(c, pos);
-    const float *k = kv_row(c, 0, slot, g, kb), *v = kv_row(c, 1, slot, g, vb);
-    for (int r = 0; r < nr; r++)
-      attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
+  return q;
+}
+
+/* The online softmax of nr heads (queries q, hd apart) over segment `seg` of the view:
+ * part[r] = {max, Σ exp, Σ exp·v} (stride hd + 2), from scratch. */
+static void attn_segment(const lm_cpu_vec *vk, const attn_view *w, const float *q, int nr,
+                         int64_t seg, float *part) {
+  const lm_attn_args *a = w->a;
+  const lm_kv_cache *c = w->c;
+  int hd = a->head_dim;
+  int64_t ps = (hd + 2), s0 = seg * ATTN_SEG, s1 = s0 + ATTN_SEG;
+  if (s0 < w->lo) s0 = w->lo;
+  if (s1 > w->p + 1) s1 = w->p + 1;
+  float s[ATTN_TILE], bufs[c->bits ? 2 * ATTN_TILE * hd : 1];
+  const float *k[ATTN_TILE], *v[ATTN_TILE];
+  for (int r = 0; r < nr; r++) {
+    part[r * ps] = -INFINITY;
+    part[r * ps + 1] = 0.0f;
+    memset(part + r * ps + 2, 0, (size_t)hd * sizeof(float));
   }
-  for (int64_t u = c_lo; u <= t; u++) {
-    const float *k = lm_cpu_row(a->k_new, u) + (int64_t)g * hd,
-                *v = lm_cpu_row(a->v_new, u) + (int64_t)g * hd;
-    for (int r = 0; r < nr; r++)
-      attn_step(&st[r], acc + r * hd, dot(q + r * hd, k, hd) * a->scale, v, hd);
+  for (int64_t p0 = s0; p0 < s1;) {
+    int64_t p1 = (p0 / ATTN_TILE + 1) * ATTN_TILE;
+    if (p1 > s1) p1 = s1;
+    int n = (int)(p1 - p0);
+    for (int j = 0; j < n; j++) {
+      int64_t pos = p0 + j;
+      if (pos < c->n) {
+        int64_t slot = lm_kv_slot(c, pos);
+        k[j] = kv_row(c, 0, slot, w->g, bufs + 2 * j * hd);
+        v[j] = kv_row(c, 1, slot, w->g, bufs + (2 * j + 1) * hd);
+      } else {
+        int64_t u = w->t0 + (pos - c->n);
+        k[j] = lm_cpu_row(a->k_new, u) + (int64_t)w->g * hd;
+        v[j] = lm_cpu_row(a->v_new, u) + (int64_t)w->g * hd;
+      }
+    }
+    if (p1 <= w->p) tile_prefetch(w, p1, w->p + 1 - p1 < ATTN_TILE ? w->p + 1 - p1 : ATTN_TILE);
+    for (int r = 0; r < nr; r++) {
+      float *st = part + r * ps;
+      vk->dots(q + r * hd, k, n, hd, a->scale, s);
+      float mt = st[0];
+      for (int j = 0; j < n; j++)
+        mt = s[j] > mt ? s[j] : mt;
+      float rf = st[0]; /* exp(old max - new max): 0 on the first tile */
+      vk->exps(&rf, 1, mt);
+      float sum = vk->exps(s, n, mt);
+      st[1] = st[1] * rf + sum;
+      st[0] = mt;
+      vk->axpys(st + 2, rf, s, v, n, hd);
+    }
+    p0 = p1;
   }
-  float *o = lm_cpu_row(a->out, t) + ((int64_t)g * group + r0) * hd;
+}
+
+/* acc ⊕= part for nr heads: both rescaled to the larger max, then added (a running merge,
+ * segment after segment; a first merge into {-inf, 0, 0} copies part exactly). */
+static void attn_merge(const lm_cpu_vec *vk, float *acc, const float *part, int nr, int hd) {
+  int64_t ps = hd + 2;
+  for (int r = 0; r < nr; r++) {
+    float *x = acc + r * ps;
+    const float *y = part + r * ps;
+    float m = x[0] > y[0] ? x[0] : y[0], ra = x[0], rb = y[0];
+    vk->exps(&ra, 1, m);
+    vk->exps(&rb, 1, m);
+    x[0] = m;
+    x[1] = x[1] * ra + y[1] * rb;
+    const float *yv = y + 2;
+    vk->axpys(x + 2, ra, &rb, &yv, 1, hd);
+  }
+}
+
+static void attn_init(float *acc, int nr, int hd) {
+  for (int r = 0; r < nr; r++) {
+    acc[r * (hd + 2)] = -INFINITY;
+    acc[r * (hd + 2) + 1] = 0.0f;
+    memset(acc + r * (hd + 2) + 2, 0, (size_t)hd * sizeof(float));
+  }
+}
+
+static void attn_store(const attn_view *w, const float *acc, int r0, int nr) {
+  const lm_attn_args *a = w->a;
+  int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
+  float *o = lm_cpu_row(a->out, w->t) + ((int64_t)w->g * group + r0) * hd;
   for (int r = 0; r < nr; r++)
     for (int d = 0; d < hd; d++)
-      o[r * hd + d] = acc[r * hd + d] / st[r].l;
+      o[r * hd + d] = acc[r * (hd + 2) + 2 + d] / acc[r * (hd + 2) + 1];
+}
+
+/* Query heads [r0, r1) of the view's group, segment after segment on this thread. They share
+ * every key and value: each key row is read (or dequantized) once for all of them. */
+static void attn_heads(const lm_cpu_vec *vk, const attn_view *w, int r0, int r1) {
+  int hd = w->a->head_dim, nr = r1 - r0;
+  const float *q = attn_query(w, r0, r1, 1);
+  float acc[nr * (hd + 2)], part[nr * (hd + 2)];
+  attn_init(acc, nr, hd);
+  for (int64_t i = 0, s0 = attn_seg0(w), n = attn_nseg(w); i < n; i++) {
+    attn_segment(vk, w, q, nr, s0 + i, part);
+    attn_merge(vk, acc, part, nr, hd);
+  }
+  attn_store(w, acc, r0, nr);
 }
 
 /* Query head h uses KV head h / (n_heads / n_kv_heads) (repeat_kv), so the heads of one group
  * are contiguous in q and in the output. Work items are (token, KV head, slice of its group):
- * the group is cut into as many slices as it takes to give every thread work when there are few
- * tokens (decode on a model with one KV head), and kept whole when tokens are plenty. */
+ * the group is cut into as many slices as it takes to give every thread work when there are
+ * few tokens, and kept whole when tokens are plenty. A team with fewer (token, KV head) pairs
+ * than threads (decode on a model with few KV heads) splits the keys instead: every segment of
+ * every pair is an item writing its part to the backend's scratch, merged in order after, so
+ * each key is read by one thread and the result is the bits of the sequential loop. */
 typedef struct attn_job {
+  const lm_cpu_vec *vk;
   const lm_attn_args *a;
   const lm_batch *b;
   int group, slices;
+  int64_t segs; /* split: segment items per (token, KV head) */
+  float *parts; /* split: [pair][segs][group][hd + 2] */
 } attn_job;
 
 static void attn_item(void *arg, int64_t i) {
   const attn_job *j = arg;
-  const lm_attn_args *a = j->a;
-  const lm_batch *b = j->b;
-  int64_t t = i / ((int64_t)a->n_kv_heads * j->slices);
-  int g = (int)(i / j->slices % a->n_kv_heads), sl = (int)(i % j->slices);
-  const lm_kv_cache *c = b->kv[b->seq[t]]->caches[a->cache];
-  int64_t t0 = t - (b->pos[t] - c->n); /* first token of this sequence in the batch */
-  attn_group(a, c, t, t0, g, j->group * sl / j->slices, j->group * (sl + 1) / j->slices, b->pos[t]);
+  int64_t pair = i / j->slices;
+  int sl = (int)(i % j->slices);
+  attn_view w = attn_view_of(j->a, j->b, pair / j->a->n_kv_heads, (int)(pair % j->a->n_kv_heads));
+  attn_heads(j->vk, &w, j->group * sl / j->slices, j->group * (sl + 1) / j->slices);
+}
+
+static float *split_part(const attn_job *j, int64_t pair, int64_t i) {
+  return j->parts + (pair * j->segs + i) * j->group * (j->a->head_dim + 2);
+}
+
+static void split_query(void *arg, int64_t pair) {
+  const attn_job *j = arg;
+  attn_view w = attn_view_of(j->a, j->b, pair / j->a->n_kv_heads, (int)(pair % j->a->n_kv_heads));
+  attn_query(&w, 0, j->group, 1);
+}
+
+static void split_segment(void *arg, int64_t i) {
+  const attn_job *j = arg;
+  int64_t pair = i / j->segs, k = i % j->segs;
+  attn_view w = attn_view_of(j->a, j->b, pair / j->a->n_kv_heads, (int)(pair % j->a->n_kv_heads));
+  if (k >= attn_nseg(&w)) return;
+  attn_segment(j->vk, &w, attn_query(&w, 0, j->group, 0), j->group, attn_seg0(&w) + k,
+               split_part(j, pair, k));
+}
+
+static void split_merge(void *arg, int64_t pair) {
+  const attn_job *j = arg;
+  int hd = j->a->head_dim;
+  attn_view w = attn_view_of(j->a, j->b, pair / j->a->n_kv_heads, (int)(pair % j->a->n_kv_heads));
+  float acc[j->group * (hd + 2)];
+  attn_init(acc, j->group, hd);
+  for (int64_t k = 0, n = attn_nseg(&w); k < n; k++)
+    attn_merge(j->vk, acc, split_part(j, pair, k), j->group, hd);
+  attn_store(&w, acc, 0, j->group);
+}
+
+/* Segments per pair when the team should split the keys and the scratch holds their parts;
+ * 0 otherwise. */
+static int64_t split_segs(lm_backend *be, const attn_job *j, int64_t pairs, int threads) {
+  if (!lm_cpu_in_team(be) || pairs >= threads) return 0;
+  int64_t segs = 0;
+  for (int64_t t = 0; t < j->b->n_tokens; t++) {
+    attn_view w = attn_view_of(j->a, j->b, t, 0);
+    if (attn_nseg(&w) > segs) segs = attn_nseg(&w);
+  }
+  if (segs < 2) return 0;
+  size_t need = (size_t)(pairs * segs * j->group) * (size_t)(j->a->head_dim + 2);
+  return need <= LM_CPU_ATTN_PARTS ? segs : 0;
 }
 
 lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
@@ -139,10 +287,20 @@ lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
                      a->head_dim);
   }
   int threads = team ? lm_cpu_team_of(be)->size : omp_get_max_threads();
-  attn_job j = {.a = a, .b = b, .group = a->n_heads / a->n_kv_heads};
+  attn_job j = {.vk = lm_cpu_vec_best(), .a = a, .b = b, .group = a->n_heads / a->n_kv_heads};
   int64_t base = (int64_t)b->n_tokens * a->n_kv_heads;
   j.slices = base >= threads ? 1 : (int)((threads + base - 1) / base);
   if (j.slices > j.group) j.slices = j.group;
+  int64_t segs = split_segs(be, &j, base, threads);
+  if (segs) {
+    lm_cpu_team *tm = lm_cpu_team_of(be);
+    j.segs = segs;
+    j.parts = ((lm_cpu_ctx *)be->ctx)->attn_parts;
+    lm_cpu_team_run(tm, base, 0, split_query, &j);
+    lm_cpu_team_run(tm, base * segs, 0, split_segment, &j);
+    lm_cpu_team_run(tm, base, 0, split_merge, &j);
+    return LM_OK;
+  }
   lm_cpu_team_run(lm_cpu_team_of(be), base * j.slices, 1, attn_item, &j);
   return LM_OK;
 }

@@ -6,10 +6,15 @@
 #include "backend/cpu/cpu_team.h"
 #include "kv/batch.h"
 
+/* Floats of the scratch where a team's attention keeps the parts of keys it split among its
+ * threads (cpu_attention.c): E2B's decode at 512 keys needs 8·514·3 of them. */
+#define LM_CPU_ATTN_PARTS (1 << 18)
+
 typedef struct lm_cpu_ctx {
   lm_cpu_team team;        /* the decode step's threads (first: it is 64-byte aligned) */
   const lm_batch *batch;   /* the step's inputs; host memory is backend memory here */
   lm_backend_ops bf16_ops; /* LM_PRECISION_BF16: the rounding ops around the f32 ones */
+  float attn_parts[LM_CPU_ATTN_PARTS];
 } lm_cpu_ctx;
 
 /* The f32 op table (cpu_backend.c). */
