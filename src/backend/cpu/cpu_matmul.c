@@ -22,8 +22,14 @@
 #define LM_MM_TILE_BYTES                                                                           \
   (2 << 20)              /* F32 prefill: f32 tile per thread handed to sgemm (>= 64 rows) */
 #define LM_MM_SUBTILES 4 /* FAST prefill: NR-row subtiles packed together */
-#define LM_MM_CHUNK_BYTES                                                                          \
-  (48 << 10) /* team decode: weight bytes per claimed chunk (atomics stay a few % of it) */
+/* Team decode: weight bytes per claimed chunk. A phase gets about LM_MM_CHUNKS_PER_THREAD
+ * chunks per thread, within these bounds: small enough that a thread the OS takes off its
+ * core holds back at most one chunk, large enough that each chunk's stream of prefetches
+ * runs long past its start (a chunk's first lines wait for memory: ~8% of a 48 KiB chunk's
+ * time) and that the claims' atomics stay a few %. */
+#define LM_MM_CHUNK_MIN_BYTES (48 << 10)
+#define LM_MM_CHUNK_MAX_BYTES (512 << 10)
+#define LM_MM_CHUNKS_PER_THREAD 4
 
 /* ---- kernel families ------------------------------------------------------------------- */
 
@@ -458,7 +464,11 @@ static lm_status lm_mm_team(const lm_cpu_kernels *kn, const lm_cpu_matmul_args *
   }
   c.fn = c.fast ? kn->gemv_fast : kn->gemv_f32;
   int64_t rb = lm_weight_row_bytes(j->w) * (a->w2 ? 2 : 1);
-  c.rows = LM_MM_CHUNK_BYTES / (rb > 0 ? rb : 1) / LM_MM_ROW_BLOCK * LM_MM_ROW_BLOCK;
+  int64_t chunk = n * rb / ((int64_t)a->team->size * LM_MM_CHUNKS_PER_THREAD);
+  chunk = chunk < LM_MM_CHUNK_MIN_BYTES   ? LM_MM_CHUNK_MIN_BYTES
+          : chunk > LM_MM_CHUNK_MAX_BYTES ? LM_MM_CHUNK_MAX_BYTES
+                                          : chunk;
+  c.rows = chunk / (rb > 0 ? rb : 1) / LM_MM_ROW_BLOCK * LM_MM_ROW_BLOCK;
   if (c.rows < LM_MM_ROW_BLOCK) c.rows = LM_MM_ROW_BLOCK;
   lm_cpu_team_run(a->team, (n + c.rows - 1) / c.rows, 0, lm_team_mm_chunk, &c);
   return LM_OK;
