@@ -1,7 +1,8 @@
 /* test_cpu_vec.c — the CPU backend's vector math (cpu_vec.h), every table this CPU runs:
  * GeGLU, the soft cap and exp within a few ulp of the double-precision formulas over the
- * whole range they see (tails, zero, huge, NaN); the attention loops against plain loops;
- * and every element computed the same whatever the length of the call and its place in it. */
+ * whole range they see (tails, zero, huge, NaN); the attention loops and a softmax tile
+ * against plain loops; and every element computed the same whatever the length of the call
+ * and its place in it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -169,12 +170,37 @@ static void t_attention_loops(void **st) {
   }
 }
 
+/* One tile of the online softmax: the new max, the sum and the factor of the old max. */
+static void t_softmax_tile(void **st) {
+  (void)st;
+  const lm_cpu_vec *t[3];
+  int nt = tables(t);
+  for (int i = 0; i < nt; i++)
+    for (int n = 1; n <= 32; n++) {
+      float s[32], x[32], m = n % 3 ? 1.5f : -INFINITY, l = n % 3 ? 2.0f : 0.0f;
+      fill(x, n, -8.0f, 8.0f, 50 + (uint64_t)n);
+      memcpy(s, x, sizeof s);
+      float m0 = m, l0 = l, r = t[i]->softmax_tile(s, n, &m, &l);
+      double mt = m0;
+      for (int j = 0; j < n; j++)
+        mt = x[j] > mt ? x[j] : mt;
+      double want_r = exp((double)m0 - mt), sum = 0;
+      for (int j = 0; j < n; j++) {
+        double e = exp((double)x[j] - mt);
+        sum += e;
+        assert_true(ulps(s[j], e) < 3.0);
+      }
+      assert_true(m == (float)mt);
+      assert_true(fabs(r - want_r) <= 1e-6 * want_r + 1e-38);
+      assert_true(fabs(l - (l0 * want_r + sum)) <= 1e-6 * (l0 * want_r + sum));
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_geglu_softcap),
-      cmocka_unit_test(t_exps),
-      cmocka_unit_test(t_position_free),
-      cmocka_unit_test(t_attention_loops),
+      cmocka_unit_test(t_geglu_softcap), cmocka_unit_test(t_exps),
+      cmocka_unit_test(t_position_free), cmocka_unit_test(t_attention_loops),
+      cmocka_unit_test(t_softmax_tile),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,7 @@
 /* Keys are taken in tiles of this many positions, aligned to multiples of it: a query's tiles
  * depend only on the positions it sees, never on which of them sit in the cache and which
  * in the chunk being written, so a row decoded alone and the same row in a batch agree. */
-#define ATTN_TILE 16
+#define ATTN_TILE 32
 /* ... and segments of this many, each an online softmax of its own, merged in order: the unit
  * a team can share among its threads when a step has fewer queries than threads. */
 #define ATTN_SEG 256
@@ -142,14 +142,7 @@ static void attn_segment(const lm_cpu_vec *vk, const attn_view *w, const float *
     for (int r = 0; r < nr; r++) {
       float *st = part + r * ps;
       vk->dots(q + r * hd, k, n, hd, a->scale, s);
-      float mt = st[0];
-      for (int j = 0; j < n; j++)
-        mt = s[j] > mt ? s[j] : mt;
-      float rf = st[0]; /* exp(old max - new max): 0 on the first tile */
-      vk->exps(&rf, 1, mt);
-      float sum = vk->exps(s, n, mt);
-      st[1] = st[1] * rf + sum;
-      st[0] = mt;
+      float rf = vk->softmax_tile(s, n, &st[0], &st[1]);
       vk->axpys(st + 2, rf, s, v, n, hd);
     }
     p0 = p1;

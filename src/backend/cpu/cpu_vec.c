@@ -36,6 +36,16 @@ static float exps_scalar(float *s, int n, float m) {
   return sum;
 }
 
+static float softmax_tile_scalar(float *s, int n, float *m, float *l) {
+  float mt = *m;
+  for (int j = 0; j < n; j++)
+    mt = s[j] > mt ? s[j] : mt;
+  float r = expf(*m - mt), sum = exps_scalar(s, n, mt);
+  *l = *l * r + sum;
+  *m = mt;
+  return r;
+}
+
 static void axpys_scalar(float *acc, float r, const float *p, const float *const *v, int n,
                          int hd) {
   for (int d = 0; d < hd; d++) {
@@ -51,6 +61,7 @@ const lm_cpu_vec lm_cpu_vec_scalar = {.name = "scalar",
                                       .softcap = softcap_scalar,
                                       .dots = dots_scalar,
                                       .exps = exps_scalar,
+                                      .softmax_tile = softmax_tile_scalar,
                                       .axpys = axpys_scalar};
 
 const lm_cpu_vec *lm_cpu_vec_best(void) {

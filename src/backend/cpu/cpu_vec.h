@@ -21,6 +21,10 @@ typedef struct lm_cpu_vec {
   void (*dots)(const float *q, const float *const *k, int n, int hd, float scale, float *s);
   /* s[j] = exp(s[j] - m) for j < n (n <= 16); returns their sum */
   float (*exps)(float *s, int n, float m);
+  /* One tile (n <= 32 scores) of a head's online softmax: the running max *m and sum *l take
+   * the tile in; s[j] = exp(s[j] - new max); returns exp(old max - new max), the factor the
+   * head's accumulator takes (0 on a first tile, whose old max is -inf) */
+  float (*softmax_tile)(float *s, int n, float *m, float *l);
   /* acc[d] = acc[d]·r + Σ_j p[j]·v[j][d] for d < hd, the keys in order */
   void (*axpys)(float *acc, float r, const float *p, const float *const *v, int n, int hd);
 } lm_cpu_vec;

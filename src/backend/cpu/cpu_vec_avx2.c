@@ -2,6 +2,7 @@
  * through masked loads and stores, 2^n built in the exponent bits. */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 
 #include "backend/cpu/cpu_vec.h"
 
@@ -14,7 +15,7 @@ static const float lm_log2e = 1.44269504088896341f;
 /* Lanes below n set (as maskload wants: the sign bit). */
 LM_AVX2 static LM_INLINE __m256i lm_mask8(int64_t n) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n >= 8 ? 8 : (int)n), iota);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n >= 8 ? 8 : n <= 0 ? 0 : (int)n), iota);
 }
 #define LM_LD(m, p) _mm256_maskload_ps((p), (m))
 
@@ -152,6 +153,31 @@ LM_AVX2 static float exps_8(float *s, int n, float m) {
   return lm_hsum8f(sum);
 }
 
+LM_AVX2 static float softmax_tile_8(float *s, int n, float *m, float *l) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  __m256 v[4], mx = ninf;
+  for (int i = 0; i < 4; i++) {
+    __m256i k = lm_mask8(n - 8 * i);
+    v[i] = _mm256_blendv_ps(ninf, LM_LD(k, s + 8 * i), _mm256_castsi256_ps(k));
+    mx = _mm256_max_ps(mx, v[i]);
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  float mt = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+  mt = mt > *m ? mt : *m;
+  __m256 mv = _mm256_set1_ps(mt), sum = _mm256_setzero_ps();
+  for (int i = 0; i < 4; i++) {
+    __m256i k = lm_mask8(n - 8 * i);
+    __m256 e = _mm256_and_ps(_mm256_castsi256_ps(k), lm_exp8(_mm256_sub_ps(v[i], mv)));
+    _mm256_maskstore_ps(s + 8 * i, k, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float r = _mm256_cvtss_f32(lm_exp8(_mm256_set1_ps(*m - mt)));
+  *l = *l * r + lm_hsum8f(sum);
+  *m = mt;
+  return r;
+}
+
 LM_AVX2 static void axpys_8(float *acc, float r, const float *p, const float *const *v, int n,
                             int hd) {
   __m256 rv = _mm256_set1_ps(r);
@@ -188,5 +214,6 @@ const lm_cpu_vec lm_cpu_vec_avx2 = {.name = "avx2",
                                     .softcap = softcap_8,
                                     .dots = dots_8,
                                     .exps = exps_8,
+                                    .softmax_tile = softmax_tile_8,
                                     .axpys = axpys_8};
 #endif

@@ -4,6 +4,7 @@
  * (truncation below 1e-8 relative), vscalefps for the power of two; about one ulp. */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 
 #include "backend/cpu/cpu_vec.h"
 
@@ -14,7 +15,7 @@ static const float lm_ln2_hi = 0.693145751953125f, lm_ln2_lo = 1.428606765330187
 static const float lm_log2e = 1.44269504088896341f;
 
 static inline __mmask16 lm_mask16(int64_t n) {
-  return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
 /* x = n·ln2 + r, n an integer as a float. */
@@ -152,6 +153,24 @@ LM_AVX512 static float exps_512(float *s, int n, float m) {
   return _mm512_reduce_add_ps(e);
 }
 
+/* Two vectors of scores: their max, then both exps; the old max's factor from the same exp. */
+LM_AVX512 static float softmax_tile_512(float *s, int n, float *m, float *l) {
+  __mmask16 k0 = lm_mask16(n), k1 = lm_mask16(n - 16);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 v0 = _mm512_mask_loadu_ps(ninf, k0, s), v1 = _mm512_mask_loadu_ps(ninf, k1, s + 16);
+  float mt = _mm512_reduce_max_ps(_mm512_max_ps(v0, v1));
+  mt = mt > *m ? mt : *m;
+  __m512 mv = _mm512_set1_ps(mt);
+  __m512 e0 = _mm512_maskz_mov_ps(k0, lm_exp512(_mm512_sub_ps(v0, mv)));
+  __m512 e1 = _mm512_maskz_mov_ps(k1, lm_exp512(_mm512_sub_ps(v1, mv)));
+  _mm512_mask_storeu_ps(s, k0, e0);
+  _mm512_mask_storeu_ps(s + 16, k1, e1);
+  float r = _mm512_cvtss_f32(lm_exp512(_mm512_set1_ps(*m - mt)));
+  *l = *l * r + _mm512_reduce_add_ps(_mm512_add_ps(e0, e1));
+  *m = mt;
+  return r;
+}
+
 /* 64 columns at a time in four registers, every key folded in before they are stored. */
 LM_AVX512 static void axpys_512(float *acc, float r, const float *p, const float *const *v, int n,
                                 int hd) {
@@ -189,5 +208,6 @@ const lm_cpu_vec lm_cpu_vec_avx512 = {.name = "avx512",
                                       .softcap = softcap_512,
                                       .dots = dots_512,
                                       .exps = exps_512,
+                                      .softmax_tile = softmax_tile_512,
                                       .axpys = axpys_512};
 #endif
