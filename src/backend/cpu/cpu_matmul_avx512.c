@@ -151,15 +151,16 @@ static const int32_t lm_q4_idx64[8][16] = {
  * lanes pick their group's scale with one permute. Each chunk prefetches the line
  * LM_PF512_BYTES ahead while that stays inside the rows being read (`end`): one core's
  * hardware prefetch alone keeps too few misses in flight. */
-LM_AVX512 static float lm_q4_row512(const lm_weight *w, const uint8_t *row, const uint8_t *sp,
-                                    const uint8_t *bp, const int8_t *xq, const float *dexp,
-                                    const float *sx, int64_t k, int gsh, const uint8_t *end) {
+LM_AVX512 static LM_INLINE float lm_q4_row512(lm_dtype sdt, const uint8_t *row, const uint8_t *sp,
+                                              const uint8_t *bp, const int8_t *xq,
+                                              const float *dexp, const float *sx, int64_t k,
+                                              int gsh, const uint8_t *end) {
   __m512 acc = _mm512_setzero_ps(), accb = acc;
   int64_t ng = k >> gsh;
   for (int64_t g0 = 0; g0 < ng; g0 += 16) {
     int n = ng - g0 < 16 ? (int)(ng - g0) : 16;
-    __m512 s = lm_sb16(sp, w->sdtype, g0, n);
-    accb = _mm512_fmadd_ps(lm_sb16(bp, w->sdtype, g0, n),
+    __m512 s = lm_sb16(sp, sdt, g0, n);
+    accb = _mm512_fmadd_ps(lm_sb16(bp, sdt, g0, n),
                            _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), sx + g0), accb);
     int64_t c0 = g0 << gsh, c1 = (g0 + n) << gsh;
     for (int64_t c = c0, jc = 0; c < c1; c += 128, jc++) {
@@ -187,16 +188,13 @@ LM_AVX512 static float lm_q4_row512(const lm_weight *w, const uint8_t *row, cons
   return _mm512_reduce_add_ps(_mm512_add_ps(acc, accb));
 }
 
-/* FAST product over rows [r0, r1): 4-bit weights here, the rest on the AVX2 row kernels. */
-LM_AVX512 static void lm_gemv_fast_avx512(const lm_mm_job *j, int64_t r0, int64_t r1) {
+/* Rows [r0, r1) of the 4-bit FAST product, for a scale type and group size the compiler
+ * knows (the loops specialize: no per-chunk choice of index table or scale loader). */
+LM_AVX512 static LM_INLINE void lm_q4_rows512(const lm_mm_job *j, int64_t r0, int64_t r1,
+                                              lm_dtype sdt, int gsh) {
   const lm_weight *w = j->w;
-  if (w->bits != 4) {
-    lm_mm_avx2_gemv_fast(j, r0, r1);
-    return;
-  }
   const lm_qact *qa = j->qa;
-  int gsh = w->group == 32 ? 5 : w->group == 64 ? 6 : 7;
-  int64_t rb = lm_weight_row_bytes(w), sb = j->ng * (int64_t)lm_dtype_size(w->sdtype);
+  int64_t rb = lm_weight_row_bytes(w), sb = j->ng * (int64_t)lm_dtype_size(sdt);
   const uint8_t *row = lm_weight_row_ptr(w, j->e, r0), *sp = lm_weight_scale_ptr(w, j->e, r0),
                 *bp = lm_weight_bias_ptr(w, j->e, r0), *end = row + (r1 - r0) * rb;
   int64_t sahead = sb * (LM_PF512_BYTES / rb + 1);
@@ -209,11 +207,37 @@ LM_AVX512 static void lm_gemv_fast_avx512(const lm_mm_job *j, int64_t r0, int64_
       _mm_prefetch((const char *)(bp + sahead), _MM_HINT_T0);
     }
     for (int64_t t = 0; t < j->m; t++) {
-      float v = lm_q4_row512(w, row, sp, bp, qa->q + t * qa->ldq, qa->dexp + t * j->nb * 4,
+      float v = lm_q4_row512(sdt, row, sp, bp, qa->q + t * qa->ldq, qa->dexp + t * j->nb * 4,
                              qa->sx + t * j->ng, j->k, gsh, end);
       lm_mm_put(j->y + t * j->ldy + r, v, j->acc);
     }
   }
+}
+
+#define LM_Q4_ROWS(NAME, SDT, GSH)                                                                 \
+  LM_AVX512 static void NAME(const lm_mm_job *j, int64_t r0, int64_t r1) {                         \
+    lm_q4_rows512(j, r0, r1, SDT, GSH);                                                            \
+  }
+LM_Q4_ROWS(lm_q4_rows_bf16_g32, LM_DT_BF16, 5)
+LM_Q4_ROWS(lm_q4_rows_bf16_g64, LM_DT_BF16, 6)
+LM_Q4_ROWS(lm_q4_rows_bf16_g128, LM_DT_BF16, 7)
+
+/* FAST product over rows [r0, r1): 4-bit weights here, the rest on the AVX2 row kernels. */
+LM_AVX512 static void lm_gemv_fast_avx512(const lm_mm_job *j, int64_t r0, int64_t r1) {
+  const lm_weight *w = j->w;
+  if (w->bits != 4) {
+    lm_mm_avx2_gemv_fast(j, r0, r1);
+    return;
+  }
+  int gsh = w->group == 32 ? 5 : w->group == 64 ? 6 : 7;
+  if (w->sdtype != LM_DT_BF16)
+    lm_q4_rows512(j, r0, r1, w->sdtype, gsh);
+  else if (gsh == 6)
+    lm_q4_rows_bf16_g64(j, r0, r1);
+  else if (gsh == 5)
+    lm_q4_rows_bf16_g32(j, r0, r1);
+  else
+    lm_q4_rows_bf16_g128(j, r0, r1);
 }
 
 /* ---- FAST GEMM: 4 tokens × 32 rows ------------------------------------------------------ */
