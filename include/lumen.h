@@ -54,8 +54,8 @@ extern "C" {
 /* LUMEN_API_VERSION: 1 status codes only; 2 checkpoints, engines, requests; 3
  * lm_checkpoint_set_chat_template, lm_engine_options.on_load; 4 lm_request_options.share_prompt,
  * constrained decoding (lm_request_options.grammar, json_schema, json_object, constrain_tools;
- * lm_engine_stats.constraint_s). */
-#define LUMEN_API_VERSION 4
+ * lm_engine_stats.constraint_s); 5 lm_engine_stats.constraint_wait_s. */
+#define LUMEN_API_VERSION 5
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
@@ -295,6 +295,9 @@ typedef struct lm_engine_stats {
    * and the sampled tokens they governed */
   double constraint_s;
   int64_t constrained_tokens;
+  /* of it, the time a step waited for masks filled while its forward ran (GPU backends fill the
+   * next rows' masks meanwhile; what is left of constraint_s runs in the parallel sampling) */
+  double constraint_wait_s;
 } lm_engine_stats;
 
 /* A consistent snapshot of the counters. Thread-safe. */

@@ -29,6 +29,11 @@ struct lm_constraint {
   int phase;
   int reasoned; /* the channel was opened once: not again */
   int calls;    /* calls closed */
+  /* what the next apply writes, decided by prepare for the current state */
+  int prepared;
+  int free_text;    /* 1: free text less a few ids; 0: the mask's ids only */
+  int free_stops;   /* free text: the stop ids may come */
+  int deny_channel; /* free text: <|channel> may not come (it was opened once) */
 };
 
 static int is_id(int32_t id, int32_t tok) { return tok >= 0 && id == tok; }
@@ -163,39 +168,44 @@ static lm_status fill(lm_constraint *c, lm_matcher *m) {
 }
 
 /* Free text with a few ids taken away (reasoning, a free answer). */
-static void apply_free(const lm_constraint *c, float *row, int stops) {
+static void apply_free(const lm_constraint *c, float *row) {
+  if (c->deny_channel) deny(c, row, c->o.channel_open);
   if (!may_call(c)) deny(c, row, c->o.call_open);
-  if (!stops)
+  if (!c->free_stops)
     for (int32_t i = 0; i < c->o.n_stop_ids; i++)
       deny(c, row, c->o.stop_ids[i]);
 }
 
-static lm_status apply_start(lm_constraint *c, float *row) {
+static void set_free(lm_constraint *c, int stops, int deny_channel) {
+  c->free_text = 1;
+  c->free_stops = stops;
+  c->deny_channel = deny_channel;
+}
+
+static lm_status prepare_start(lm_constraint *c) {
   if (!c->answer && !must_call(c)) { /* free text: the constraint is only about calls */
-    if (c->reasoned) deny(c, row, c->o.channel_open);
-    apply_free(c, row, 1);
+    set_free(c, 1, c->reasoned);
     return LM_OK;
   }
   LM_TRY(fill(c, must_call(c) ? NULL : c->answer));
   if (may_call(c)) allow(c, c->o.call_open);
   if (c->o.may_reason && !c->reasoned) allow(c, c->o.channel_open);
   if (empty_ok(c)) allow_stops(c);
-  apply_mask(c, row);
   return LM_OK;
 }
 
-lm_status lm_constraint_apply(lm_constraint *c, float *row) {
+static lm_status prepare_phase(lm_constraint *c) {
+  c->free_text = 0;
   switch (c->phase) {
-  case C_START: return apply_start(c, row);
-  case C_REASON: apply_free(c, row, empty_ok(c)); return LM_OK;
+  case C_START: return prepare_start(c);
+  case C_REASON: set_free(c, empty_ok(c), 0); return LM_OK;
   case C_ANSWER:
     if (!c->answer) {
-      apply_free(c, row, 1);
+      set_free(c, 1, 0);
       return LM_OK;
     }
     LM_TRY(fill(c, c->answer));
     if (lm_matcher_complete(c->answer)) allow_stops(c);
-    apply_mask(c, row);
     return LM_OK;
   case C_CALL:
     if (lm_matcher_finished(c->call)) {
@@ -204,16 +214,30 @@ lm_status lm_constraint_apply(lm_constraint *c, float *row) {
       LM_TRY(fill(c, c->call));
     }
     if (lm_matcher_complete(c->call)) allow(c, c->o.call_close);
-    apply_mask(c, row);
     return LM_OK;
   case C_AFTER:
   case C_END:
     memset(c->mask, 0, (size_t)c->words * sizeof *c->mask);
     if (c->phase == C_AFTER && may_call(c)) allow(c, c->o.call_open);
     allow_stops(c);
-    apply_mask(c, row);
     return LM_OK;
   }
+  return LM_OK;
+}
+
+lm_status lm_constraint_prepare(lm_constraint *c) {
+  if (c->prepared) return LM_OK;
+  LM_TRY(prepare_phase(c));
+  c->prepared = 1;
+  return LM_OK;
+}
+
+lm_status lm_constraint_apply(lm_constraint *c, float *row) {
+  LM_TRY(lm_constraint_prepare(c));
+  if (c->free_text)
+    apply_free(c, row);
+  else
+    apply_mask(c, row);
   return LM_OK;
 }
 
@@ -245,6 +269,7 @@ static lm_status accept_start(lm_constraint *c, int32_t id) {
 }
 
 lm_status lm_constraint_accept(lm_constraint *c, int32_t id) {
+  c->prepared = 0; /* a new state: the next apply prepares again */
   if (is_stop(c, id)) {
     if (c->phase == C_CALL || (c->phase != C_AFTER && c->phase != C_END && !empty_ok(c) &&
                                !(c->phase == C_ANSWER && lm_matcher_complete(c->answer))))

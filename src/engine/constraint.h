@@ -13,8 +13,9 @@
  *     complete; after a call, another call or the end.
  *
  * The masks come from the grammar library's matchers (precomputed per grammar state); the tokens
- * this file adds or removes are a handful of ids. One constraint per sequence, used on the engine
- * thread; created on the request's thread. */
+ * this file adds or removes are a handful of ids. One constraint per sequence, used by one thread
+ * at a time (the engine's: its sampling loop, or its mask helper while a forward runs); created
+ * on the request's thread. */
 #ifndef LM_ENGINE_CONSTRAINT_H
 #define LM_ENGINE_CONSTRAINT_H
 
@@ -47,7 +48,12 @@ typedef struct lm_constraint lm_constraint;
 lm_status lm_constraint_create(const lm_constraint_opts *o, lm_constraint **out);
 void lm_constraint_free(lm_constraint *c); /* NULL is a no-op */
 
-/* Sets row[id] = -inf for every id that may not come next. Errors: the matcher's. */
+/* Decides which ids may come next (the grammar library's mask for the current state): the part of
+ * apply that needs no logits, so that it can run while the forward computes them. Idempotent
+ * until the next accept. Errors: the matcher's. */
+lm_status lm_constraint_prepare(lm_constraint *c);
+/* Sets row[id] = -inf for every id that may not come next (preparing first where needed).
+ * Errors: the matcher's. */
 lm_status lm_constraint_apply(lm_constraint *c, float *row);
 /* Advances by the sampled id. Errors: LM_ERR_INVALID when the id was not allowed. */
 lm_status lm_constraint_accept(lm_constraint *c, int32_t id);

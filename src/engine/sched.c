@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "engine/constraint.h"
+#include "engine/mask_prep.h"
 #include "engine/prompt_cache.h"
 #include "engine/seq.h"
 #include "kv/kv_state.h"
@@ -71,6 +72,9 @@ struct lm_sched {
   int64_t reserved; /* bytes reserved by active sequences */
   int64_t pc_held;  /* bytes the prefix cache holds (mirrored under mu) */
   lm_sched_stats st;
+  /* a GPU backend: the step's masks are filled while the forward runs (NULL: in sampling) */
+  lm_mask_prep *prep;
+  lm_constraint **prep_cons; /* [parallel] */
 };
 
 static double now_s(void) {
@@ -198,6 +202,12 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   if (!st && o->prompt_cache > 0)
     st = lm_prompt_cache_create(o->kv_budget, o->prompt_cache, &s->pc);
   if (!st) st = lm_forward_create(m, be, s->max_step, o->parallel, &s->fw);
+  /* the CPU backend's forward already keeps every core busy: its masks stay in the sampling */
+  if (!st && strcmp(be->ops->name, "cpu") != 0) {
+    s->prep_cons = calloc((size_t)o->parallel, sizeof *s->prep_cons);
+    st = s->prep_cons ? lm_mask_prep_create(o->parallel, &s->prep)
+                      : LM_ERRF(LM_ERR_NOMEM, "engine: out of memory");
+  }
   if (st) {
     lm_sched_free(s);
     return st;
@@ -250,6 +260,8 @@ void lm_sched_stop(lm_sched *s) {
 void lm_sched_free(lm_sched *s) {
   if (!s) return;
   lm_sched_stop(s);
+  lm_mask_prep_free(s->prep);
+  free(s->prep_cons);
   lm_forward_free(s->fw);
   free(s->specs);
   free(s->stop_ids);
@@ -618,6 +630,19 @@ static int all_plain_greedy(lm_sched *s, const lm_batch *b) {
   return 1;
 }
 
+/* Hands the constraints of the step's logits rows to the mask helper, which fills their masks
+ * while the forward runs; returns how many. */
+static int start_masks(lm_sched *s, const lm_batch *b) {
+  if (!s->prep) return 0;
+  int n = 0;
+  for (int32_t r = 0; r < b->n_logits; r++) {
+    lm_constraint *c = s->slots[s->row_slot[r]].job->con;
+    if (c) s->prep_cons[n++] = c;
+  }
+  if (n) lm_mask_prep_start(s->prep, s->prep_cons, n);
+  return n;
+}
+
 static void step(lm_sched *s) {
   double t0 = now_s();
   reap(s, t0);
@@ -625,8 +650,15 @@ static void step(lm_sched *s) {
   build_batch(s, &b);
   if (!b.n_tokens) return;
   int greedy = b.n_logits > 0 && all_plain_greedy(s, &b);
+  int nprep = start_masks(s, &b);
   lm_status st = greedy ? lm_forward_run_greedy(s->fw, &b, NULL, s->g_ids)
                         : lm_forward_run(s->fw, &b, s->logits);
+  double prep_s = 0, wait_s = 0;
+  if (nprep) { /* the constraints are the helper's until it is done */
+    double w0 = now_s();
+    lm_mask_prep_wait(s->prep, &prep_s);
+    wait_s = now_s() - w0;
+  }
   if (st) {
     fail_batch(s, &b, lm_errmsg());
     return;
@@ -640,7 +672,8 @@ static void step(lm_sched *s) {
   int64_t constrained = 0;
   double con_s = accept_rows(s, &b, ids, now_s(), &constrained);
   pthread_mutex_lock(&s->mu);
-  s->st.constraint_s += con_s;
+  s->st.constraint_s += con_s + prep_s;
+  s->st.constraint_wait_s += wait_s;
   s->st.constrained_tokens += constrained;
   s->st.steps++;
   s->st.step_tokens += b.n_tokens;

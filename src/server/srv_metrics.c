@@ -175,6 +175,8 @@ static void put_sched(tbuf *b, const lm_engine_stats *st) {
             st->busy_s);
   put_gauge(b, "lumen_constraint_seconds_total", "counter",
             "Time the constraints' masks took (part of the busy time).", st->constraint_s);
+  put_gauge(b, "lumen_constraint_wait_seconds_total", "counter",
+            "Time steps waited for masks filled while their forward ran.", st->constraint_wait_s);
   put_gauge(b, "lumen_constrained_tokens_total", "counter",
             "Tokens sampled under a constraint (grammar, schema, tool calls).",
             (double)st->constrained_tokens);

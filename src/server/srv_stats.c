@@ -52,13 +52,16 @@ json_t *lm_srv_stats_json(lm_server *s) {
                 (json_int_t)st.prefill_tokens, "sampled_tokens", (json_int_t)st.decode_tokens,
                 "mean_rows_per_step", st.steps ? (double)st.step_rows / (double)st.steps : 0.0,
                 "busy_s", st.busy_s);
-  /* constrained decoding: the host time of the masks, per constrained token and of the busy time */
+  /* constrained decoding: the host time of the masks, per constrained token and of the busy time,
+   * and how long steps waited for masks filled during their forward */
   json_object_set_new(
       batch, "constraint",
-      json_pack("{s:I,s:f,s:f,s:f}", "tokens", (json_int_t)st.constrained_tokens, "seconds",
+      json_pack("{s:I,s:f,s:f,s:f,s:f,s:f}", "tokens", (json_int_t)st.constrained_tokens, "seconds",
                 st.constraint_s, "us_per_token",
                 st.constrained_tokens ? 1e6 * st.constraint_s / (double)st.constrained_tokens : 0.0,
-                "share_of_busy", st.busy_s > 0 ? st.constraint_s / st.busy_s : 0.0));
+                "share_of_busy", st.busy_s > 0 ? st.constraint_s / st.busy_s : 0.0, "wait_seconds",
+                st.constraint_wait_s, "wait_share_of_busy",
+                st.busy_s > 0 ? st.constraint_wait_s / st.busy_s : 0.0));
   json_t *jobs =
       json_pack("{s:I,s:I,s:I,s:I}", "done", (json_int_t)st.requests_done, "cancelled",
                 (json_int_t)st.requests_cancelled, "timeout", (json_int_t)st.requests_timeout,

@@ -22,6 +22,7 @@
 
 #include "engine/api_impl.h"
 #include "engine/constraint.h"
+#include "engine/mask_prep.h"
 #include "engine/grammar_cache.h"
 #include "text/call_grammar.h"
 
@@ -140,6 +141,43 @@ static void t_mask_and_stops(void **state) {
   take_text(c, "ab");
   assert_true(lm_constraint_finished(c));
   lm_constraint_free(c);
+}
+
+/* Masks filled ahead by the mask helper (as a GPU step does while its forward runs) are the
+ * masks the sampling loop would have made itself, state after state. */
+static void t_prepared_ahead(void **state) {
+  const char *g = "root ::= \"ab\" (\"c\" | \"a\")* \"b\"";
+  lm_constraint *ahead[2] = {make(*state, g, NULL, LM_TOOLS_AUTO, 0, 0),
+                             make(*state, g, NULL, LM_TOOLS_AUTO, 1, 1)};
+  lm_constraint *here[2] = {make(*state, g, NULL, LM_TOOLS_AUTO, 0, 0),
+                            make(*state, g, NULL, LM_TOOLS_AUTO, 1, 1)};
+  lm_mask_prep *p = NULL;
+  assert_int_equal(lm_mask_prep_create(2, &p), LM_OK);
+  const int32_t walk[2][6] = {{id_of("ab"), id_of("c"), id_of("a"), id_of("c"), id_of("b"), -1},
+                              {T_CH_CLOSE, id_of("a"), id_of("b"), id_of("b"), -1, -1}};
+  for (int k = 0; k < 6; k++) {
+    double host_s = -1;
+    lm_mask_prep_start(p, ahead, 2);
+    lm_mask_prep_wait(p, &host_s);
+    assert_true(host_s >= 0);
+    for (int i = 0; i < 2; i++) {
+      if (walk[i][k] < 0) continue;
+      char want[64];
+      snprintf(want, sizeof want, "%s", allowed(here[i]));
+      assert_string_equal(allowed(ahead[i]), want);
+      assert_int_equal(lm_constraint_prepare(ahead[i]), LM_OK); /* idempotent until accept */
+      assert_string_equal(allowed(ahead[i]), want);
+      take(ahead[i], walk[i][k]);
+      take(here[i], walk[i][k]);
+    }
+  }
+  double unused;
+  lm_mask_prep_wait(p, &unused); /* nothing handed over: returns */
+  lm_mask_prep_free(p);
+  for (int i = 0; i < 2; i++) {
+    lm_constraint_free(ahead[i]);
+    lm_constraint_free(here[i]);
+  }
 }
 
 static void t_reasoning_first(void **state) {
@@ -582,6 +620,7 @@ static void t_tool_calls(void **state) {
 int main(void) {
   const struct CMUnitTest machine[] = {
       cmocka_unit_test(t_mask_and_stops),
+      cmocka_unit_test(t_prepared_ahead),
       cmocka_unit_test(t_reasoning_first),
       cmocka_unit_test(t_tool_choice),
   };
