@@ -2,12 +2,17 @@
 """constrain_bench.py — the cost of constrained decoding at many concurrent streams.
 
 Against a running `lumen serve` (e.g. the synthetic E4B of tools/gpu/serve_bench.sh on the H200
-GPU machine), sends CLIENTS concurrent chat requests twice: unconstrained, then each with the
-same JSON schema (response_format json_schema), both at temperature 1 with max_tokens N, and
-prints the aggregate tok/s of each run and the server's /stats constraint counters (host time of
-the masks per token and its share of the busy time).
+GPU machine), sends CLIENTS concurrent chat requests in alternating rounds: unconstrained, then
+each with the same JSON schema (response_format json_schema), both at temperature 1 with
+max_tokens N, and prints per round the aggregate tok/s, the engine's ms per step and rows per
+step, and the server's /stats constraint counters (host time of the masks per token, its share
+of the busy time, and the time steps waited for masks filled during their forward).
 
-    python3 tools/gpu/constrain_bench.py --port 8080 --clients 64 --tokens 128
+Like for like (--long, the default): the schema asks for an array of at least 60 objects, so no
+answer can finish within 128 tokens, and the unconstrained requests set ignore_eos: every round
+runs CLIENTS rows in every step, and the ms per step compare directly.
+
+    python3 tools/gpu/constrain_bench.py --port 8080 --clients 64 --tokens 128 --rounds 3
 """
 import argparse, json, threading, time, urllib.request
 
@@ -24,6 +29,18 @@ SCHEMA = {
     "additionalProperties": False,
 }
 
+LONG_SCHEMA = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "minItems": 60, "items": {
+        "type": "object",
+        "properties": {"kind": {"enum": ["person", "place", "thing"]},
+                       "n": {"type": "integer", "minimum": 0, "maximum": 999},
+                       "label": {"type": "string", "maxLength": 40}},
+        "required": ["kind", "n", "label"], "additionalProperties": False}}},
+    "required": ["items"],
+    "additionalProperties": False,
+}
+
 
 def post(port, path, body):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
@@ -37,15 +54,17 @@ def stats(port):
         return json.loads(r.read())
 
 
-def run(port, clients, tokens, constrained):
+def run(port, clients, tokens, constrained, long=True):
     out = [None] * clients
 
     def one(i):
         body = {"messages": [{"role": "user", "content": f"Describe item {i} as JSON."}],
                 "max_tokens": tokens, "temperature": 1.0, "seed": i}
         if constrained:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "item", "schema": SCHEMA}}
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "item", "schema": LONG_SCHEMA if long else SCHEMA}}
+        elif long:
+            body["ignore_eos"] = True
         out[i] = post(port, "/v1/chat/completions", body)
 
     before = stats(port)
@@ -61,8 +80,9 @@ def run(port, clients, tokens, constrained):
     valid = 0
     for o in out:
         try:
-            json.loads(o["choices"][0]["message"]["content"])
-            valid += 1
+            if o["choices"][0]["finish_reason"] == "stop":
+                json.loads(o["choices"][0]["message"]["content"])
+                valid += 1
         except Exception:
             pass
     return gen, dt, valid, before, after
@@ -73,10 +93,14 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--short", action="store_true",
+                    help="the five-property schema, no ignore_eos (answers end at their own time)")
     a = ap.parse_args()
     run(a.port, min(a.clients, 8), 8, False)  # warm up the graphs and the caches
-    for constrained in (False, True, False, True):
-        gen, dt, valid, b, e = run(a.port, a.clients, a.tokens, constrained)
+    run(a.port, min(a.clients, 8), 8, True, not a.short)
+    for constrained in (False, True) * a.rounds:
+        gen, dt, valid, b, e = run(a.port, a.clients, a.tokens, constrained, not a.short)
         c0, c1 = b.get("batch", {}).get("constraint", {}), e.get("batch", {}).get("constraint", {})
         busy = e["batch"]["busy_s"] - b["batch"]["busy_s"]
         steps = e["batch"]["steps"] - b["batch"]["steps"]
@@ -91,7 +115,9 @@ def main():
                           "constraint_tokens": ct,
                           "constraint_share": round(cs / busy, 4) if busy > 0 else None,
                           "us_per_token": round(1e6 * cs / ct, 2) if ct else None,
-                          "valid_json": valid if constrained else None}), flush=True)
+                          "wait_s": round(c1.get("wait_seconds", 0) - c0.get("wait_seconds", 0), 4)
+                          if c1 else None,
+                          "valid_json_of_stopped": valid if constrained else None}), flush=True)
 
 
 if __name__ == "__main__":
