@@ -219,7 +219,12 @@ static void quant_sweep(int bits) {
   for (int gi = 0; gi < 3; gi++)
     for (int si = 0; si < 3; si++) {
       int group = groups[gi];
-      int64_t rows = 37, cols = group == 32 ? 160 : group * 3, ne = (gi + si) % 2 ? 3 : 0;
+      /* 4 bits, bf16 scales: rows of more than 16 groups, ending in a partial 128-column chunk
+       * where the group allows (the AVX-512 4-bit kernel takes scales 16 groups at a time) */
+      int64_t wide = group == 32 ? 21 : group == 64 ? 25 : 19;
+      int64_t small = group == 32 ? 160 : group * 3;
+      int64_t rows = 37, cols = si == 0 && bits == 4 ? group * wide : small,
+              ne = (gi + si) % 2 ? 3 : 0;
       tw t = make_quant(rows, cols, bits, group, sdts[si], ne, ne ? rows + 5 : rows,
                         1000 + (uint64_t)(bits * 9 + n));
       for (size_t ii = 0; ii < 3; ii++) {
