@@ -25,6 +25,13 @@ typedef struct alias {
 #define MODEL_VERBS                                                                                \
   " run chat serve info logits generate kv-eval quantize bench tokenize detokenize "
 #define GPU_HINT "lumen runs the whole model on the chosen backend (--backend cuda or cpu)"
+#define DEVICE_HINT "lumen runs on one device: --backend cuda or cpu"
+#define ONE_GPU_HINT "lumen runs on one GPU: --backend cuda"
+#define FLASH_HINT "lumen's attention is always fused; there is nothing to switch"
+#define KV_HINT "quantized KV caches are --kv-quant 4|8|config"
+#define CHUNK_HINT "the prefill step is --chunk N"
+#define HF_HINT "download with `lumen get ORG/REPO`, then name the model ORG/REPO"
+#define CHAT_HINT "a conversation is `lumen chat MODEL`"
 
 static const alias aliases[] = {
     {"-m", A_MODEL, NULL, MODEL_VERBS, 1},
@@ -54,30 +61,28 @@ static const alias aliases[] = {
     {"--override-tensor", A_HINT, GPU_HINT, NULL, 1},
     {"--cpu-moe", A_HINT, GPU_HINT, NULL, 0},
     {"--n-cpu-moe", A_HINT, GPU_HINT, NULL, 1},
-    {"-dev", A_HINT, "lumen runs on one device: --backend cuda or cpu", NULL, 1},
-    {"--device", A_HINT, "lumen runs on one device: --backend cuda or cpu", NULL, 1},
-    {"-ts", A_HINT, "lumen runs on one GPU: --backend cuda", NULL, 1},
-    {"--tensor-split", A_HINT, "lumen runs on one GPU: --backend cuda", NULL, 1},
-    {"-sm", A_HINT, "lumen runs on one GPU: --backend cuda", NULL, 1},
-    {"--split-mode", A_HINT, "lumen runs on one GPU: --backend cuda", NULL, 1},
-    {"-fa", A_HINT, "lumen's attention is always fused; there is nothing to switch", NULL, 1},
-    {"--flash-attn", A_HINT, "lumen's attention is always fused; there is nothing to switch", NULL,
-     1},
-    {"-ctk", A_HINT, "quantized KV caches are --kv-quant 4|8|config", NULL, 1},
-    {"-ctv", A_HINT, "quantized KV caches are --kv-quant 4|8|config", NULL, 1},
-    {"--cache-type-k", A_HINT, "quantized KV caches are --kv-quant 4|8|config", NULL, 1},
-    {"--cache-type-v", A_HINT, "quantized KV caches are --kv-quant 4|8|config", NULL, 1},
-    {"-b", A_HINT, "the prefill step is --chunk N", NULL, 1},
-    {"--batch-size", A_HINT, "the prefill step is --chunk N", NULL, 1},
-    {"-ub", A_HINT, "the prefill step is --chunk N", NULL, 1},
-    {"--ubatch-size", A_HINT, "the prefill step is --chunk N", NULL, 1},
-    {"-hf", A_HINT, "download with `lumen get ORG/REPO`, then name the model ORG/REPO", NULL, 1},
-    {"--hf-repo", A_HINT, "download with `lumen get ORG/REPO`, then name the model ORG/REPO", NULL,
-     1},
-    {"-cnv", A_HINT, "a conversation is `lumen chat MODEL`", NULL, 0},
-    {"--conversation", A_HINT, "a conversation is `lumen chat MODEL`", NULL, 0},
-    {"-i", A_HINT, "a conversation is `lumen chat MODEL`", NULL, 0},
-    {"--interactive", A_HINT, "a conversation is `lumen chat MODEL`", NULL, 0},
+    {"-dev", A_HINT, DEVICE_HINT, NULL, 1},
+    {"--device", A_HINT, DEVICE_HINT, NULL, 1},
+    {"-ts", A_HINT, ONE_GPU_HINT, NULL, 1},
+    {"--tensor-split", A_HINT, ONE_GPU_HINT, NULL, 1},
+    {"-sm", A_HINT, ONE_GPU_HINT, NULL, 1},
+    {"--split-mode", A_HINT, ONE_GPU_HINT, NULL, 1},
+    {"-fa", A_HINT, FLASH_HINT, NULL, 1},
+    {"--flash-attn", A_HINT, FLASH_HINT, NULL, 1},
+    {"-ctk", A_HINT, KV_HINT, NULL, 1},
+    {"-ctv", A_HINT, KV_HINT, NULL, 1},
+    {"--cache-type-k", A_HINT, KV_HINT, NULL, 1},
+    {"--cache-type-v", A_HINT, KV_HINT, NULL, 1},
+    {"-b", A_HINT, CHUNK_HINT, NULL, 1},
+    {"--batch-size", A_HINT, CHUNK_HINT, NULL, 1},
+    {"-ub", A_HINT, CHUNK_HINT, NULL, 1},
+    {"--ubatch-size", A_HINT, CHUNK_HINT, NULL, 1},
+    {"-hf", A_HINT, HF_HINT, NULL, 1},
+    {"--hf-repo", A_HINT, HF_HINT, NULL, 1},
+    {"-cnv", A_HINT, CHAT_HINT, NULL, 0},
+    {"--conversation", A_HINT, CHAT_HINT, NULL, 0},
+    {"-i", A_HINT, CHAT_HINT, NULL, 0},
+    {"--interactive", A_HINT, CHAT_HINT, NULL, 0},
 };
 enum { N_ALIASES = sizeof aliases / sizeof *aliases };
 
