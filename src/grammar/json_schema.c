@@ -243,8 +243,7 @@ static lm_status object_chain(lm_js *c, const prop *ps, uint32_t n, const int32_
 
 /* "{" ws (K ws ":" ws V ws ("," ws K ws ":" ws V ws)*)? "}" */
 static lm_status object_map(lm_js *c, int32_t value, const char *ptr, lm_gseq *out) {
-  int32_t key, pair, tail, opt;
-  char name[LM_JS_PTR_MAX + 16];
+  int32_t key, opt;
   LM_TRY(lm_js_plain_string(c, 0, LM_G_INF, &key));
   lm_gseq s = {0};
   lm_status st = lm_gseq_ref(c->b, &s, key);
@@ -253,17 +252,7 @@ static lm_status object_map(lm_js *c, int32_t value, const char *ptr, lm_gseq *o
   if (st == LM_OK) st = lm_js_seq_ws(c, &s);
   if (st == LM_OK) st = lm_gseq_ref(c->b, &s, value);
   if (st == LM_OK) st = lm_js_seq_ws(c, &s);
-  snprintf(name, sizeof name, "%s-pair", ptr);
-  if (st == LM_OK) st = lm_gir_wrap(c->b, name, &s, &pair);
-  if (st == LM_OK) st = lm_gseq_byte(c->b, &s, ',');
-  if (st == LM_OK) st = lm_js_seq_ws(c, &s);
-  if (st == LM_OK) st = lm_gseq_ref(c->b, &s, pair);
-  snprintf(name, sizeof name, "%s-more", ptr);
-  if (st == LM_OK) st = lm_gir_wrap(c->b, name, &s, &tail);
-  if (st == LM_OK) st = lm_gseq_ref(c->b, &s, pair);
-  if (st == LM_OK) st = lm_gseq_repeat(c->b, &s, tail, 0, LM_G_INF);
-  snprintf(name, sizeof name, "%s-pairs", ptr);
-  if (st == LM_OK) st = lm_gir_wrap(c->b, name, &s, &opt);
+  if (st == LM_OK) st = lm_js_comma_list(c, &s, ptr, "pair", &opt);
   lm_gseq_free(&s);
   if (st == LM_OK) st = lm_gseq_byte(c->b, out, '{');
   if (st == LM_OK) st = lm_js_seq_ws(c, out);

@@ -82,6 +82,11 @@ lm_status lm_js_literal(lm_js *c, lm_gseq *s, const json_t *v, const char *ptr);
 lm_status lm_js_string_lit(lm_js *c, lm_gseq *s, const char *text, size_t len);
 /* Appends a reference to the shared whitespace rule. */
 lm_status lm_js_seq_ws(lm_js *c, lm_gseq *s);
+/* The rule ITEM ("," ws ITEM)* of a comma-separated list, where ITEM is the sequence in item
+ * (emptied, for the caller to reuse or free). Its rules are named NAME-WORD (the item),
+ * NAME-more and NAME-WORDs (the list). */
+lm_status lm_js_comma_list(lm_js *c, lm_gseq *item, const char *name, const char *word,
+                           int32_t *list);
 
 /* json_schema_num.c */
 lm_status lm_js_integer(lm_js *c, const json_t *node, const char *ptr, int32_t *rule);

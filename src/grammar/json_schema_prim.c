@@ -347,6 +347,25 @@ lm_status lm_js_string_lit(lm_js *c, lm_gseq *s, const char *text, size_t len) {
   return st;
 }
 
+lm_status lm_js_comma_list(lm_js *c, lm_gseq *item, const char *name, const char *word,
+                           int32_t *list) {
+  /* name is a JSON pointer (up to LM_JS_PTR_MAX) or a short fixed name; word is short */
+  char nm[LM_JS_PTR_MAX + 16];
+  int32_t one, more;
+  snprintf(nm, sizeof nm, "%s-%s", name, word);
+  lm_status st = lm_gir_wrap(c->b, nm, item, &one);
+  if (st == LM_OK) st = lm_gseq_byte(c->b, item, ',');
+  if (st == LM_OK) st = lm_js_seq_ws(c, item);
+  if (st == LM_OK) st = lm_gseq_ref(c->b, item, one);
+  snprintf(nm, sizeof nm, "%s-more", name);
+  if (st == LM_OK) st = lm_gir_wrap(c->b, nm, item, &more);
+  if (st == LM_OK) st = lm_gseq_ref(c->b, item, one);
+  if (st == LM_OK) st = lm_gseq_repeat(c->b, item, more, 0, LM_G_INF);
+  snprintf(nm, sizeof nm, "%s-%ss", name, word);
+  if (st == LM_OK) st = lm_gir_wrap(c->b, nm, item, list);
+  return st;
+}
+
 /* ---- any value ---------------------------------------------------------------------------- */
 
 /* OPEN ws (ITEM ws ("," ws ITEM ws)*)? CLOSE, where ITEM is `item` (a rule) or, for objects,
@@ -363,19 +382,8 @@ static lm_status container(lm_js *c, int32_t rule, char open, char close, int32_
   }
   if (st == LM_OK) st = lm_gseq_ref(c->b, &s, value);
   if (st == LM_OK) st = lm_js_seq_ws(c, &s);
-  char nm[64];
-  int32_t item, more, items;
-  snprintf(nm, sizeof nm, "%s-item", name);
-  if (st == LM_OK) st = lm_gir_wrap(c->b, nm, &s, &item);
-  if (st == LM_OK) st = lm_gseq_byte(c->b, &s, ',');
-  if (st == LM_OK) st = lm_js_seq_ws(c, &s);
-  if (st == LM_OK) st = lm_gseq_ref(c->b, &s, item);
-  snprintf(nm, sizeof nm, "%s-more", name);
-  if (st == LM_OK) st = lm_gir_wrap(c->b, nm, &s, &more);
-  if (st == LM_OK) st = lm_gseq_ref(c->b, &s, item);
-  if (st == LM_OK) st = lm_gseq_repeat(c->b, &s, more, 0, LM_G_INF);
-  snprintf(nm, sizeof nm, "%s-items", name);
-  if (st == LM_OK) st = lm_gir_wrap(c->b, nm, &s, &items);
+  int32_t items;
+  if (st == LM_OK) st = lm_js_comma_list(c, &s, name, "item", &items);
   if (st == LM_OK) st = lm_gseq_byte(c->b, &s, (uint8_t)open);
   if (st == LM_OK) st = lm_js_seq_ws(c, &s);
   if (st == LM_OK) st = lm_gseq_repeat(c->b, &s, items, 0, 1);
