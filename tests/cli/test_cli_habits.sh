@@ -12,6 +12,7 @@ PID=
 cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
 
 refused() { # refused PATTERN ARGS...: exit 2, one stderr line matching PATTERN
   local rc=0
@@ -41,16 +42,7 @@ refused "unknown flag '--bogus'" bench --preset x --bogus
 refused "unknown flag '--nope'" tokenize "$M" --nope
 
 # -- serve under llama.cpp spellings: -m, -np, -c, --alias
-"$LUMEN" serve -m "$M" --host 127.0.0.1 --port 0 -np 2 -c 256 --alias my-model -cb >"$D/out" 2>"$D/log" &
-PID=$!
-PORT=
-for _ in $(seq 1 300); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$D/out")
-  [ -n "$PORT" ] && break
-  kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$D/log")"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "no 'listening on' line"
+lm_serve_start "$D/out" "$D/log" 30 -m "$M" --host 127.0.0.1 --port 0 -np 2 -c 256 --alias my-model -cb
 models=$(curl -s "http://127.0.0.1:$PORT/v1/models")
 grep -q '"my-model"' <<<"$models" || fail "--alias not served: $models"
 stats=$(curl -s "http://127.0.0.1:$PORT/stats")

@@ -10,6 +10,7 @@
 set -euo pipefail
 : "${LUMEN_BIN:?LUMEN_BIN is not set}" "${LM_BUILD_DIR:?LM_BUILD_DIR is not set}"
 fail() { echo "test_engine_recorded: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 M="$ROOT/models/lumen-tiny-kjv"
 G="$ROOT/tests/goldens/engine"
@@ -49,18 +50,9 @@ L generate "$M" --ids 2,642,512,519,291,1251,513,417,1356 -n 24 >"$W/generate.tx
 check generate
 
 # ---- serve ----------------------------------------------------------------------------------------
-: >"$W/out"
-"$LUMEN_BIN" serve "$M" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120 >"$W/out" 2>"$W/log" &
-PID=$!
+PID=
 trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true' EXIT
-PORT=
-for _ in $(seq 1 300); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out" || true)
-  [ -n "$PORT" ] && break
-  kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$W/log")"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "no 'listening on' line within 30 s"
+lm_serve_start "$W/out" "$W/log" 30 "$M" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120
 U="http://127.0.0.1:$PORT/v1"
 post() { curl -s -N "$U/$1" -H 'content-type: application/json' -d "$2"; }
 # drops the fields that change from run to run (ids, times)

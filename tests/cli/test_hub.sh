@@ -13,14 +13,15 @@ SRC=models/lumen-tiny-kjv
 command -v python3 >/dev/null || { echo "python3 missing" >&2; exit 77; }
 D=$(mktemp -d)
 MOCK=
-SRV=
+PID=
 cleanup() {
   [ -n "$MOCK" ] && kill "$MOCK" 2>/dev/null
-  [ -n "$SRV" ] && kill "$SRV" 2>/dev/null
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null
   rm -rf "$D"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
 unset HF_HUB_CACHE HUGGINGFACE_HUB_CACHE HF_TOKEN HUGGING_FACE_HUB_TOKEN HF_TOKEN_PATH \
   HF_HUB_DISABLE_PROGRESS_BARS XDG_CACHE_HOME HF_HUB_DOWNLOAD_TIMEOUT HF_HUB_ETAG_TIMEOUT HF_HUB_OFFLINE
 
@@ -103,19 +104,11 @@ assert r["architecture"] == "Gemma4ForConditionalGeneration" and r["quantization
 PY
 # serve reports the model by its name, not by the snapshot's commit folder
 if command -v curl >/dev/null; then
-  "$LUMEN" serve org/tiny --host 127.0.0.1 --port 0 --parallel 1 >"$D/srv.out" 2>"$D/srv.err" &
-  SRV=$!
-  for _ in $(seq 1 300); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$D/srv.out")
-    [ -n "$PORT" ] && break
-    kill -0 "$SRV" 2>/dev/null || fail "serve org/tiny exited: $(cat "$D/srv.err")"
-    sleep 0.1
-  done
-  [ -n "$PORT" ] || fail "serve org/tiny did not listen"
+  lm_serve_start "$D/srv.out" "$D/srv.err" 30 org/tiny --host 127.0.0.1 --port 0 --parallel 1
   curl -s "http://127.0.0.1:$PORT/v1/models" | grep -q '"id": *"org/tiny"' || fail "model id"
-  kill "$SRV"
-  wait "$SRV" || true
-  SRV=
+  kill "$PID"
+  wait "$PID" || true
+  PID=
 fi
 
 # ---- names that resolve to nothing ---------------------------------------------------------------

@@ -11,19 +11,10 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 command -v curl >/dev/null || { echo "curl missing" >&2; exit 77; }
+. "$(dirname "$0")/lib.sh"
 
 start() { # start ARGS...: a server in the background, PORT set
-  : >"$D/out"
-  "$LUMEN" serve "$M" --host 127.0.0.1 --port 0 --parallel 1 "$@" >"$D/out" 2>"$D/log" &
-  PID=$!
-  PORT=
-  for _ in $(seq 1 300); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$D/out")
-    [ -n "$PORT" ] && return 0
-    kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$D/log")"
-    sleep 0.1
-  done
-  fail "no 'listening on' line within 30 s"
+  lm_serve_start "$D/out" "$D/log" 30 "$M" --host 127.0.0.1 --port 0 --parallel 1 "$@"
 }
 stop() { kill "$PID"; wait "$PID" || true; PID=; }
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }

@@ -8,6 +8,7 @@
 set -euo pipefail
 : "${LUMEN_BIN:?LUMEN_BIN is not set}" "${LM_BUILD_DIR:?LM_BUILD_DIR is not set}"
 fail() { echo "test_server_openai: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 W="$LM_BUILD_DIR/tmp/test_server_openai"
 rm -rf "$W" && mkdir -p "$W"
@@ -24,20 +25,11 @@ rc=0; "$LUMEN_BIN" serve "$W/no-such-model" --port 0 >/dev/null 2>"$W/err" || rc
 [ $rc -eq 1 ] || fail "a missing model directory exited $rc, want 1"
 
 # ---- the server -----------------------------------------------------------------------------------
-: >"$W/out" # exists before the background shell opens it, so the poll below never reads a missing file
-"$LUMEN_BIN" serve "$ROOT/models/lumen-tiny-kjv" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120 \
-  >"$W/out" 2>"$W/log" &
-PID=$!
+PID=
 cleanup() { kill "$PID" 2>/dev/null || true; }
 trap cleanup EXIT
-PORT=
-for _ in $(seq 1 300); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out" || true)
-  [ -n "$PORT" ] && break
-  kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$W/log")"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "no 'listening on' line within 30 s"
+lm_serve_start "$W/out" "$W/log" 30 "$ROOT/models/lumen-tiny-kjv" --host 127.0.0.1 --port 0 --parallel 4 \
+  --timeout 120
 grep -q 'model lumen-tiny-kjv (gemma4' "$W/out" || fail "the startup lines do not say what was loaded: $(cat "$W/out")"
 [ "$(curl -s "http://127.0.0.1:$PORT/health")" = '{"status":"ok"}' ] || fail "/health"
 

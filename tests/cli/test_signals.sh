@@ -9,13 +9,15 @@
 set -euo pipefail
 : "${LUMEN_BIN:?LUMEN_BIN is not set}" "${LM_BUILD_DIR:?LM_BUILD_DIR is not set}"
 fail() { echo "test_signals: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 M="$ROOT/models/lumen-tiny-kjv"
 W="$LM_BUILD_DIR/tmp/test_signals"
 rm -rf "$W" && mkdir -p "$W"
 [ -f "$M/model.safetensors" ] || { echo "test_signals: $M has no weights" >&2; exit 77; }
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+# PID too: lm_serve_start fails before the caller can add its server to PIDS
+cleanup() { for p in "${PIDS[@]}" ${PID:+"$PID"}; do kill -9 "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
 # wait_for FILE PATTERN SECONDS: until FILE matches the extended regex
@@ -80,12 +82,8 @@ exec 7>&-
 [ $rc -eq 130 ] || fail "chat after Ctrl-C at the prompt exited $rc, want 130"
 
 # ---- serve on a port in use -----------------------------------------------------------------------
-: >"$W/s1.out"
-"$LUMEN_BIN" serve "$M" --host 127.0.0.1 --port 0 >"$W/s1.out" 2>"$W/s1.err" &
-PID=$!
+lm_serve_start "$W/s1.out" "$W/s1.err" 60 "$M" --host 127.0.0.1 --port 0
 PIDS+=("$PID")
-wait_for "$W/s1.out" 'listening on' 60 || fail "the first server did not start: $(cat "$W/s1.err")"
-PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/s1.out")
 rc=0
 timeout 60 "$LUMEN_BIN" serve "$M" --host 127.0.0.1 --port "$PORT" >"$W/s2.out" 2>"$W/s2.err" || rc=$?
 [ $rc -eq 1 ] || fail "a second server on port $PORT exited $rc, want 1"

@@ -9,6 +9,7 @@
 set -euo pipefail
 : "${LUMEN_BIN:?LUMEN_BIN is not set}" "${LM_BUILD_DIR:?LM_BUILD_DIR is not set}"
 fail() { echo "test_structured_output: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODEL="$ROOT/models/lumen-tiny-kjv"
 W="$LM_BUILD_DIR/tmp/test_structured_output"
@@ -61,19 +62,10 @@ if [ "$(have openai)" != "6.30.1" ] || [ "$(have zod)" != "4.1.12" ] || [ "$(hav
     || { echo "test_structured_output: npm install failed (no registry?)" >&2; exit 77; }
 fi
 
-: >"$W/out"
-"$LUMEN_BIN" serve "$MODEL" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120 >"$W/out" 2>"$W/log" &
-PID=$!
+PID=
 cleanup() { kill "$PID" 2>/dev/null || true; }
 trap cleanup EXIT
-PORT=
-for _ in $(seq 1 300); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out" || true)
-  [ -n "$PORT" ] && break
-  kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$W/log")"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "no 'listening on' line within 30 s"
+lm_serve_start "$W/out" "$W/log" 30 "$MODEL" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120
 NODE_DIR="$ND" timeout 300 node "$ROOT/tests/server/structured.mjs" "http://127.0.0.1:$PORT/v1" \
   || fail "the structured-output client test failed (server log: $(tail -5 "$W/log"))"
 kill -TERM "$PID"

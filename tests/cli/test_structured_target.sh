@@ -10,6 +10,7 @@
 set -euo pipefail
 : "${LUMEN_BIN:?LUMEN_BIN is not set}" "${LM_BUILD_DIR:?LM_BUILD_DIR is not set}"
 fail() { echo "test_structured_target: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 W="$LM_BUILD_DIR/tmp/test_structured_target"
 rm -rf "$W" && mkdir -p "$W"
@@ -29,20 +30,11 @@ if [ "$(have openai)" != "6.30.1" ] || [ "$(have zod)" != "4.1.12" ] || [ "$(hav
     || { echo "test_structured_target: npm install failed (no registry?)" >&2; exit 77; }
 fi
 
-: >"$W/out"
-"$LUMEN_BIN" serve "$ROOT/models/lumen-tiny-kjv" --host 127.0.0.1 --port 0 --parallel 8 --timeout 300 \
-  >"$W/out" 2>"$W/log" &
-PID=$!
+PID=
 cleanup() { kill "$PID" 2>/dev/null || true; }
 trap cleanup EXIT
-PORT=
-for _ in $(seq 1 300); do
-  PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out" || true)
-  [ -n "$PORT" ] && break
-  kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$W/log")"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "no 'listening on' line within 30 s"
+lm_serve_start "$W/out" "$W/log" 30 "$ROOT/models/lumen-tiny-kjv" --host 127.0.0.1 --port 0 --parallel 8 \
+  --timeout 300
 rc=0
 NODE_DIR="$ND" timeout 600 node "$ROOT/tests/server/structured_target.mjs" "http://127.0.0.1:$PORT" \
   ${STRUCTURED_SEED:-} || rc=$?

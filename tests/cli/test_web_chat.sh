@@ -19,23 +19,13 @@ PUPPETEER_VERSION=24.43.1 # the newest that runs on Node 20 (25.x wants Node 22)
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 rm -rf "$W" && mkdir -p "$W" "$ART"
 command -v curl >/dev/null || { echo "test_web_chat: curl missing" >&2; exit 77; }
+. "$(dirname "$0")/lib.sh"
 
 PID=
 cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; true; }
 trap cleanup EXIT
 start() { # start ARGS...: a server in the background, PORT set
-  : >"$W/out"
-  "$LUMEN_BIN" serve "$M" --host 127.0.0.1 --port 0 --parallel 2 --timeout 120 "$@" \
-    >"$W/out" 2>"$W/log" &
-  PID=$!
-  PORT=
-  for _ in $(seq 1 300); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$W/out")
-    [ -n "$PORT" ] && return 0
-    kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$W/log")"
-    sleep 0.1
-  done
-  fail "no 'listening on' line within 30 s"
+  lm_serve_start "$W/out" "$W/log" 30 "$M" --host 127.0.0.1 --port 0 --parallel 2 --timeout 120 "$@"
 }
 stop() { kill "$PID"; wait "$PID" || true; PID=; }
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }

@@ -1,0 +1,24 @@
+# lib.sh — what several tests/cli scripts share; sourced as `. "$(dirname "$0")/lib.sh"` (relative
+# to the script, since ctest runs the scripts from the source root). The functions call the
+# sourcing script's own fail(), so each failure keeps that script's prefix and exit code.
+
+# lm_serve_start OUT LOG SECONDS ARGS...: `$LUMEN_BIN serve ARGS...` (ARGS should hold --port 0)
+# in the background, stdout to OUT and stderr to LOG. Sets PID at once, so the caller's EXIT trap
+# can kill a server that never got to listen, and PORT once OUT has the "listening on
+# http://127.0.0.1:PORT/v1" line: the port the kernel picked is known only from that line. Fails
+# when the server exits first or SECONDS pass without the line.
+lm_serve_start() {
+  local out=$1 log=$2 secs=$3 i
+  shift 3
+  : >"$out" # exists before the background shell opens it, so the poll never reads a missing file
+  "${LUMEN_BIN:?LUMEN_BIN is not set}" serve "$@" >"$out" 2>"$log" &
+  PID=$!
+  PORT=
+  for ((i = 0; i < secs * 10; i++)); do
+    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$out" || true)
+    [ -n "$PORT" ] && return 0
+    kill -0 "$PID" 2>/dev/null || fail "the server exited: $(cat "$log")"
+    sleep 0.1
+  done
+  fail "no 'listening on' line within $secs s"
+}
