@@ -22,3 +22,21 @@ lm_serve_start() {
   done
   fail "no 'listening on' line within $secs s"
 }
+
+# lm_npm_install PREFIX NAME@VERSION...: the pinned npm packages under PREFIX/node_modules,
+# installed (all of them, in one npm run) unless every one is already there at its version.
+# npm's own output goes to the caller's stdout / stderr. Returns npm's failure, for the caller
+# to skip or fail on. Each test keeps its own PREFIX: two npm installs into one prefix at once
+# (ctest -j) make one of them fail.
+lm_npm_install() {
+  local prefix=$1 spec have
+  shift
+  for spec in "$@"; do
+    have=$(node -p "try{require('$prefix/node_modules/${spec%@*}/package.json').version}catch(e){''}")
+    if [ "$have" != "${spec##*@}" ]; then
+      mkdir -p "$prefix"
+      timeout 300 npm install --prefix "$prefix" --no-save --no-audit --no-fund --silent "$@"
+      return
+    fi
+  done
+}

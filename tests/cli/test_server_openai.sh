@@ -40,11 +40,8 @@ fi
 NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
 [ "$NODE_MAJOR" -ge 20 ] || { echo "test_server_openai: node >= 20 needed" >&2; exit 77; }
 OD="$LM_BUILD_DIR/node-openai"
-if [ "$(node -p "try{require('$OD/node_modules/openai/package.json').version}catch(e){''}")" != "6.30.1" ]; then
-  mkdir -p "$OD"
-  timeout 300 npm install --prefix "$OD" --no-save --no-audit --no-fund --silent openai@6.30.1 >/dev/null 2>&1 \
-    || { echo "test_server_openai: npm install openai@6.30.1 failed (no registry?)" >&2; exit 77; }
-fi
+lm_npm_install "$OD" openai@6.30.1 >/dev/null 2>&1 \
+  || { echo "test_server_openai: npm install openai@6.30.1 failed (no registry?)" >&2; exit 77; }
 OPENAI_DIR="$OD" timeout 180 node "$ROOT/tests/server/conformance.mjs" "http://127.0.0.1:$PORT/v1" \
   || fail "the OpenAI client conformance test failed (server log: $(tail -5 "$W/log"))"
 

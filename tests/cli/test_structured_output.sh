@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_structured_output.sh — structured output through `lumen serve` with the official OpenAI Node
 # client and zod: installs npm openai@6.30.1, zod@4.1.12 and ajv@8.17.1 into $LM_BUILD_DIR/node-structured
-# (never committed; test_structured_target.sh shares it), starts the server over the embedded model on
+# (never committed; test_structured_target.sh has its own), starts the server over the embedded model on
 # 127.0.0.1 with an ephemeral port and runs tests/server/structured.mjs against it (zodResponseFormat
 # plain and streamed, a strict zodFunction with tool_choice required, json_object, a GBNF grammar,
 # tool_choice none, the Anthropic endpoint, the 400s). Also checks that `run` follows --json-schema and
@@ -54,13 +54,8 @@ fi
 NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
 [ "$NODE_MAJOR" -ge 20 ] || { echo "test_structured_output: node >= 20 needed" >&2; exit 77; }
 ND="$LM_BUILD_DIR/node-structured"
-have() { node -p "try{require('$ND/node_modules/$1/package.json').version}catch(e){''}"; }
-if [ "$(have openai)" != "6.30.1" ] || [ "$(have zod)" != "4.1.12" ] || [ "$(have ajv)" != "8.17.1" ]; then
-  mkdir -p "$ND"
-  timeout 300 npm install --prefix "$ND" --no-save --no-audit --no-fund --silent openai@6.30.1 zod@4.1.12 \
-    ajv@8.17.1 >/dev/null 2>&1 \
-    || { echo "test_structured_output: npm install failed (no registry?)" >&2; exit 77; }
-fi
+lm_npm_install "$ND" openai@6.30.1 zod@4.1.12 ajv@8.17.1 >/dev/null 2>&1 \
+  || { echo "test_structured_output: npm install failed (no registry?)" >&2; exit 77; }
 
 PID=
 cleanup() { kill "$PID" 2>/dev/null || true; }

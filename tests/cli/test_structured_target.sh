@@ -22,13 +22,8 @@ fi
 NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
 [ "$NODE_MAJOR" -ge 20 ] || { echo "test_structured_target: node >= 20 needed" >&2; exit 77; }
 ND="$LM_BUILD_DIR/node-structured-target"
-have() { node -p "try{require('$ND/node_modules/$1/package.json').version}catch(e){''}"; }
-if [ "$(have openai)" != "6.30.1" ] || [ "$(have zod)" != "4.1.12" ] || [ "$(have ajv)" != "8.17.1" ]; then
-  mkdir -p "$ND"
-  timeout 300 npm install --prefix "$ND" --no-save --no-audit --no-fund --silent openai@6.30.1 zod@4.1.12 \
-    ajv@8.17.1 >/dev/null 2>&1 \
-    || { echo "test_structured_target: npm install failed (no registry?)" >&2; exit 77; }
-fi
+lm_npm_install "$ND" openai@6.30.1 zod@4.1.12 ajv@8.17.1 >/dev/null 2>&1 \
+  || { echo "test_structured_target: npm install failed (no registry?)" >&2; exit 77; }
 
 PID=
 cleanup() { kill "$PID" 2>/dev/null || true; }

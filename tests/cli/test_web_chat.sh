@@ -86,17 +86,12 @@ stop
 command -v node >/dev/null && command -v npm >/dev/null || fail "node/npm missing (scripts/bootstrap.sh installs them)"
 [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || fail "node >= 20 needed"
 PD="$LM_BUILD_DIR/node-puppeteer"
-have=$(node -p "try{require('$PD/node_modules/puppeteer-core/package.json').version}catch(e){''}")
-if [ "$have" != "$PUPPETEER_VERSION" ]; then
-  mkdir -p "$PD"
-  if ! PUPPETEER_SKIP_DOWNLOAD=1 timeout 300 npm install --prefix "$PD" --no-save --no-audit --no-fund \
-      --silent "puppeteer-core@$PUPPETEER_VERSION" >"$W/npm.log" 2>&1; then
-    if ! timeout 30 npm ping >/dev/null 2>&1; then
-      echo "test_web_chat: the npm registry is unreachable: browser part skipped" >&2
-      exit 77
-    fi
-    fail "npm install puppeteer-core@$PUPPETEER_VERSION failed: $(tail -5 "$W/npm.log")"
+if ! PUPPETEER_SKIP_DOWNLOAD=1 lm_npm_install "$PD" "puppeteer-core@$PUPPETEER_VERSION" >"$W/npm.log" 2>&1; then
+  if ! timeout 30 npm ping >/dev/null 2>&1; then
+    echo "test_web_chat: the npm registry is unreachable: browser part skipped" >&2
+    exit 77
   fi
+  fail "npm install puppeteer-core@$PUPPETEER_VERSION failed: $(tail -5 "$W/npm.log")"
 fi
 rm -f "$ART"/web_chat*.png
 start # the whole page
