@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
-#include "backend/cpu/cpu_vec.h"
 #include "base/status.h"
 #include "tensor/quant.h"
 
@@ -280,7 +279,7 @@ lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a) {
                      a->head_dim);
   }
   int threads = team ? lm_cpu_team_of(be)->size : omp_get_max_threads();
-  attn_job j = {.vk = lm_cpu_vec_best(), .a = a, .b = b, .group = a->n_heads / a->n_kv_heads};
+  attn_job j = {.vk = lm_cpu_vec_of(be), .a = a, .b = b, .group = a->n_heads / a->n_kv_heads};
   int64_t base = (int64_t)b->n_tokens * a->n_kv_heads;
   j.slices = base >= threads ? 1 : (int)((threads + base - 1) / base);
   if (j.slices > j.group) j.slices = j.group;

@@ -100,6 +100,7 @@ lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out
   if (ctx) {
     memset(ctx, 0, sizeof *ctx);
     ctx->team.enable = ctx->team.adapt = 1;
+    ctx->vec = lm_cpu_vec_best();
   }
   if (!be || !ctx) {
     free(be);

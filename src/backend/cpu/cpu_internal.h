@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_team.h"
+#include "backend/cpu/cpu_vec.h"
 #include "kv/batch.h"
 
 /* Floats of the scratch where a team's attention keeps the parts of keys it split among its
@@ -14,6 +15,7 @@ typedef struct lm_cpu_ctx {
   lm_cpu_team team;        /* the decode step's threads (first: it is 64-byte aligned) */
   const lm_batch *batch;   /* the step's inputs; host memory is backend memory here */
   lm_backend_ops bf16_ops; /* LM_PRECISION_BF16: the rounding ops around the f32 ones */
+  const lm_cpu_vec *vec;   /* the vector math of this CPU, chosen once */
   float attn_parts[LM_CPU_ATTN_PARTS];
 } lm_cpu_ctx;
 
@@ -30,6 +32,9 @@ void lm_cpu_rope_tokens(float *data, int64_t token_stride, int64_t head_stride, 
 
 static inline const lm_batch *lm_cpu_batch(lm_backend *be) {
   return ((lm_cpu_ctx *)be->ctx)->batch;
+}
+static inline const lm_cpu_vec *lm_cpu_vec_of(lm_backend *be) {
+  return ((lm_cpu_ctx *)be->ctx)->vec;
 }
 static inline lm_cpu_team *lm_cpu_team_of(lm_backend *be) { return &((lm_cpu_ctx *)be->ctx)->team; }
 /* 1 while the caller is one of the threads of a step's team (all of them call each op). */

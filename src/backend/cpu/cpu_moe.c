@@ -6,7 +6,6 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_matmul.h"
-#include "backend/cpu/cpu_vec.h"
 #include "base/status.h"
 
 static lm_status moe_route_here(const lm_moe_route_args *a);
@@ -114,7 +113,7 @@ static lm_status moe_experts_here(lm_backend *be, const lm_moe_experts_args *a) 
     LM_TRY(expert_mm(be, g, ld, xs, ld, n, a->gate, e));
     LM_TRY(expert_mm(be, u, ld, xs, ld, n, a->up, e));
     for (int64_t j = 0; j < n; j++)
-      lm_cpu_vec_best()->geglu(g + j * ld, g + j * ld, u + j * ld, I);
+      lm_cpu_vec_of(be)->geglu(g + j * ld, g + j * ld, u + j * ld, I);
     LM_TRY(expert_mm(be, y, ld, g, ld, n, a->down, e));
     for (int64_t j = 0; j < n; j++) {
       int64_t pair = order[start[e] + j], t = pair / K;

@@ -5,7 +5,6 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_matmul.h"
-#include "backend/cpu/cpu_vec.h"
 #include "base/status.h"
 #include "tensor/dtype.h"
 
@@ -40,14 +39,14 @@ lm_status lm_cpu_embed(lm_backend *be, const lm_embed_args *a) {
  * runs on the rows it has just computed, while they are in its cache. */
 typedef struct glu_job {
   lm_tensor out, gate, up;
+  const lm_cpu_vec *vk;
 } glu_job;
 
 static void glu_cols(void *arg, int64_t c0, int64_t c1) {
   const glu_job *j = arg;
-  const lm_cpu_vec *vk = lm_cpu_vec_best();
   for (int64_t r = 0; r < j->out.rows; r++)
-    vk->geglu(lm_cpu_row(j->out, r) + c0, lm_cpu_row(j->gate, r) + c0, lm_cpu_row(j->up, r) + c0,
-              c1 - c0);
+    j->vk->geglu(lm_cpu_row(j->out, r) + c0, lm_cpu_row(j->gate, r) + c0, lm_cpu_row(j->up, r) + c0,
+                 c1 - c0);
 }
 
 /* The kernel's arguments for one op's product (its team when a step runs as one). */
@@ -74,7 +73,7 @@ static lm_status matmul_plain(lm_backend *be, const lm_matmul_args *a) {
 /* In a team: the epilogue runs per chunk of rows; GLU_PAIR computes the gate rows into other
  * and the up rows into out in the same chunk (bit for bit the unfused sequence). */
 static lm_status matmul_team(lm_backend *be, const lm_matmul_args *a) {
-  glu_job g = {.out = a->out, .gate = a->other, .up = a->out};
+  glu_job g = {.out = a->out, .gate = a->other, .up = a->out, .vk = lm_cpu_vec_of(be)};
   if (a->epilogue == LM_EPI_GLU_SELF) g.gate = a->out, g.up = a->other;
   lm_cpu_matmul_args m = mm_args(be, a); /* matmul_team runs only inside a team */
   m.epi = a->epilogue ? glu_cols : NULL;
@@ -253,6 +252,7 @@ typedef struct ew_job {
   int64_t rows, cols, per_row; /* chunks per row */
   void (*fn)(const struct ew_job *j, int64_t r, int64_t c0, int64_t c1);
   const void *a;
+  const lm_cpu_vec *vk; /* the ops that need vector math */
 } ew_job;
 
 static void ew_chunk(void *arg, int64_t i) {
@@ -275,12 +275,13 @@ static void ew_run(lm_backend *be, ew_job *j, int par) {
 
 static void geglu_cols(const ew_job *j, int64_t r, int64_t c0, int64_t c1) {
   const lm_geglu_args *a = j->a;
-  lm_cpu_vec_best()->geglu(lm_cpu_row(a->out, r) + c0, lm_cpu_row(a->gate, r) + c0,
-                           lm_cpu_row(a->up, r) + c0, c1 - c0);
+  j->vk->geglu(lm_cpu_row(a->out, r) + c0, lm_cpu_row(a->gate, r) + c0, lm_cpu_row(a->up, r) + c0,
+               c1 - c0);
 }
 
 lm_status lm_cpu_geglu(lm_backend *be, const lm_geglu_args *a) {
-  ew_job j = {.rows = a->out.rows, .cols = a->out.cols, .fn = geglu_cols, .a = a};
+  ew_job j = {
+      .rows = a->out.rows, .cols = a->out.cols, .fn = geglu_cols, .a = a, .vk = lm_cpu_vec_of(be)};
   ew_run(be, &j, a->out.rows * a->out.cols > 4096);
   return LM_OK;
 }
@@ -307,12 +308,13 @@ lm_status lm_cpu_add(lm_backend *be, const lm_add_args *a) {
 
 static void softcap_cols(const ew_job *j, int64_t r, int64_t c0, int64_t c1) {
   const lm_softcap_args *a = j->a;
-  lm_cpu_vec_best()->softcap(lm_cpu_row(a->x, r) + c0, c1 - c0, a->cap);
+  j->vk->softcap(lm_cpu_row(a->x, r) + c0, c1 - c0, a->cap);
 }
 
 /* final_logit_softcapping: tanh(x / cap) * cap. */
 lm_status lm_cpu_softcap(lm_backend *be, const lm_softcap_args *a) {
-  ew_job j = {.rows = a->x.rows, .cols = a->x.cols, .fn = softcap_cols, .a = a};
+  ew_job j = {
+      .rows = a->x.rows, .cols = a->x.cols, .fn = softcap_cols, .a = a, .vk = lm_cpu_vec_of(be)};
   ew_run(be, &j, 0);
   return LM_OK;
 }

@@ -1,7 +1,7 @@
 /* cpu_vec.h — the CPU backend's vector math outside the matmul: the GeGLU of the MLP, the logits'
- * soft cap and the three loops of attention's online softmax over a tile of keys. One table per
- * instruction set (cpu_vec.c: portable, cpu_vec_avx2.c, cpu_vec_avx512.c); every caller of one
- * process uses the same table, so the team and the separate ops compute the same bits.
+ * soft cap and the loops of attention's online softmax over a tile of keys. One table per
+ * instruction set (cpu_vec.c: portable, cpu_vec_avx2.c, cpu_vec_avx512.c); a CPU backend picks
+ * one when it is created (lm_cpu_vec_of), so its team and its separate ops compute the same bits.
  *
  * Each function's result for an element depends only on that element's inputs (and, for the
  * sums, on the order of the keys), never on how many elements a call covers or where they
