@@ -23,6 +23,26 @@ lm_serve_start() {
   fail "no 'listening on' line within $secs s"
 }
 
+# lm_serve_stop [SIGNAL]: sends SIGNAL (default TERM) to the server lm_serve_start started, waits for
+# it and clears PID (so the caller's EXIT trap has nothing left to kill); returns its exit status.
+lm_serve_stop() {
+  local rc=0
+  kill "-${1:-TERM}" "$PID"
+  wait "$PID" || rc=$?
+  PID=
+  return $rc
+}
+
+# lm_need_node NAME [WHAT]: exits 77 (ctest's skip) with "NAME: ..." on stderr unless node >= 20 and
+# npm are on the PATH; WHAT says which part of the test is skipped.
+lm_need_node() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "$1: node/npm missing${2:+, $2 skipped}" >&2
+    exit 77
+  fi
+  [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || { echo "$1: node >= 20 needed" >&2; exit 77; }
+}
+
 # lm_npm_install PREFIX NAME@VERSION...: the pinned npm packages under PREFIX/node_modules,
 # installed (all of them, in one npm run) unless every one is already there at its version.
 # npm's own output goes to the caller's stdout / stderr. Returns npm's failure, for the caller

@@ -52,7 +52,7 @@ s = json.loads(sys.argv[1])
 assert s["sequences"]["parallel"] == 2, s["sequences"]
 assert s["admission"]["max_context"] == 256, s["admission"]
 PY
-kill "$PID"; wait "$PID" || true; PID=
+lm_serve_stop || true
 
 # -- quantize: kinds checked up front, one message each, side files copied, no silent overwrite
 refused "lumen quantize: --bits 7: supported are 2, 3, 4, 5, 6 and 8" quantize "$M" "$D/q" --bits 7

@@ -16,7 +16,7 @@ command -v curl >/dev/null || { echo "curl missing" >&2; exit 77; }
 start() { # start ARGS...: a server in the background, PORT set
   lm_serve_start "$D/out" "$D/log" 30 "$M" --host 127.0.0.1 --port 0 --parallel 1 "$@"
 }
-stop() { kill "$PID"; wait "$PID" || true; PID=; }
+stop() { lm_serve_stop || true; }
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 
 check_key() { # check_key KEY: the running server wants exactly KEY

@@ -20,7 +20,7 @@ start() { # start ARGS...: a server in the background, PORT and B set
   lm_serve_start "$D/out" "$D/log" 30 "$M" --host 127.0.0.1 --port 0 --parallel 2 "$@"
   B="http://127.0.0.1:$PORT"
 }
-stop() { kill "$PID"; wait "$PID" || true; PID=; }
+stop() { lm_serve_stop || true; }
 logged() { # logged REGEX: the request log gets a matching line (it is written as requests complete)
   for _ in $(seq 1 50); do grep -Eq "$1" "$D/log" && return 0; sleep 0.1; done
   fail "no log line matching '$1' in: $(cat "$D/log")"

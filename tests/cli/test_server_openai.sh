@@ -33,12 +33,7 @@ lm_serve_start "$W/out" "$W/log" 30 "$ROOT/models/lumen-tiny-kjv" --host 127.0.0
 grep -q 'model lumen-tiny-kjv (gemma4' "$W/out" || fail "the startup lines do not say what was loaded: $(cat "$W/out")"
 [ "$(curl -s "http://127.0.0.1:$PORT/health")" = '{"status":"ok"}' ] || fail "/health"
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "test_server_openai: node/npm missing, conformance part skipped" >&2
-  exit 77
-fi
-NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
-[ "$NODE_MAJOR" -ge 20 ] || { echo "test_server_openai: node >= 20 needed" >&2; exit 77; }
+lm_need_node test_server_openai "the conformance part"
 OD="$LM_BUILD_DIR/node-openai"
 lm_npm_install "$OD" openai@6.30.1 >/dev/null 2>&1 \
   || { echo "test_server_openai: npm install openai@6.30.1 failed (no registry?)" >&2; exit 77; }
@@ -46,8 +41,7 @@ OPENAI_DIR="$OD" timeout 180 node "$ROOT/tests/server/conformance.mjs" "http://1
   || fail "the OpenAI client conformance test failed (server log: $(tail -5 "$W/log"))"
 
 # ---- a clean shutdown -----------------------------------------------------------------------------
-kill -TERM "$PID"
-rc=0; wait "$PID" || rc=$?
+rc=0; lm_serve_stop TERM || rc=$?
 trap - EXIT
 [ $rc -eq 0 ] || fail "the server exited $rc on SIGTERM"
 echo "test_server_openai: ok"

@@ -47,12 +47,7 @@ rc=0; "$LUMEN_BIN" run "$MODEL" "x" --json-schema "$W/missing.json" >/dev/null 2
 [ $rc -eq 1 ] && grep -q -- '--json-schema' "$W/err" || fail "a missing schema file: rc $rc, $(cat "$W/err")"
 
 # ---- the server ------------------------------------------------------------------------------------
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "test_structured_output: node/npm missing, the client part skipped" >&2
-  exit 77
-fi
-NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
-[ "$NODE_MAJOR" -ge 20 ] || { echo "test_structured_output: node >= 20 needed" >&2; exit 77; }
+lm_need_node test_structured_output "the client part"
 ND="$LM_BUILD_DIR/node-structured"
 lm_npm_install "$ND" openai@6.30.1 zod@4.1.12 ajv@8.17.1 >/dev/null 2>&1 \
   || { echo "test_structured_output: npm install failed (no registry?)" >&2; exit 77; }
@@ -63,8 +58,7 @@ trap cleanup EXIT
 lm_serve_start "$W/out" "$W/log" 30 "$MODEL" --host 127.0.0.1 --port 0 --parallel 4 --timeout 120
 NODE_DIR="$ND" timeout 300 node "$ROOT/tests/server/structured.mjs" "http://127.0.0.1:$PORT/v1" \
   || fail "the structured-output client test failed (server log: $(tail -5 "$W/log"))"
-kill -TERM "$PID"
-rc=0; wait "$PID" || rc=$?
+rc=0; lm_serve_stop TERM || rc=$?
 trap - EXIT
 [ $rc -eq 0 ] || fail "the server exited $rc on SIGTERM"
 echo "test_structured_output: ok"

@@ -15,12 +15,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 W="$LM_BUILD_DIR/tmp/test_structured_target"
 rm -rf "$W" && mkdir -p "$W"
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "test_structured_target: node/npm missing" >&2
-  exit 77
-fi
-NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
-[ "$NODE_MAJOR" -ge 20 ] || { echo "test_structured_target: node >= 20 needed" >&2; exit 77; }
+lm_need_node test_structured_target
 ND="$LM_BUILD_DIR/node-structured-target"
 lm_npm_install "$ND" openai@6.30.1 zod@4.1.12 ajv@8.17.1 >/dev/null 2>&1 \
   || { echo "test_structured_target: npm install failed (no registry?)" >&2; exit 77; }
@@ -42,7 +37,6 @@ print(f"  constraints: {c['tokens']} tokens, {c['us_per_token']:.1f} us per toke
       f"{b['mean_rows_per_step']:.1f} rows per step)")
 PY
 [ $rc -eq 0 ] || fail "the target was missed (server log: $(tail -3 "$W/log"))"
-kill -TERM "$PID"
-wait "$PID" || true
+lm_serve_stop TERM || true
 trap - EXIT
 echo "test_structured_target: ok"

@@ -27,7 +27,7 @@ trap cleanup EXIT
 start() { # start ARGS...: a server in the background, PORT set
   lm_serve_start "$W/out" "$W/log" 30 "$M" --host 127.0.0.1 --port 0 --parallel 2 --timeout 120 "$@"
 }
-stop() { kill "$PID"; wait "$PID" || true; PID=; }
+stop() { lm_serve_stop || true; }
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 
 # ---- the verb's help --------------------------------------------------------------------------
