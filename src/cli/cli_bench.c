@@ -129,7 +129,7 @@ static double decode_bytes(const lm_model *m, const lm_kv_spec *specs, int64_t n
     }
   }
   for (int i = 0; i < c->n_caches; i++) {
-    int64_t held = specs[i].window && n > specs[i].window ? specs[i].window : n;
+    int64_t cap = lm_kv_spec_capacity(&specs[i]), held = n > cap ? cap : n;
     b += (double)held * (double)lm_kv_spec_bytes_per_token(&specs[i], act);
   }
   return b;

@@ -51,7 +51,7 @@ static void weight_bits(const lm_weight *w, char *buf, size_t n) {
 static int64_t kv_bytes_at(const lm_model *m, const lm_kv_spec *specs, int64_t n) {
   int64_t b = 0;
   for (int i = 0; i < m->cfg.n_caches; i++) {
-    int64_t held = specs[i].window && n > specs[i].window ? specs[i].window : n;
+    int64_t cap = lm_kv_spec_capacity(&specs[i]), held = n > cap ? cap : n;
     b += held * lm_kv_spec_bytes_per_token(&specs[i], LM_DT_F32);
   }
   return b;
@@ -126,11 +126,13 @@ static json_t *info_json(const lm_model *m, const lm_kv_spec *specs) {
     int64_t b = lm_kv_spec_bytes_per_token(&specs[i], LM_DT_F32);
     char sig[64];
     bpt += b;
-    json_array_append_new(caches,
-                          json_pack("{s:i,s:i,s:s,s:I,s:I}", "cache", i, "layer", c->cache_layer[i],
-                                    "signature", lm_kv_spec_signature(&specs[i], sig, sizeof sig),
-                                    "bytes_per_token", (json_int_t)b, "capacity",
-                                    (json_int_t)(specs[i].window ? specs[i].window : -1)));
+    json_array_append_new(
+        caches,
+        json_pack(
+            "{s:i,s:i,s:s,s:I,s:I}", "cache", i, "layer", c->cache_layer[i], "signature",
+            lm_kv_spec_signature(&specs[i], sig, sizeof sig), "bytes_per_token", (json_int_t)b,
+            "capacity",
+            (json_int_t)(lm_kv_kind_ring(specs[i].kind) ? lm_kv_spec_capacity(&specs[i]) : -1)));
   }
   json_t *at = json_object();
   static const int64_t ctx[] = {1, 1024, 4096, 32768, 131072};
@@ -186,7 +188,8 @@ static void print_text(const lm_model *m, const lm_kv_spec *specs) {
          c->n_caches);
   for (int i = 0; i < c->n_caches; i++) {
     char sig[64], cap[32] = "unbounded";
-    if (specs[i].window) snprintf(cap, sizeof cap, "%lld", (long long)specs[i].window);
+    if (lm_kv_kind_ring(specs[i].kind))
+      snprintf(cap, sizeof cap, "%lld", (long long)lm_kv_spec_capacity(&specs[i]));
     printf("  %5d  %5d  %-26s %11lld  %s\n", i, c->cache_layer[i],
            lm_kv_spec_signature(&specs[i], sig, sizeof sig),
            (long long)lm_kv_spec_bytes_per_token(&specs[i], LM_DT_F32), cap);

@@ -13,7 +13,7 @@ lm_status lm_admit_init(lm_admit *a, const lm_kv_spec *specs, int n_caches, lm_d
   a->n_caches = n_caches;
   for (int i = 0; i < n_caches; i++) {
     a->bpt[i] = lm_kv_spec_bytes_per_token(&specs[i], act);
-    a->cap[i] = lm_kv_kind_ring(specs[i].kind) ? specs[i].window : LM_KV_UNBOUNDED;
+    a->cap[i] = lm_kv_spec_capacity(&specs[i]);
   }
   a->budget = budget;
   a->max_ctx = max_ctx;

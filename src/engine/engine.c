@@ -264,7 +264,7 @@ lm_status lm_engine_cache(const lm_engine *e, int i, int *layer, char *signature
   if (layer) *layer = m->cfg.cache_layer[i];
   if (signature) lm_kv_spec_signature(k, signature, n);
   if (bytes_per_token) *bytes_per_token = lm_kv_spec_bytes_per_token(k, e->be->act_dtype);
-  if (capacity) *capacity = lm_kv_kind_ring(k->kind) ? k->window : INT64_MAX;
+  if (capacity) *capacity = lm_kv_spec_capacity(k);
   return LM_OK;
 }
 

@@ -82,7 +82,8 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec_in, lm_kv_cache **
   c->n_kv_heads = spec->n_kv_heads;
   c->head_dim = spec->head_dim;
   c->dtype = be->act_dtype;
-  c->window = lm_kv_kind_ring(spec->kind) ? spec->window : 0;
+  c->window = lm_kv_kind_ring(spec->kind) ? lm_kv_ring_slots(spec->window) : 0;
+  c->spec_window = lm_kv_kind_ring(spec->kind) ? spec->window : 0;
   c->bits = lm_kv_kind_quant(spec->kind) ? spec->bits : 0;
   c->group = lm_kv_kind_quant(spec->kind) ? spec->group : 0;
   /* A ring is allocated whole up front; a plain cache starts small and doubles. */
@@ -212,11 +213,14 @@ lm_status lm_kv_trim(lm_kv_cache *c, int64_t n) {
     return LM_ERRF(LM_ERR_INVALID, "KV trim of %lld tokens from %lld", (long long)n,
                    (long long)c->n);
   /* After a wrap the ring's oldest slots hold positions newer than the ones a trim would
-   * expose again: those keys are gone. */
-  if (c->window && c->n > c->window && n > 0)
+   * expose again: past the spare slots, those keys are gone. */
+  if (n > 0 && c->n - n < lm_kv_min_len(c))
     return LM_ERRF(LM_ERR_STATE,
-                   "KV trim: the %lld-slot ring has wrapped (holds %lld..%lld); re-prefill instead",
-                   (long long)c->window, (long long)(c->n - c->window), (long long)(c->n - 1));
+                   "KV trim: the %lld-slot ring has wrapped (reached %lld tokens): it can go back "
+                   "to %lld, not %lld; re-prefill instead",
+                   (long long)c->window, (long long)lm_kv_high(c), (long long)lm_kv_min_len(c),
+                   (long long)(c->n - n));
+  c->hi = lm_kv_high(c);
   c->n -= n;
   return LM_OK;
 }
@@ -256,11 +260,18 @@ lm_status lm_kv_set_reserve(lm_kv_set *s, int64_t n_new) {
 
 lm_status lm_kv_set_trim(lm_kv_set *s, int64_t n) {
   for (int i = 0; i < s->n; i++) /* check first, so a refused trim changes nothing */
-    if (s->caches[i]->window && s->caches[i]->n > s->caches[i]->window && n > 0)
+    if (n > 0 && s->caches[i]->n - n < lm_kv_min_len(s->caches[i]))
       return lm_kv_trim(s->caches[i], n);
   for (int i = 0; i < s->n; i++)
     LM_TRY(lm_kv_trim(s->caches[i], n));
   return LM_OK;
+}
+
+int64_t lm_kv_set_min_len(const lm_kv_set *s) {
+  int64_t m = 0;
+  for (int i = 0; i < s->n; i++)
+    if (lm_kv_min_len(s->caches[i]) > m) m = lm_kv_min_len(s->caches[i]);
+  return m;
 }
 
 int64_t lm_kv_set_len(const lm_kv_set *s) { return s->n ? s->caches[0]->n : 0; }

@@ -5,16 +5,23 @@
  * (LM_KV_UNBOUNDED, or a ring's window); the memory for N tokens of context is
  * bytes_per_token × min(N, capacity). Kinds:
  *   kv:plain                        slot = position; grows (reserve) before a step, never during
- * one kv:rotating-plain               ring of `window` slots, slot = position % window
- *   kv:quant:<bits>:<group>         plain layout of MLX affine codes along head_dim (bits 4 or 8,
- *                                   groups 32/64/128) + bf16 scales and biases, quantized on append
+ *   kv:rotating-plain               ring of window + LM_KV_RING_SPARE slots, slot = position %
+ * slots kv:quant:<bits>:<group>         plain layout of MLX affine codes along head_dim (bits 4 or
+ * 8, groups 32/64/128) + bf16 scales and biases, quantized on append
  *   kv:rotating-quant:<bits>:<group> the same in a ring
  * Quantized kinds store what lm_affine_quantize_row computes from the f32 K/V (codes from
  * the f32 scale; scale and bias rounded to bf16); every read, the writing chunk's own queries
  * included, sees f32(bf16 scale) * q + f32(bf16 bias), so results do not depend on chunking.
  * Attention reads a cache in place (backend ops, dispatched on the signature); a step's
  * chunk is appended only after every layer that reads it has attended over it, so a ring
- * never loses keys the chunk's own queries still need. */
+ * never loses keys the chunk's own queries still need.
+ *
+ * Rollback: a ring keeps LM_KV_RING_SPARE slots past its layer's window, so after it wraps the
+ * last tokens can still be trimmed (speculative decoding's rejected drafts, a chat turn whose
+ * ending the template re-renders). Each append past the ring overwrites the position `slots`
+ * back; the cache remembers the highest length it reached since creation (`hi`), so positions
+ * below hi - slots are known to be gone. A trim to n' is allowed while the next token's window,
+ * positions n' - window + 1 .. n' - 1, is intact: n' >= hi - LM_KV_RING_SPARE - 1. */
 #ifndef LM_KV_KV_H
 #define LM_KV_KV_H
 
@@ -23,6 +30,10 @@
 #include "backend/backend.h"
 
 #define LM_KV_UNBOUNDED INT64_MAX
+/* Slots a ring keeps past its window: a wrapped ring can roll back this many tokens + 1. */
+#define LM_KV_RING_SPARE 16
+/* Slots of the ring of a layer with this sliding window. */
+static inline int64_t lm_kv_ring_slots(int64_t window) { return window + LM_KV_RING_SPARE; }
 
 typedef enum lm_kv_kind {
   LM_KV_PLAIN = 0,
@@ -42,7 +53,7 @@ static inline int lm_kv_kind_ring(lm_kv_kind k) {
 typedef struct lm_kv_spec {
   lm_kv_kind kind;
   int n_kv_heads, head_dim;
-  int64_t window;      /* for rotating kinds */
+  int64_t window;      /* rotating kinds: the layer's sliding window (the ring has more slots) */
   int bits, group;     /* for quantized kinds */
   int64_t quant_start; /* quantized kinds: stay plain until the cache holds this many tokens */
 } lm_kv_spec;
@@ -57,10 +68,12 @@ struct lm_kv_cache {
   int n_kv_heads, head_dim;
   int bits, group; /* quantized kinds */
   lm_dtype dtype;  /* element type of plain K and V (the backend's activation dtype) */
-  int64_t window;  /* ring size for rotating kinds; 0 for plain */
-  int64_t slots;   /* allocated slots */
-  int64_t n;       /* tokens appended so far = next position */
-  void *k, *v;     /* backend memory [slots][row]: elements (plain) or packed codes (quant) */
+  int64_t window;  /* ring slots for rotating kinds (lm_kv_ring_slots of the spec's); 0 for plain */
+  int64_t spec_window; /* rotating kinds: the spec's (the layer's) window */
+  int64_t slots;       /* allocated slots */
+  int64_t n;           /* tokens appended so far = next position */
+  int64_t hi;          /* rings: the highest n reached before the last trim or copy (lm_kv_high) */
+  void *k, *v;         /* backend memory [slots][row]: elements (plain) or packed codes (quant) */
   void *ks, *kb, *vs, *vb; /* quant: bf16 [slots][n_kv_heads*head_dim/group] */
   lm_kv_spec pending; /* a plain cache that becomes this quantized kind at pending.quant_start */
   int has_pending;
@@ -77,6 +90,11 @@ static inline int64_t lm_kv_stage_row_bound(int64_t w) { return 2 * w + 4 * (w /
 
 lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec, lm_kv_cache **out);
 
+/* Tokens a cache of this spec holds at most: LM_KV_UNBOUNDED, or a ring's slots. */
+static inline int64_t lm_kv_spec_capacity(const lm_kv_spec *s) {
+  return lm_kv_kind_ring(s->kind) ? lm_kv_ring_slots(s->window) : LM_KV_UNBOUNDED;
+}
+
 /* What a cache of this spec would report, without creating one (planning, `lumen info`).
  * act: the element type of plain caches (the backend's activation dtype). */
 int64_t lm_kv_spec_bytes_per_token(const lm_kv_spec *spec, lm_dtype act);
@@ -87,7 +105,7 @@ void lm_kv_free(lm_kv_cache *c);
 const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n);
 /* Bytes stored per token held (keys + values). */
 int64_t lm_kv_bytes_per_token(const lm_kv_cache *c);
-/* Tokens it can hold: LM_KV_UNBOUNDED or the window. */
+/* Tokens it can hold: LM_KV_UNBOUNDED or the ring's slots. */
 int64_t lm_kv_capacity(const lm_kv_cache *c);
 /* Tokens it holds now: min(n, capacity). */
 int64_t lm_kv_held(const lm_kv_cache *c);
@@ -99,9 +117,20 @@ lm_status lm_kv_reserve(lm_kv_cache *c, int64_t n_new);
 /* Reallocates a plain cache to exactly max(slots, n, 1) slots, keeping its rows (snapshots
  * hold no slack; a later reserve grows it again); a ring keeps its window. Outside steps. */
 lm_status lm_kv_fit(lm_kv_cache *c, int64_t slots);
-/* Drops the last n tokens. A ring that has wrapped cannot give back evicted positions:
- * LM_ERR_STATE, and the caller re-prefills. */
+/* Drops the last n tokens. A wrapped ring gives back at most what its spare slots kept (see
+ * "Rollback" above); past that the positions are gone: LM_ERR_STATE, and the caller
+ * re-prefills. */
 lm_status lm_kv_trim(lm_kv_cache *c, int64_t n);
+/* A ring's highest length reached (n only grows between trims and copies); n for plain kinds. */
+static inline int64_t lm_kv_high(const lm_kv_cache *c) {
+  return c->window && c->hi > c->n ? c->hi : c->n;
+}
+/* The shortest length a trim may reach: 0, or for a ring that has overwritten positions, the
+ * one whose next token still finds its whole window. */
+static inline int64_t lm_kv_min_len(const lm_kv_cache *c) {
+  int64_t hi = lm_kv_high(c);
+  return c->window && hi > c->window ? hi - LM_KV_RING_SPARE - 1 : 0;
+}
 /* Slot of absolute position pos (which must be held). */
 static inline int64_t lm_kv_slot(const lm_kv_cache *c, int64_t pos) {
   return c->window ? pos % c->window : pos;
@@ -121,6 +150,8 @@ lm_status lm_kv_set_create(lm_backend *be, const lm_kv_spec *specs, int n, lm_kv
 void lm_kv_set_free(lm_kv_set *s);
 lm_status lm_kv_set_reserve(lm_kv_set *s, int64_t n_new);
 lm_status lm_kv_set_trim(lm_kv_set *s, int64_t n);
+/* The shortest length every cache of the set may be trimmed to. */
+int64_t lm_kv_set_min_len(const lm_kv_set *s);
 /* Tokens appended to the set (all its caches agree). */
 int64_t lm_kv_set_len(const lm_kv_set *s);
 int64_t lm_kv_set_bytes(const lm_kv_set *s);

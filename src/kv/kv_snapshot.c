@@ -32,7 +32,7 @@ lm_kv_spec lm_kv_layout_spec(const lm_kv_cache *c) {
   return spec_norm((lm_kv_spec){.kind = c->kind,
                                 .n_kv_heads = c->n_kv_heads,
                                 .head_dim = c->head_dim,
-                                .window = c->window,
+                                .window = c->spec_window,
                                 .bits = c->bits,
                                 .group = c->group});
 }
@@ -62,7 +62,7 @@ int64_t lm_kv_set_alloc_bytes(const lm_kv_set *s) {
 
 int lm_kv_can_truncate(const lm_kv_cache *c, int64_t m) {
   if (m < 0 || m > c->n) return 0;
-  return !c->window || c->n <= c->window || m == c->n;
+  return m == c->n || m >= lm_kv_min_len(c);
 }
 
 int lm_kv_set_can_truncate(const lm_kv_set *s, int64_t m) {
@@ -72,9 +72,15 @@ int lm_kv_set_can_truncate(const lm_kv_set *s, int64_t m) {
 }
 
 /* Rows (slots from 0) that hold the state after m tokens: positions 0..m-1 for a plain cache
- * and an unwrapped ring, the whole ring once m passes the window. */
+ * and a ring below its slot count (what m's next tokens read lies there, wrapped before or
+ * not), the whole ring past it. */
 static int64_t prefix_rows(const lm_kv_cache *c, int64_t m) {
   return c->window && m > c->window ? c->window : m;
+}
+
+/* The high-water mark of a copy of c's first m tokens: c's own once its ring has wrapped. */
+static int64_t prefix_high(const lm_kv_cache *c, int64_t m) {
+  return c->window && lm_kv_high(c) > c->window ? lm_kv_high(c) : m;
 }
 
 static lm_status check_prefix(const lm_kv_cache *c, int64_t m) {
@@ -84,9 +90,9 @@ static lm_status check_prefix(const lm_kv_cache *c, int64_t m) {
   if (!lm_kv_can_truncate(c, m))
     return LM_ERRF(
         LM_ERR_STATE,
-        "KV snapshot: the %lld-slot ring has wrapped (holds %lld..%lld): the state after "
+        "KV snapshot: the %lld-slot ring has wrapped (reached %lld tokens): the state after "
         "%lld tokens is gone",
-        (long long)c->window, (long long)(c->n - c->window), (long long)(c->n - 1), (long long)m);
+        (long long)c->window, (long long)lm_kv_high(c), (long long)m);
   return LM_OK;
 }
 
@@ -144,6 +150,7 @@ lm_status lm_kv_clone_prefix(const lm_kv_cache *src, int64_t m, lm_kv_cache **ou
     return lm_err_prefix(s, "KV snapshot of %lld tokens", (long long)m);
   }
   c->n = m;
+  c->hi = prefix_high(src, m);
   *out = c;
   return LM_OK;
 }
@@ -203,6 +210,7 @@ lm_status lm_kv_copy_prefix(lm_kv_cache *dst, const lm_kv_cache *src, int64_t m)
     }
     s = copy_rows(dst, src, prefix_rows(src, m));
     dst->n = s ? 0 : m; /* a failed copy leaves rows of both: the cache is emptied */
+    dst->hi = s ? 0 : prefix_high(src, m);
     return s;
   }
   /* Different layouts (one converted, the other not yet): swap in a fresh copy, keeping dst's
@@ -227,7 +235,7 @@ lm_status lm_kv_set_copy_prefix(lm_kv_set *dst, const lm_kv_set *src, int64_t m)
     lm_status s = lm_kv_copy_prefix(dst->caches[i], src->caches[i], m);
     if (s) {
       for (int j = 0; j < dst->n; j++)
-        dst->caches[j]->n = 0; /* never a set whose caches disagree */
+        dst->caches[j]->n = dst->caches[j]->hi = 0; /* never a set whose caches disagree */
       return lm_err_prefix(s, "cache %d", i);
     }
   }

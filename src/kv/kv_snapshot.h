@@ -6,8 +6,10 @@
  *
  * When is "the state after m tokens" recoverable from a cache that holds n >= m tokens?
  *   - plain kinds: always (slot = position; rows past m are simply not held any more);
- *   - rings: only if the ring has not wrapped (n <= window), or m == n. After a wrap, the slots
- *     of positions before m hold newer positions: those keys are gone (lm_kv_trim's rule).
+ *   - rings: if the ring has not wrapped, if m == n, or if m >= lm_kv_min_len (the spare slots
+ *     past the window still hold what m's next token attends to: lm_kv_trim's rule). Below
+ *     that, the slots hold newer positions and the keys are gone. A copy keeps the source's
+ *     high-water mark, so it obeys the same rule.
  * A ring snapshot taken AT the prefix end (m == n) is always exact, wrapped or not: this is
  * what the prompt cache stores, so a prefix longer than the sliding window is still reusable.
  *

@@ -65,7 +65,8 @@ enum {
   E_N = 56,
   E_ROWS = 64,
   E_ARRAYS = 72,
-  E_RESERVED = 72 + 24 * LM_KV_ARRAYS
+  E_HIGH = 72 + 24 * LM_KV_ARRAYS,
+  E_RESERVED = E_HIGH + 8
 };
 /* Limits that keep every product below 2^63: rows <= 2^31, row bytes <= 4096 * 4096 * 4. */
 #define MAX_HEADS 4096
@@ -119,7 +120,8 @@ static int64_t layout_row_bytes(const lm_kv_spec *layout, lm_dtype dtype, int a)
 }
 
 static int64_t rows_for(const lm_kv_spec *layout, int64_t n) {
-  return lm_kv_kind_ring(layout->kind) && n > layout->window ? layout->window : n;
+  int64_t slots = lm_kv_ring_slots(layout->window);
+  return lm_kv_kind_ring(layout->kind) && n > slots ? slots : n;
 }
 
 /* "kv:quant:8:64" or "kv:quant:8:64 from token 512" (a delayed quantization). */
@@ -151,6 +153,7 @@ static void put_entry(uint8_t *e, const lm_kv_state_cache *c) {
   put64(e + E_QUANT_START, (uint64_t)c->plan.quant_start);
   put64(e + E_N, (uint64_t)c->n);
   put64(e + E_ROWS, (uint64_t)c->rows);
+  put64(e + E_HIGH, (uint64_t)c->high);
   for (int a = 0; a < LM_KV_ARRAYS; a++) {
     put64(e + E_ARRAYS + 24 * a, c->arrays[a].offset);
     put64(e + E_ARRAYS + 24 * a + 8, c->arrays[a].bytes);
@@ -324,6 +327,14 @@ static lm_status parse_entry_specs(const uint8_t *e, const char *name, int i, in
                    "%s: cache %d: %llu tokens in %llu rows; the file holds %lld tokens", name, i,
                    (unsigned long long)get64(e + E_N), (unsigned long long)get64(e + E_ROWS),
                    (long long)n_tokens);
+  /* a ring's high-water mark: at most its spare slots + 1 past n once it has wrapped */
+  uint64_t hi = get64(e + E_HIGH), slots = (uint64_t)lm_kv_ring_slots(c->plan.window);
+  if (ring ? hi < (uint64_t)n_tokens ||
+                 (hi > slots && hi - (uint64_t)n_tokens > LM_KV_RING_SPARE + 1)
+           : hi != (uint64_t)n_tokens)
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: high-water mark %llu for %lld tokens", name, i,
+                   (unsigned long long)hi, (long long)n_tokens);
+  c->high = (int64_t)hi;
   for (int k = E_RESERVED; k < LM_KV_STATE_ENTRY_BYTES; k++)
     if (e[k]) return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: reserved bytes are not zero", name, i);
   return LM_OK;
@@ -466,6 +477,7 @@ static lm_status plan_file(const lm_kv_set *kv, const int32_t *tokens, int64_t n
                      lm_dtype_name(c->dtype));
     e->n = n;
     e->rows = lm_kv_held(c);
+    e->high = lm_kv_high(c);
     for (int a = 0; a < LM_KV_ARRAYS; a++) {
       e->arrays[a].bytes = (uint64_t)(e->rows * lm_kv_row_bytes(c, a));
       if (!e->arrays[a].bytes) continue;
@@ -677,6 +689,7 @@ static lm_status restore_cache(const uint8_t *map, const lm_kv_state_cache *ec, 
     return s;
   }
   c->n = ec->n;
+  c->hi = ec->high;
   *out = c;
   return LM_OK;
 }

@@ -27,7 +27,7 @@
 #include "model/fingerprint.h"
 #include "model/model.h"
 
-#define LM_KV_STATE_VERSION 1
+#define LM_KV_STATE_VERSION 2
 #define LM_KV_STATE_ALIGN 4096
 #define LM_KV_STATE_HEADER_BYTES 128
 #define LM_KV_STATE_ENTRY_BYTES 256
@@ -71,6 +71,7 @@ typedef struct lm_kv_state_cache {
   int has_pending;   /* still plain, converting to plan at plan.quant_start */
   lm_dtype dtype;    /* K/V element type of a plain layout (LM_DT_COUNT for quantized ones) */
   int64_t n, rows;   /* tokens appended; rows stored per array (slot order, from slot 0) */
+  int64_t high;      /* the cache's high-water mark (lm_kv_high; n for plain kinds) */
   lm_kv_state_block arrays[LM_KV_ARRAYS];
 } lm_kv_state_cache;
 

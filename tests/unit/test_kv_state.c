@@ -23,18 +23,6 @@
 
 #define TMP LM_BUILD_DIR "/tmp/test_kv_state"
 
-/* The tiny E2B-like geometry with head dims 32/64, so 32-wide quantization groups fit. */
-static const char *quant_config =
-    "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":64,"
-    "\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":2,"
-    "\"num_key_value_heads\":1,\"head_dim\":32,\"global_head_dim\":64,\"sliding_window\":4,"
-    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_"
-    "input\":64,"
-    "\"num_kv_shared_layers\":2,\"use_double_wide_mlp\":true,"
-    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_"
-    "attention\","
-    "\"full_attention\"]}}";
-
 typedef struct ctx {
   lm_model *m, *mq; /* the tiny model; the quantizable one */
   lm_backend *be;
@@ -43,8 +31,9 @@ typedef struct ctx {
 static int setup(void **st) {
   ctx *c = calloc(1, sizeof *c);
   if (lm_test_write_tiny(lm_test_tiny_config, TMP "/tiny") ||
-      lm_test_write_tiny(quant_config, TMP "/tinyq") || lm_model_load(TMP "/tiny", &c->m) ||
-      lm_model_load(TMP "/tinyq", &c->mq) || lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
+      lm_test_write_tiny(lm_test_tiny_quant_config, TMP "/tinyq") ||
+      lm_model_load(TMP "/tiny", &c->m) || lm_model_load(TMP "/tinyq", &c->mq) ||
+      lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
     fprintf(stderr, "setup: %s\n", lm_errmsg());
     return -1;
   }
@@ -63,7 +52,8 @@ static int teardown(void **st) {
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-#define N_IDS 24
+#define N_IDS 64
+#define WRAP 30 /* tokens that wrap the rings: window 4 + LM_KV_RING_SPARE slots */
 static void test_ids(int32_t *ids, int n) {
   for (int i = 0; i < n; i++)
     ids[i] = (int32_t)(1 + lm_mix64(0x5eed + (uint64_t)i) % 63);
@@ -222,15 +212,19 @@ static void t_clone(void **st) {
   int64_t V = c->m->cfg.vocab_size;
   float *la = malloc(N_IDS * V * sizeof(float)), *lb = malloc(N_IDS * V * sizeof(float));
   lm_kv_set *a = new_set(c->be, c->m, specs), *b;
-  feed(c->m, c->be, a, ids, 0, 10, 3, NULL); /* 10 > window 4: the rings have wrapped */
+  feed(c->m, c->be, a, ids, 0, WRAP, 3, NULL);
   assert_int_equal(lm_kv_set_clone(a, &b), LM_OK);
-  assert_int_equal(lm_kv_set_len(b), 10);
+  assert_int_equal(lm_kv_set_len(b), WRAP);
   assert_true(lm_kv_set_alloc_bytes(b) <= lm_kv_set_alloc_bytes(a)); /* exact fit */
-  feed(c->m, c->be, a, ids, 10, N_IDS, 2, la);
-  feed(c->m, c->be, b, ids, 10, N_IDS, 2, lb);
-  assert_memory_equal(la, lb, (size_t)(N_IDS - 10) * V * sizeof(float));
-  /* A wrapped ring cannot give back an earlier state; an unwrapped one can. */
+  feed(c->m, c->be, a, ids, WRAP, N_IDS, 2, la);
+  feed(c->m, c->be, b, ids, WRAP, N_IDS, 2, lb);
+  assert_memory_equal(la, lb, (size_t)(N_IDS - WRAP) * V * sizeof(float));
+  /* A wrapped ring gives back an earlier state only as far as its spare slots reach; an
+   * unwrapped one always can. */
   lm_kv_set *p;
+  assert_int_equal(lm_kv_set_min_len(a), N_IDS - LM_KV_RING_SPARE - 1);
+  assert_true(lm_kv_set_can_truncate(a, N_IDS - LM_KV_RING_SPARE - 1));
+  assert_false(lm_kv_set_can_truncate(a, N_IDS - LM_KV_RING_SPARE - 2));
   assert_false(lm_kv_set_can_truncate(a, 5));
   assert_int_equal(lm_kv_set_clone_prefix(a, 5, &p), LM_ERR_STATE);
   assert_null(p);
@@ -298,16 +292,16 @@ static void t_round_trip_plain(void **st) {
   plan(c->m, "off", 0, specs);
   round_trip(c, c->m, specs, 0, 1);  /* an empty session */
   round_trip(c, c->m, specs, 3, 3);  /* rings not yet full */
-  round_trip(c, c->m, specs, 4, 2);  /* exactly full */
-  round_trip(c, c->m, specs, 13, 5); /* wrapped */
-  round_trip(c, c->m, specs, 17, 1); /* wrapped, decoded token by token */
+  round_trip(c, c->m, specs, 20, 2); /* exactly full (window 4 + LM_KV_RING_SPARE slots) */
+  round_trip(c, c->m, specs, 33, 5); /* wrapped */
+  round_trip(c, c->m, specs, 37, 1); /* wrapped, decoded token by token */
 }
 
 static void t_round_trip_quant(void **st) {
   ctx *c = *st;
   lm_kv_spec specs[8];
   plan(c->mq, "8", 0, specs);
-  round_trip(c, c->mq, specs, 11, 4);
+  round_trip(c, c->mq, specs, 31, 4);
   plan(c->mq, "4", 0, specs);
   round_trip(c, c->mq, specs, 2, 2);
   round_trip(c, c->mq, specs, 9, 9);
@@ -444,10 +438,10 @@ static void make_good(bad_ctx *x, lm_kv_set **kv_out) {
   int32_t ids[N_IDS];
   test_ids(ids, N_IDS);
   lm_kv_set *kv = new_set(x->c->be, x->c->m, x->specs);
-  feed(x->c->m, x->c->be, kv, ids, 0, 9, 9, NULL);
+  feed(x->c->m, x->c->be, kv, ids, 0, WRAP, 10, NULL);
   uint8_t fp[32];
   fingerprint(x->c->m, fp);
-  assert_int_equal(lm_kv_state_save(TMP "/good.kvstate", fp, kv, ids, 9), LM_OK);
+  assert_int_equal(lm_kv_state_save(TMP "/good.kvstate", fp, kv, ids, WRAP), LM_OK);
   x->good = read_all(TMP "/good.kvstate", &x->n);
   x->buf = malloc(x->n);
   *kv_out = kv;
@@ -586,7 +580,7 @@ static void t_forged(void **st) {
     reseal(b, x.n);                                                                                \
     expect_load(&x, b, x.n, want, msg, #expr);                                                     \
   } while (0)
-  ROW(wr32(b + 8, 2), LM_ERR_UNSUPPORTED, "version 2");
+  ROW(wr32(b + 8, 1), LM_ERR_UNSUPPORTED, "version 1");
   ROW(wr32(b + 12, 0x04030201u), LM_ERR_UNSUPPORTED, "other byte order");
   ROW(wr32(b + 12, 0x11111111u), LM_ERR_CORRUPT, "byte-order mark");
   ROW(wr32(b + 16, 64), LM_ERR_CORRUPT, "header/entry sizes");
@@ -610,7 +604,10 @@ static void t_forged(void **st) {
   ROW(wr32(e2 + 32, 1), LM_ERR_CORRUPT, "does not follow plan");
   ROW(wr32(e2 + 36, 7), LM_ERR_CORRUPT, "element type");
   ROW(wr64(e2 + 56, 8), LM_ERR_CORRUPT, "tokens in");
-  ROW(wr64(e0 + 64, 9), LM_ERR_CORRUPT, "tokens in"); /* a wrapped ring stores its window */
+  ROW(wr64(e0 + 64, 9), LM_ERR_CORRUPT, "tokens in"); /* a wrapped ring stores its slots */
+  ROW(wr64(e0 + 216, WRAP - 1), LM_ERR_CORRUPT, "high-water mark");
+  ROW(wr64(e0 + 216, WRAP + LM_KV_RING_SPARE + 2), LM_ERR_CORRUPT, "high-water mark");
+  ROW(wr64(e2 + 216, WRAP + 1), LM_ERR_CORRUPT, "high-water mark");
   ROW(wr64(e2 + 72 + 8, rd64(e2 + 72 + 8) - 4), LM_ERR_CORRUPT, "geometry needs");
   ROW(wr64(e2 + 72, rd64(e2 + 72) + 8), LM_ERR_CORRUPT, "misaligned");
   ROW(wr64(e2 + 72 + 24, rd64(e2 + 72)), LM_ERR_CORRUPT, "out of order");

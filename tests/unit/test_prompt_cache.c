@@ -3,9 +3,9 @@
  * for bit on the CPU f32 path, those of a from-scratch run with the same step boundaries (the
  * CPU forward is not chunk-invariant in the last bits: a T-row GEMM and a GEMV round
  * differently, so "from scratch" feeds the same steps) and match a one-pass run to rounding.
- * Also: prefixes longer than the window (wrapped rings), cutting an entry back (plain caches
- * and unwrapped rings) and declining where a ring has wrapped, eviction by bytes in LRU order,
- * superseded entries, namespaces, a delayed quantization, bad arguments. */
+ * Also: prefixes longer than the window (wrapped rings), cutting an entry back (plain caches,
+ * unwrapped rings, and wrapped ones within their spare slots) and declining beyond, eviction by
+ * bytes in LRU order, superseded entries, namespaces, a delayed quantization, bad arguments. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,18 +24,8 @@
 #include "util/tiny_model.h"
 
 #define TMP LM_BUILD_DIR "/tmp/test_prompt_cache"
-#define N 24
-
-static const char *quant_config =
-    "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":64,"
-    "\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":2,"
-    "\"num_key_value_heads\":1,\"head_dim\":32,\"global_head_dim\":64,\"sliding_window\":4,"
-    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_"
-    "input\":64,"
-    "\"num_kv_shared_layers\":2,\"use_double_wide_mlp\":true,"
-    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_"
-    "attention\","
-    "\"full_attention\"]}}";
+#define N 64
+#define W 30 /* a prefix that wraps the rings (window 4 + LM_KV_RING_SPARE slots) */
 
 typedef struct ctx {
   lm_model *m, *mq;
@@ -48,8 +38,9 @@ typedef struct ctx {
 static int setup(void **st) {
   ctx *c = calloc(1, sizeof *c);
   if (lm_test_write_tiny(lm_test_tiny_config, TMP "/tiny") ||
-      lm_test_write_tiny(quant_config, TMP "/tinyq") || lm_model_load(TMP "/tiny", &c->m) ||
-      lm_model_load(TMP "/tinyq", &c->mq) || lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
+      lm_test_write_tiny(lm_test_tiny_quant_config, TMP "/tinyq") ||
+      lm_model_load(TMP "/tiny", &c->m) || lm_model_load(TMP "/tinyq", &c->mq) ||
+      lm_backend_cpu_create(LM_PRECISION_F32, 1, &c->be)) {
     fprintf(stderr, "setup: %s\n", lm_errmsg());
     return -1;
   }
@@ -124,22 +115,22 @@ static void t_reuse_exact(void **st) {
   ctx *c = *st;
   lm_prompt_cache *pc;
   assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
-  insert(c, pc, NULL, c->ids, 12);
+  insert(c, pc, NULL, c->ids, W);
   lm_prompt_cache_stats s = lm_prompt_cache_get_stats(pc);
   assert_int_equal(s.entries, 1);
   assert_true(s.bytes_held > 0);
   float *got = logits(c), *ref = logits(c), *one = logits(c);
-  assert_int_equal(request(c, pc, NULL, c->ids, got), 12);
-  /* From scratch with the same steps: [0, 12) then [12, N). */
+  assert_int_equal(request(c, pc, NULL, c->ids, got), W);
+  /* From scratch with the same steps: [0, W) then [W, N). */
   lm_kv_set *kv = new_set(c, c->m, c->specs);
-  step(c, c->m, kv, c->ids, 0, 12, ref);
-  step(c, c->m, kv, c->ids, 12, N, ref + 12 * c->V);
-  assert_memory_equal(got + 12 * c->V, ref + 12 * c->V, (size_t)((N - 12) * c->V) * sizeof(float));
+  step(c, c->m, kv, c->ids, 0, W, ref);
+  step(c, c->m, kv, c->ids, W, N, ref + W * c->V);
+  assert_memory_equal(got + W * c->V, ref + W * c->V, (size_t)((N - W) * c->V) * sizeof(float));
   lm_kv_set_free(kv);
   /* And one pass over everything: the same values up to rounding. */
   kv = new_set(c, c->m, c->specs);
   step(c, c->m, kv, c->ids, 0, N, one);
-  double d = max_abs_diff(got + 12 * c->V, one + 12 * c->V, (N - 12) * c->V);
+  double d = max_abs_diff(got + W * c->V, one + W * c->V, (N - W) * c->V);
   printf("cached vs one pass: max |d| %.3g\n", d);
   assert_true(d < 1e-4);
   lm_kv_set_free(kv);
@@ -149,20 +140,19 @@ static void t_reuse_exact(void **st) {
   assert_int_equal(s.lookups, 1);
   assert_int_equal(s.hits, 1);
   assert_int_equal(s.misses, 0);
-  assert_int_equal(s.tokens_reused, 12);
+  assert_int_equal(s.tokens_reused, W);
   assert_int_equal(s.declined, 0);
   /* The entry survived being restored: a second request reuses it again, identically. */
   float *again = logits(c);
-  assert_int_equal(request(c, pc, NULL, c->ids, again), 12);
-  assert_memory_equal(got + 12 * c->V, again + 12 * c->V,
-                      (size_t)((N - 12) * c->V) * sizeof(float));
-  assert_int_equal(lm_prompt_cache_get_stats(pc).tokens_reused, 24);
+  assert_int_equal(request(c, pc, NULL, c->ids, again), W);
+  assert_memory_equal(got + W * c->V, again + W * c->V, (size_t)((N - W) * c->V) * sizeof(float));
+  assert_int_equal(lm_prompt_cache_get_stats(pc).tokens_reused, 2 * W);
   free(got), free(ref), free(one), free(again);
   lm_prompt_cache_free(pc);
 }
 
 /* A shorter common prefix of an entry: fine while the rings have not wrapped (the rows are cut
- * back), declined once they have. */
+ * back), and after they have as far back as their spare slots reach; declined beyond. */
 static void t_cut_and_decline(void **st) {
   ctx *c = *st;
   lm_prompt_cache *pc;
@@ -182,34 +172,53 @@ static void t_cut_and_decline(void **st) {
   step(c, c->m, kv, sib, 3, N, ref + 3 * c->V);
   assert_memory_equal(got + 3 * c->V, ref + 3 * c->V, (size_t)((N - 3) * c->V) * sizeof(float));
   lm_kv_set_free(kv);
-  /* Entry of 12 tokens (wrapped); alt shares its first 8: cutting back to 8 is impossible. */
+  /* Entry of W tokens (wrapped: W > 4 + LM_KV_RING_SPARE slots); alt shares its first 8, below
+   * the W - LM_KV_RING_SPARE - 1 tokens the spare slots reach back to: declined. */
   lm_prompt_cache_clear(pc);
-  insert(c, pc, NULL, c->ids, 12);
+  insert(c, pc, NULL, c->ids, W);
   lm_prompt_cache_stats s0 = lm_prompt_cache_get_stats(pc);
   assert_int_equal(request(c, pc, NULL, c->alt, got), 0);
   lm_prompt_cache_stats s = lm_prompt_cache_get_stats(pc);
   assert_int_equal(s.misses - s0.misses, 1);
   assert_int_equal(s.declined - s0.declined, 1);
-  /* The same 12 tokens as the whole request: reusing all 12 would leave nothing to feed, and
-   * 11 is out of reach, so it is declined; 13 tokens reuse all 12. */
+  /* A request that shares exactly that many reuses them, and continues exactly as a run that fed
+   * W tokens and trimmed back; one token less is declined. */
+  const int64_t edge = W - LM_KV_RING_SPARE - 1;
+  int32_t far[N], nearer[N];
+  memcpy(far, c->ids, sizeof far);
+  far[edge] = (int32_t)(1 + (far[edge] + 5) % 63);
+  memcpy(nearer, far, sizeof nearer);
+  nearer[edge - 1] = (int32_t)(1 + (nearer[edge - 1] + 5) % 63);
+  assert_int_equal(request(c, pc, NULL, far, got), edge);
+  kv = new_set(c, c->m, c->specs);
+  step(c, c->m, kv, c->ids, 0, W, NULL);
+  assert_int_equal(lm_kv_set_min_len(kv), edge);
+  assert_int_equal(lm_kv_set_trim(kv, W - edge), LM_OK);
+  step(c, c->m, kv, far, edge, N, ref + edge * c->V);
+  assert_memory_equal(got + edge * c->V, ref + edge * c->V,
+                      (size_t)((N - edge) * c->V) * sizeof(float));
+  lm_kv_set_free(kv);
+  assert_int_equal(request(c, pc, NULL, nearer, got), 0);
+  /* The same W tokens as the whole request: reusing all W would leave nothing to feed, so W - 1
+   * (a one-token trim of the wrapped rings); W + 1 tokens reuse all W. */
   lm_kv_set *d = new_set(c, c->m, c->specs);
   int64_t reused;
-  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, 12, 11, d, &reused), LM_OK);
-  assert_int_equal(reused, 0);
-  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, 13, 12, d, &reused), LM_OK);
-  assert_int_equal(reused, 12);
-  assert_int_equal(lm_kv_set_len(d), 12);
+  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, W, W - 1, d, &reused), LM_OK);
+  assert_int_equal(reused, W - 1);
+  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, W + 1, W, d, &reused), LM_OK);
+  assert_int_equal(reused, W);
+  assert_int_equal(lm_kv_set_len(d), W);
   /* A non-empty destination is replaced; an entry of another plan is never used. */
-  step(c, c->m, d, c->ids, 12, 14, NULL);
-  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, 20, -1, d, &reused), LM_OK);
-  assert_int_equal(reused, 12);
-  assert_int_equal(lm_kv_set_len(d), 12);
+  step(c, c->m, d, c->ids, W, W + 2, NULL);
+  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, N, -1, d, &reused), LM_OK);
+  assert_int_equal(reused, W);
+  assert_int_equal(lm_kv_set_len(d), W);
   lm_kv_set_free(d);
   lm_kv_spec wide[8];
   memcpy(wide, c->specs, sizeof wide);
   wide[0].window = 8;
   d = new_set(c, c->m, wide);
-  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, 20, -1, d, &reused), LM_OK);
+  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, N, -1, d, &reused), LM_OK);
   assert_int_equal(reused, 0);
   assert_int_equal(lm_kv_set_len(d), 0);
   lm_kv_set_free(d);
@@ -249,20 +258,20 @@ static void t_eviction(void **st) {
   insert(c, pc, NULL, d, 6);
   assert_int_equal(lm_prompt_cache_get_stats(pc).inserts, 3);
   /* A snapshot larger than the whole cap is not stored. */
-  insert(c, pc, NULL, a, 24);
+  insert(c, pc, NULL, a, N);
   s = lm_prompt_cache_get_stats(pc);
   assert_int_equal(s.rejected, 1);
   assert_int_equal(s.entries, 2);
   lm_prompt_cache_free(pc);
   /* An entry of 3 tokens is covered by one of 4 that extends it (rings not wrapped), not by one
-   * of 12 (wrapped: it could not be cut back to 3). */
+   * of W (wrapped: it could not be cut back to 3). */
   assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
   insert(c, pc, NULL, a, 3);
   insert(c, pc, NULL, a, 4);
   s = lm_prompt_cache_get_stats(pc);
   assert_int_equal(s.superseded, 1);
   assert_int_equal(s.entries, 1);
-  insert(c, pc, NULL, a, 12);
+  insert(c, pc, NULL, a, W);
   s = lm_prompt_cache_get_stats(pc);
   assert_int_equal(s.superseded, 1);
   assert_int_equal(s.entries, 2);

@@ -21,6 +21,17 @@ const char *lm_test_tiny_config =
     "attention\","
     "\"full_attention\"]}}";
 
+const char *lm_test_tiny_quant_config =
+    "{\"model_type\":\"gemma4\",\"text_config\":{\"model_type\":\"gemma4_text\",\"vocab_size\":64,"
+    "\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":2,"
+    "\"num_key_value_heads\":1,\"head_dim\":32,\"global_head_dim\":64,\"sliding_window\":4,"
+    "\"final_logit_softcapping\":30.0,\"hidden_size_per_layer_input\":8,\"vocab_size_per_layer_"
+    "input\":64,"
+    "\"num_kv_shared_layers\":2,\"use_double_wide_mlp\":true,"
+    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_"
+    "attention\","
+    "\"full_attention\"]}}";
+
 typedef struct add_ctx {
   lm_st_writer *wr;
   const lm_test_tiny_opts *o;

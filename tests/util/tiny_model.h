@@ -20,5 +20,7 @@ lm_status lm_test_write_tiny_ex(const char *config_json, const char *dir,
 
 /* A tiny E2B-like config (PLE, KV sharing, double-wide MLP, 4:1 layers); vocab 64, hidden 32. */
 extern const char *lm_test_tiny_config;
+/* The same geometry with head dims 32/64, so 32-wide quantization groups (KV, weights) fit. */
+extern const char *lm_test_tiny_quant_config;
 
 #endif
