@@ -54,8 +54,14 @@ extern "C" {
 /* LUMEN_API_VERSION: 1 status codes only; 2 checkpoints, engines, requests; 3
  * lm_checkpoint_set_chat_template, lm_engine_options.on_load; 4 lm_request_options.share_prompt,
  * constrained decoding (lm_request_options.grammar, json_schema, json_object, constrain_tools;
- * lm_engine_stats.constraint_s); 5 lm_engine_stats.constraint_wait_s. */
-#define LUMEN_API_VERSION 5
+ * lm_engine_stats.constraint_s); 5 lm_engine_stats.constraint_wait_s; 6 speculative decoding
+ * (lm_engine_options.speculative_tokens, lm_request_options.speculative and speculative_tokens,
+ * the round fields of lm_event, lm_usage.drafted_tokens / accepted_tokens, lm_engine_stats.spec_*).
+ */
+#define LUMEN_API_VERSION 6
+
+/* Most tokens a speculative round drafts (lm_request_options.speculative_tokens). */
+#define LM_SPEC_MAX_TOKENS 16
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
@@ -228,6 +234,9 @@ typedef struct lm_engine_options {
    * them in place and never calls it): bytes done of total. NULL: no calls. */
   void (*on_load)(void *ctx, int64_t done, int64_t total);
   void *on_load_ctx;
+  /* Speculative decoding: the most tokens a request may draft per round (0: none may; at most
+   * LM_SPEC_MAX_TOKENS). It sizes the step: up to parallel x (1 + this) tokens and logits rows. */
+  int speculative_tokens;
 } lm_engine_options;
 
 /* Defaults as documented above. */
@@ -298,6 +307,9 @@ typedef struct lm_engine_stats {
   /* of it, the time a step waited for masks filled while its forward ran (GPU backends fill the
    * next rows' masks meanwhile; what is left of constraint_s runs in the parallel sampling) */
   double constraint_wait_s;
+  /* speculative decoding: steps of speculating sequences (a sequence's step counts once), of them
+   * the rounds that verified drafts, tokens drafted, drafts accepted, and tokens emitted */
+  int64_t spec_steps, spec_rounds, spec_drafted, spec_accepted, spec_emitted;
 } lm_engine_stats;
 
 /* A consistent snapshot of the counters. Thread-safe. */
@@ -378,6 +390,15 @@ typedef struct lm_request_options {
    * Implied by grammar, json_schema and json_object. Without any of them, required / named open the
    * call at the prompt's end and nothing is checked. */
   int constrain_tools;
+  /* Speculative decoding: "ngram" (prompt lookup: the longest recent suffix of prompt + answer
+   * that occurred before proposes what followed it) or NULL (off). Each step verifies the pending
+   * token and up to speculative_tokens drafts in one forward and keeps the longest prefix the
+   * model agrees with, plus the token it samples after it. The drafts are proposals, never
+   * samples, so the answer is the one plain decoding gives, for every sampling setting and seed,
+   * on backends whose multi-token steps compute every row as a one-token step does (the CPU: up
+   * to 7 tokens per step, drafts trimmed to fit); other backends refuse it. */
+  const char *speculative;
+  int speculative_tokens; /* 1..the engine's speculative_tokens (0: the engine's) */
 } lm_request_options;
 
 /* No prompt, the checkpoint's sampling defaults are NOT applied (neutral sampling, temperature
@@ -433,6 +454,7 @@ typedef enum lm_finish_kind {
 typedef struct lm_usage {
   int64_t prompt_tokens, cached_tokens, completion_tokens; /* completion counts a stop id too */
   int64_t decode_steps;                                    /* forward steps after the prompt */
+  int64_t drafted_tokens, accepted_tokens; /* speculative decoding: proposed, and kept */
   double queue_s, prefill_s, ttft_s,
       decode_s; /* waiting, prefill, first token since submit, rest */
 } lm_usage;
@@ -452,6 +474,13 @@ typedef struct lm_event {
   /* LM_EVENT_TOOL_CALL: the index of the call in this answer, its name and arguments */
   int tool_index;
   const char *tool_name, *tool_arguments;
+  /* LM_EVENT_TOKEN of a speculating request: round_start is 1 on the first token of each decode
+   * step, and that event carries the step's drafts (n_drafted, drafted[]; none when nothing
+   * recurred). The step's tokens are the drafts the model accepted, in order, then the one it
+   * chose after them (unless the answer ended first): the accepted count is how many leading
+   * drafts the step's tokens match. */
+  int round_start, n_drafted;
+  int32_t drafted[LM_SPEC_MAX_TOKENS];
   /* LM_EVENT_DONE */
   lm_finish_kind finish;
   int32_t stop_id;   /* LM_FIN_STOP */

@@ -269,6 +269,9 @@ struct lm_backend {
   lm_dtype act_dtype;     /* activation dtype of this backend */
   lm_precision precision; /* F32: the parity path */
   int threads;
+  /* Steps of up to this many tokens compute every row as a step of that token alone would, bit
+   * for bit (what verifying speculative drafts needs); 1: no such promise. */
+  int exact_rows;
   void *ctx; /* the backend's private state */
 };
 

@@ -37,7 +37,9 @@ enum {
   OPT_LOAD_STATE,
   OPT_TEMPLATE,
   OPT_GRAMMAR,
-  OPT_JSON_SCHEMA
+  OPT_JSON_SCHEMA,
+  OPT_SPEC,
+  OPT_SPEC_TOKENS
 };
 
 void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o) {
@@ -76,6 +78,7 @@ void lm_cli_textgen_help(FILE *f) {
       "  -v, --verbose            print the seed, the sampling settings and the stop reason on "
       "stderr\n",
       f);
+  lm_cli_spec_help(f);
   lm_cli_sampling_help(f);
 }
 
@@ -111,6 +114,8 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   case OPT_TEMPLATE: o->chat_template = arg; return 0;
   case OPT_GRAMMAR: o->grammar_file = arg; return 0;
   case OPT_JSON_SCHEMA: o->schema_file = arg; return 0;
+  case OPT_SPEC: return lm_cli_spec_source(&o->spec, arg);
+  case OPT_SPEC_TOKENS: return lm_cli_spec_tokens(&o->spec, arg);
   case 'v': o->verbose = 1; return 0;
   case 'n':
     return lm_cli_sampling_handle(&o->samp, lm_cli_sampling_opt("max-tokens"), arg) == 1 ? 0 : 2;
@@ -123,7 +128,7 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
 
 int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const char *help,
                          int *done) {
-  struct option lo[48] = {{"backend", 1, 0, OPT_BACKEND},
+  struct option lo[64] = {{"backend", 1, 0, OPT_BACKEND},
                           {"precision", 1, 0, OPT_PRECISION},
                           {"threads", 1, 0, OPT_THREADS},
                           {"raw", 0, 0, OPT_RAW},
@@ -143,10 +148,15 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
                           {"load-state", 1, 0, OPT_LOAD_STATE},
                           {"chat-template", 1, 0, OPT_TEMPLATE},
                           {"grammar", 1, 0, OPT_GRAMMAR},
-                          {"json-schema", 1, 0, OPT_JSON_SCHEMA}};
-  lm_cli_sampling_options(lo, 21, 48);
+                          {"json-schema", 1, 0, OPT_JSON_SCHEMA},
+                          {"spec", 1, 0, OPT_SPEC},
+                          {"spec-tokens", 1, 0, OPT_SPEC_TOKENS}};
   int c;
   *done = 0;
+  if (lm_cli_sampling_options(lo, 23, 64) < 0) { /* the table outgrew lo */
+    *done = 1;
+    return fputs("lumen: internal error: too many flags\n", stderr), 2;
+  }
   optind = 1;
   while ((c = getopt_long(argc, argv, ":hvn:", lo, NULL)) != -1) {
     if (c == 'h') {
@@ -204,6 +214,7 @@ static int make_engine(lm_cli_textgen *t) {
   eo.kv_group = o->kv_group;
   eo.kv_config = o->kv_config;
   eo.kv_quant_start = o->kv_quant_start;
+  eo.speculative_tokens = lm_cli_spec_engine_tokens(&o->spec);
   lm_cli_progress pr;
   lm_cli_progress_start(&pr, "loading the weights", 0, "B");
   eo.on_load = lm_cli_progress_cb;
@@ -354,10 +365,16 @@ static void show(lm_cli_textgen *t, const lm_event *ev) {
 static void print_stats(const lm_cli_textgen *t, const lm_event *done) {
   const lm_usage *u = &done->usage;
   int64_t prefill = u->prompt_tokens - u->cached_tokens;
+  /* the first token comes with the prompt's last step; the decode rate is of the rest */
+  int64_t later = u->completion_tokens > 1 ? u->completion_tokens - 1 : 0;
   fprintf(stderr, "prefill %lld tok @ %.1f tok/s, decode %lld tok @ %.1f tok/s", (long long)prefill,
           u->prefill_s > 0 ? (double)prefill / u->prefill_s : 0.0, (long long)u->completion_tokens,
-          u->decode_s > 0 ? (double)u->decode_steps / u->decode_s : 0.0);
+          u->decode_s > 0 ? (double)later / u->decode_s : 0.0);
   if (u->cached_tokens) fprintf(stderr, ", cached %lld tok", (long long)u->cached_tokens);
+  if (t->o->spec.source)
+    fprintf(stderr, ", drafts %lld/%lld accepted, %.2f tok/step", (long long)u->accepted_tokens,
+            (long long)u->drafted_tokens,
+            u->decode_steps > 0 ? (double)later / (double)u->decode_steps : 0.0);
   if (t->o->verbose) {
     static const char *const why[] = {"running",   "stop",    "stop", "length",
                                       "cancelled", "timeout", "error"};
@@ -394,6 +411,7 @@ static lm_status submit(lm_cli_textgen *t, const int32_t *ids, int64_t n, lm_req
   ro.starts_in_reasoning = t->starts_in_reasoning;
   ro.grammar = t->grammar;
   ro.json_schema = t->json_schema;
+  ro.speculative = t->o->spec.source;
   return lm_request_submit(t->e, &ro, r);
 }
 

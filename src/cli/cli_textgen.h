@@ -11,6 +11,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
+#include "cli/cli_spec.h"
 #include "lumen.h"
 
 typedef struct lm_cli_textgen_opts {
@@ -27,6 +28,7 @@ typedef struct lm_cli_textgen_opts {
   const char *save_state, *load_state;    /* --save-state, --load-state */
   const char *chat_template;              /* --chat-template FILE: instead of the checkpoint's */
   const char *grammar_file, *schema_file; /* --grammar FILE (GBNF), --json-schema FILE */
+  lm_cli_spec spec;                       /* --spec, --spec-tokens */
   int verbose;
 } lm_cli_textgen_opts;
 

@@ -29,6 +29,9 @@ typedef struct lm_tok_event {
   int n_top;     /* top alternatives recorded */
   int32_t top_id[LM_TOP_LOGPROBS_MAX];
   float top_lp[LM_TOP_LOGPROBS_MAX];
+  /* speculative decoding: set on the first token of a speculating sequence's step */
+  int round_start, n_drafted;
+  int32_t drafted[LM_SPEC_MAX_TOKENS];
 } lm_tok_event;
 
 /* lm_finish_kind (LM_FIN_*) and LM_TOP_LOGPROBS_MAX are public (lumen.h). */
@@ -38,7 +41,8 @@ typedef struct lm_finish {
   int32_t stop_id; /* FIN_STOP */
   int stop_index;  /* FIN_STOP_STR */
   int64_t prompt_tokens, cached_tokens, completion_tokens;
-  int64_t decode_steps; /* forward steps after the one that ended the prompt */
+  int64_t decode_steps;                    /* forward steps after the one that ended the prompt */
+  int64_t drafted_tokens, accepted_tokens; /* speculative decoding */
   /* queue wait, prefill, first token since submit, decode */
   double queue_s, prefill_s, ttft_s, decode_s;
   char message[256]; /* FIN_ERROR / FIN_TIMEOUT */

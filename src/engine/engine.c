@@ -65,6 +65,9 @@ static lm_status check_options(const lm_engine_options *o) {
   if (o->context < 0 || o->queue_size < 1 || o->prefix_cache < 0 || o->kv_budget < -1 ||
       o->memory_budget_gb < 0 || o->threads < 0 || o->kv_quant_start < 0)
     return LM_ERRF(LM_ERR_INVALID, "engine options out of range");
+  if (o->speculative_tokens < 0 || o->speculative_tokens > LM_SPEC_MAX_TOKENS)
+    return LM_ERRF(LM_ERR_INVALID, "speculative tokens must be 0..%d (got %d)", LM_SPEC_MAX_TOKENS,
+                   o->speculative_tokens);
   return LM_OK;
 }
 
@@ -85,9 +88,9 @@ static lm_status size_context(lm_engine *e) {
 static lm_status size_budget(lm_engine *e, int64_t *budget) {
   const lm_engine_options *o = &e->o;
   const lm_model *m = e->ck->m;
-  e->info.workspace_bytes =
-      lm_forward_workspace_bytes(m, o->chunk + o->parallel, o->parallel, e->be->act_dtype) +
-      (int64_t)o->parallel * m->cfg.vocab_size * 4;
+  int64_t rows = (int64_t)o->parallel * (1 + o->speculative_tokens); /* as the scheduler sizes */
+  e->info.workspace_bytes = lm_forward_workspace_bytes(m, o->chunk + rows, rows, e->be->act_dtype) +
+                            rows * m->cfg.vocab_size * 4;
   if (o->kv_budget != 0) {
     *budget = o->kv_budget > 0 ? o->kv_budget : INT64_MAX;
     return LM_OK;
@@ -146,7 +149,8 @@ static lm_status start_sched(lm_engine *e, int64_t budget) {
                       .stop_ids = ck->stop_ids,
                       .n_stop_ids = ck->n_stop_ids,
                       .keep_special = ck->keep,
-                      .n_keep_special = ck->n_keep};
+                      .n_keep_special = ck->n_keep,
+                      .spec_tokens = e->o.speculative_tokens};
   LM_TRY(lm_sched_create(ck->m, e->be, ck->tok, &so, &e->sched));
   return lm_sched_start(e->sched);
 }

@@ -145,7 +145,10 @@ static lm_status process(lm_request *r, const lm_tok_event *t) {
                  .token = t->id,
                  .is_stop = t->is_stop,
                  .logprob = t->logprob,
-                 .n_top = t->n_top};
+                 .n_top = t->n_top,
+                 .round_start = t->round_start,
+                 .n_drafted = t->n_drafted};
+  memcpy(ev.drafted, t->drafted, sizeof ev.drafted);
   memcpy(ev.top_ids, t->top_id, sizeof ev.top_ids);
   memcpy(ev.top_logprobs, t->top_lp, sizeof ev.top_logprobs);
   LM_TRY(push(r, &ev, t->text, t->len, NULL, NULL));
@@ -166,6 +169,8 @@ static lm_status push_done(lm_request *r) {
                            .cached_tokens = f->cached_tokens,
                            .completion_tokens = f->completion_tokens,
                            .decode_steps = f->decode_steps,
+                           .drafted_tokens = f->drafted_tokens,
+                           .accepted_tokens = f->accepted_tokens,
                            .queue_s = f->queue_s,
                            .prefill_s = f->prefill_s,
                            .ttft_s = f->ttft_s,
@@ -468,6 +473,30 @@ static lm_status check_ids(const lm_request *r, const lm_job *j) {
   return LM_OK;
 }
 
+/* The request's speculative decoding: the drafts per step, 0 when off. */
+static lm_status spec_options(const lm_engine *e, const lm_request_options *o, int *tokens) {
+  *tokens = 0;
+  if (!o->speculative) return LM_OK;
+  if (strcmp(o->speculative, "ngram"))
+    return LM_ERRF(LM_ERR_INVALID, "speculative: unknown draft source '%s' (this build: ngram)",
+                   o->speculative);
+  int most = e->o.speculative_tokens;
+  if (most < 1)
+    return LM_ERRF(LM_ERR_INVALID,
+                   "speculative: this engine was created without room for drafts (its "
+                   "speculative_tokens is 0)");
+  if (e->be->exact_rows < 2)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "speculative: the %s backend does not yet compute the rows of a multi-token "
+                   "step exactly as one-token steps, which verifying drafts needs",
+                   e->be->ops->name);
+  if (o->speculative_tokens < 0 || o->speculative_tokens > most)
+    return LM_ERRF(LM_ERR_INVALID, "speculative_tokens must be 1..%d on this engine (got %d)", most,
+                   o->speculative_tokens);
+  *tokens = o->speculative_tokens ? o->speculative_tokens : most;
+  return LM_OK;
+}
+
 static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j) {
   if (o->max_tokens < 0) return LM_ERRF(LM_ERR_INVALID, "max_tokens must be >= 0");
   if (o->logprobs > LM_TOP_LOGPROBS_MAX)
@@ -497,6 +526,7 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
   j->keep_control = r->parser != NULL;
   j->keep_special = o->raw_output;
   j->share_prompt = o->share_prompt;
+  LM_TRY(spec_options(r->e, o, &j->spec_tokens));
   j->t_submit = now_s();
   r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 0;
   j->deadline = r->timeout_s > 0 ? j->t_submit + r->timeout_s : 0;

@@ -20,6 +20,7 @@
 #include "engine/mask_prep.h"
 #include "engine/prompt_cache.h"
 #include "engine/seq.h"
+#include "engine/spec_ngram.h"
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
 #include "model/forward.h"
@@ -41,6 +42,10 @@ typedef struct sched_cmd {
 
 #define LM_ROW_ERR 256
 
+/* A round's rejected drafts are trimmed from caches that may have wrapped. */
+_Static_assert(LM_SPEC_MAX_TOKENS <= LM_KV_RING_SPARE + 1,
+               "a ring's spare slots must cover a round's drafts");
+
 struct lm_sched {
   lm_model *m;
   lm_backend *be;
@@ -50,7 +55,8 @@ struct lm_sched {
   lm_seq_env env;
   lm_admit admit;
   lm_forward *fw;
-  int64_t max_step; /* tokens per step: chunk + parallel */
+  int64_t max_step; /* tokens per step: chunk + parallel x (1 + spec_tokens) */
+  int max_rows;     /* logits rows per step: parallel x (1 + spec_tokens) */
   /* engine-owned */
   lm_seq *slots;       /* [parallel] */
   int *used;           /* [parallel] */
@@ -58,8 +64,8 @@ struct lm_sched {
   int32_t *b_ids, *b_pos, *b_seq, *b_rows, *row_slot, *g_ids;
   lm_kv_set **b_kv;
   int *b_slot;        /* batch sequence index -> slot */
-  float *logits;      /* [parallel][vocab] */
-  lm_tok_event *toks; /* [parallel] */
+  float *logits;      /* [max_rows][vocab] */
+  lm_tok_event *toks; /* [max_rows] */
   char (*row_err)[LM_ROW_ERR];
   /* shared, under mu */
   pthread_mutex_t mu;
@@ -143,6 +149,8 @@ static lm_status sorted_dup(const int32_t *v, int32_t n, int32_t **out) {
 static lm_status check_opts(const lm_sched_opts *o) {
   if (o->parallel < 1 || o->parallel > 4096)
     return LM_ERRF(LM_ERR_INVALID, "engine: parallel must be 1..4096");
+  if (o->spec_tokens < 0 || o->spec_tokens > LM_SPEC_MAX_TOKENS)
+    return LM_ERRF(LM_ERR_INVALID, "engine: speculative tokens must be 0..%d", LM_SPEC_MAX_TOKENS);
   if (o->chunk < 1 || o->chunk > (1 << 20))
     return LM_ERRF(LM_ERR_INVALID, "engine: chunk must be 1..1048576");
   if (o->queue_cap < 1)
@@ -153,21 +161,21 @@ static lm_status check_opts(const lm_sched_opts *o) {
 }
 
 static lm_status alloc_buffers(lm_sched *s) {
-  int P = s->o.parallel;
+  int P = s->o.parallel, R = s->max_rows;
   int64_t T = s->max_step, V = s->m->cfg.vocab_size;
   s->slots = calloc((size_t)P, sizeof *s->slots);
   s->used = calloc((size_t)P, sizeof *s->used);
   s->b_ids = malloc((size_t)T * sizeof(int32_t));
   s->b_pos = malloc((size_t)T * sizeof(int32_t));
   s->b_seq = malloc((size_t)T * sizeof(int32_t));
-  s->b_rows = malloc((size_t)P * sizeof(int32_t));
-  s->row_slot = malloc((size_t)P * sizeof(int32_t));
-  s->g_ids = malloc((size_t)P * sizeof(int32_t));
+  s->b_rows = malloc((size_t)R * sizeof(int32_t));
+  s->row_slot = malloc((size_t)R * sizeof(int32_t));
+  s->g_ids = malloc((size_t)R * sizeof(int32_t));
   s->b_kv = malloc((size_t)P * sizeof *s->b_kv);
   s->b_slot = malloc((size_t)P * sizeof *s->b_slot);
-  s->logits = malloc((size_t)P * (size_t)V * sizeof(float));
-  s->toks = calloc((size_t)P, sizeof *s->toks);
-  s->row_err = calloc((size_t)P, sizeof *s->row_err);
+  s->logits = malloc((size_t)R * (size_t)V * sizeof(float));
+  s->toks = calloc((size_t)R, sizeof *s->toks);
+  s->row_err = calloc((size_t)R, sizeof *s->row_err);
   s->q = calloc((size_t)s->o.queue_cap, sizeof *s->q);
   if (!s->slots || !s->used || !s->row_err || !s->b_ids || !s->b_pos || !s->b_seq || !s->b_rows ||
       !s->row_slot || !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks || !s->q)
@@ -184,7 +192,8 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   s->m = m;
   s->be = be;
   s->o = *o;
-  s->max_step = o->chunk + o->parallel;
+  s->max_rows = o->parallel * (1 + o->spec_tokens);
+  s->max_step = o->chunk + s->max_rows;
   int nc = m->cfg.n_caches;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
@@ -201,7 +210,7 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   if (!st) st = alloc_buffers(s);
   if (!st && o->prompt_cache > 0)
     st = lm_prompt_cache_create(o->kv_budget, o->prompt_cache, &s->pc);
-  if (!st) st = lm_forward_create(m, be, s->max_step, o->parallel, &s->fw);
+  if (!st) st = lm_forward_create(m, be, s->max_step, s->max_rows, &s->fw);
   /* the CPU backend's forward already keeps every core busy: its masks stay in the sampling */
   if (!st && strcmp(be->ops->name, "cpu") != 0) {
     s->prep_cons = calloc((size_t)o->parallel, sizeof *s->prep_cons);
@@ -552,12 +561,67 @@ static void batch_add(lm_sched *s, lm_batch *b, int i, int64_t n, int row) {
   }
 }
 
-/* Decode tokens first (one per decoding sequence), then prompt chunks, oldest admission first. */
+/* Adds slot i's pending token and its drafts, each with a logits row. */
+static void batch_add_drafts(lm_sched *s, lm_batch *b, int i) {
+  lm_seq *q = &s->slots[i];
+  batch_add(s, b, i, 1, 1);
+  for (int k = 0; k < q->n_draft; k++) {
+    s->b_ids[b->n_tokens] = q->draft[k];
+    s->b_pos[b->n_tokens] = (int32_t)(lm_seq_kv_len(q) + 1 + k);
+    s->b_seq[b->n_tokens] = b->n_seqs - 1;
+    s->row_slot[b->n_logits] = i;
+    s->b_rows[b->n_logits++] = b->n_tokens++;
+  }
+}
+
+/* The most drafts slot i may verify this step: its job's, within what the answer and the
+ * context have left, and before a cache's pending quantization (a plain decode converts it at
+ * exactly that length, which a step of several tokens would jump past). */
+static int draft_limit(const lm_sched *s, const lm_seq *q) {
+  int64_t g = q->job->spec_tokens, at = lm_seq_kv_len(q);
+  if (q->job->max_tokens > 0 && q->job->max_tokens - q->n_gen - 1 < g)
+    g = q->job->max_tokens - q->n_gen - 1;
+  if (s->env.max_ctx - q->n_hist - 1 < g) g = s->env.max_ctx - q->n_hist - 1;
+  for (int c = 0; c < q->kv->n; c++) {
+    const lm_kv_cache *kc = q->kv->caches[c];
+    if (kc->has_pending && kc->pending.quant_start > at && kc->pending.quant_start - at - 1 < g)
+      g = kc->pending.quant_start - at - 1;
+  }
+  return g > 0 ? (int)g : 0;
+}
+
+/* Drafts for the decoding sequences that speculate, while the step stays within the tokens the
+ * backend computes row-exactly, and none while a prompt waits to be prefilled (its chunk would
+ * take the step past that). */
+static void propose_drafts(lm_sched *s) {
+  int64_t decoding = 0, prefill = 0;
+  for (int i = 0; i < s->o.parallel; i++)
+    if (s->used[i]) {
+      s->slots[i].n_draft = 0;
+      if (lm_seq_prefilling(&s->slots[i]))
+        prefill++;
+      else
+        decoding++;
+    }
+  int64_t room = prefill ? 0 : s->be->exact_rows - decoding;
+  for (int i = 0; i < s->o.parallel && room > 0; i++) {
+    lm_seq *q = &s->slots[i];
+    if (!s->used[i] || lm_seq_prefilling(q) || !q->job->spec_tokens) continue;
+    int g = draft_limit(s, q);
+    if (g > room) g = (int)room;
+    q->n_draft = lm_spec_ngram_propose(q->hist, q->n_hist, g, q->draft);
+    room -= q->n_draft;
+  }
+}
+
+/* Decode tokens first (one per decoding sequence, with its drafts), then prompt chunks, oldest
+ * admission first. */
 static void build_batch(lm_sched *s, lm_batch *b) {
   *b = (lm_batch){
       .ids = s->b_ids, .pos = s->b_pos, .seq = s->b_seq, .kv = s->b_kv, .logit_rows = s->b_rows};
+  propose_drafts(s);
   for (int i = 0; i < s->o.parallel; i++)
-    if (s->used[i] && !lm_seq_prefilling(&s->slots[i])) batch_add(s, b, i, 1, 1);
+    if (s->used[i] && !lm_seq_prefilling(&s->slots[i])) batch_add_drafts(s, b, i);
   int64_t budget = s->o.chunk;
   for (;;) {
     int pick = -1;
@@ -586,6 +650,7 @@ static void sample_rows(lm_sched *s, const lm_batch *b, int greedy, int32_t *ids
   int n = b->n_logits;
 #pragma omp parallel for schedule(dynamic) if (n > 1 && !greedy)
   for (int r = 0; r < n; r++) {
+    if (s->slots[s->row_slot[r]].n_draft) continue; /* verified in order (verify_drafts) */
     lm_tok_event *t = &s->toks[r];
     memset(t, 0, sizeof *t);
     ids[r] = greedy
@@ -604,24 +669,90 @@ static void fail_batch(lm_sched *s, const lm_batch *b, const char *msg) {
   }
 }
 
-/* Returns the seconds the rows' constraints took (masks while sampling, advancing here). */
-static double accept_rows(lm_sched *s, const lm_batch *b, const int32_t *ids, double now,
-                          int64_t *constrained) {
-  double con_s = 0;
+/* What a step's rows produced, for the counters. */
+typedef struct step_tally {
+  double con_s; /* the constraints' time (masks while sampling, advancing here) */
+  int64_t constrained, emitted;
+  int64_t spec_steps, spec_rounds, spec_drafted, spec_accepted, spec_emitted;
+} step_tally;
+
+/* Rolls slot i's caches back to the tokens its context keeps after a round: `agreed` drafts
+ * past the pending token, never more than the context holds. */
+static lm_status keep_agreed(lm_seq *q, int64_t kv_before, int agreed) {
+  int64_t keep = kv_before + 1 + agreed, limit = q->n_hist - (q->fin.kind ? 0 : 1);
+  if (keep > limit) keep = limit;
+  return lm_kv_set_trim(q->kv, lm_seq_kv_len(q) - keep);
+}
+
+/* Slot i's round: its rows r0 .. r0 + n_draft, sampled in order, each as a plain step would
+ * sample that token (the drafts before it already in the context), until a sampled token differs
+ * from the draft, the drafts run out, or the sequence ends. Returns the rows it took. */
+static int32_t verify_drafts(lm_sched *s, int i, int32_t r0, int greedy, double now,
+                             step_tally *tl) {
+  lm_seq *q = &s->slots[i];
+  int g = q->n_draft, agreed = 0;
+  int64_t V = s->m->cfg.vocab_size, kv_before = lm_seq_kv_len(q) - 1 - g;
+  q->steps++; /* the counters first: the last accept may end the sequence and fill its usage */
+  q->drafted += g;
+  for (int j = 0; j <= g; j++) {
+    lm_tok_event *t = &s->toks[r0 + j];
+    memset(t, 0, sizeof *t);
+    if (j == 0) {
+      t->round_start = 1;
+      t->n_drafted = g;
+      memcpy(t->drafted, q->draft, (size_t)g * sizeof *q->draft);
+    }
+    tl->constrained += q->job->con != NULL;
+    int32_t id = greedy ? s->g_ids[r0 + j] : lm_seq_sample(q, &s->env, s->logits + (r0 + j) * V, t);
+    int hit = id >= 0 && j < g && id == q->draft[j];
+    agreed += hit;
+    q->accepted += hit;
+    if (id < 0 || lm_seq_accept(q, &s->env, id, t, now)) {
+      lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
+      break;
+    }
+    tl->emitted++;
+    tl->spec_emitted++;
+    if (q->fin.kind || !hit) break;
+  }
+  tl->spec_steps++;
+  tl->spec_rounds++;
+  tl->spec_drafted += g;
+  tl->spec_accepted += agreed;
+  q->n_draft = 0;
+  if (keep_agreed(q, kv_before, agreed)) lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
+  return (int32_t)g + 1;
+}
+
+static void accept_rows(lm_sched *s, const lm_batch *b, const int32_t *ids, int greedy, double now,
+                        step_tally *tl) {
   for (int32_t r = 0; r < b->n_logits; r++) {
     int i = s->row_slot[r];
     lm_seq *q = &s->slots[i];
-    *constrained += q->job->con != NULL;
-    if (lm_seq_prefilling(q)) q->t_prefilled = now;
-    if (ids[r] < 0)
-      lm_seq_end(q, LM_FIN_ERROR, s->row_err[r], now);
-    else if (lm_seq_accept(q, &s->env, ids[r], &s->toks[r], now))
-      lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
-    con_s += q->con_s;
+    if (q->n_draft) {
+      r += verify_drafts(s, i, r, greedy, now, tl) - 1;
+    } else {
+      tl->constrained += q->job->con != NULL;
+      if (lm_seq_prefilling(q)) {
+        q->t_prefilled = now;
+      } else {
+        q->steps++;
+        if (q->job->spec_tokens) { /* a step that found nothing to draft */
+          s->toks[r].round_start = 1;
+          tl->spec_steps++;
+          tl->spec_emitted++;
+        }
+      }
+      if (ids[r] < 0)
+        lm_seq_end(q, LM_FIN_ERROR, s->row_err[r], now);
+      else if (lm_seq_accept(q, &s->env, ids[r], &s->toks[r], now))
+        lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
+      tl->emitted += ids[r] >= 0;
+    }
+    tl->con_s += q->con_s;
     q->con_s = 0;
     if (q->fin.kind) release_slot(s, i, 1);
   }
-  return con_s;
 }
 
 static int all_plain_greedy(lm_sched *s, const lm_batch *b) {
@@ -636,8 +767,10 @@ static int start_masks(lm_sched *s, const lm_batch *b) {
   if (!s->prep) return 0;
   int n = 0;
   for (int32_t r = 0; r < b->n_logits; r++) {
-    lm_constraint *c = s->slots[s->row_slot[r]].job->con;
-    if (c) s->prep_cons[n++] = c;
+    const lm_seq *q = &s->slots[s->row_slot[r]];
+    lm_constraint *c = q->job->con;
+    /* a round's rows need masks of states its earlier rows lead to: made while verifying */
+    if (c && !q->n_draft) s->prep_cons[n++] = c;
   }
   if (n) lm_mask_prep_start(s->prep, s->prep_cons, n);
   return n;
@@ -666,20 +799,27 @@ static void step(lm_sched *s) {
   share_prompts(s, &b);
   int32_t ids[b.n_logits ? b.n_logits : 1];
   sample_rows(s, &b, greedy, ids);
-  int64_t decode = 0;
-  for (int32_t r = 0; r < b.n_logits; r++)
-    decode += !lm_seq_prefilling(&s->slots[s->row_slot[r]]);
-  int64_t constrained = 0;
-  double con_s = accept_rows(s, &b, ids, now_s(), &constrained);
+  int64_t decode = 0; /* the step's tokens of decoding sequences (pending tokens and drafts) */
+  for (int32_t k = 0; k < b.n_seqs; k++) {
+    const lm_seq *q = &s->slots[s->b_slot[k]];
+    decode += lm_seq_prefilling(q) ? 0 : 1 + q->n_draft;
+  }
+  step_tally tl = {0};
+  accept_rows(s, &b, ids, greedy, now_s(), &tl);
   pthread_mutex_lock(&s->mu);
-  s->st.constraint_s += con_s + prep_s;
+  s->st.constraint_s += tl.con_s + prep_s;
   s->st.constraint_wait_s += wait_s;
-  s->st.constrained_tokens += constrained;
+  s->st.constrained_tokens += tl.constrained;
   s->st.steps++;
   s->st.step_tokens += b.n_tokens;
   s->st.step_rows += b.n_logits;
-  s->st.decode_tokens += b.n_logits;
+  s->st.decode_tokens += tl.emitted;
   s->st.prefill_tokens += b.n_tokens - decode;
+  s->st.spec_steps += tl.spec_steps;
+  s->st.spec_rounds += tl.spec_rounds;
+  s->st.spec_drafted += tl.spec_drafted;
+  s->st.spec_accepted += tl.spec_accepted;
+  s->st.spec_emitted += tl.spec_emitted;
   s->st.busy_s += now_s() - t0;
   pthread_mutex_unlock(&s->mu);
 }

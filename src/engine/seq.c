@@ -155,7 +155,9 @@ static void fill_usage(lm_seq *q, double now) {
   f->prompt_tokens = q->n_prompt;
   f->cached_tokens = q->cached;
   f->completion_tokens = q->n_gen;
-  f->decode_steps = q->n_gen > 1 ? q->n_gen - 1 : 0;
+  f->decode_steps = q->steps;
+  f->drafted_tokens = q->drafted;
+  f->accepted_tokens = q->accepted;
   f->queue_s = q->t_admit > 0 ? q->t_admit - q->job->t_submit : now - q->job->t_submit;
   f->prefill_s = q->t_prefilled > 0 ? q->t_prefilled - q->t_admit : 0;
   f->ttft_s = q->t_first > 0 ? q->t_first - q->job->t_submit : 0;

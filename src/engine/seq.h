@@ -32,7 +32,12 @@ typedef struct lm_seq {
   lm_stop_hold stop;
   float *scratch; /* [vocab] raw logits copy for log-probabilities (lazily) */
   double con_s;   /* seconds in the job's constraint since the scheduler last took them */
-  lm_finish fin;  /* kind != NONE once the sequence has ended */
+  int64_t steps;  /* decode steps (after the one that ended the prompt) */
+  /* speculative decoding: this step's drafts (after the pending token), and the totals */
+  int32_t draft[LM_SPEC_MAX_TOKENS];
+  int n_draft;
+  int64_t drafted, accepted;
+  lm_finish fin; /* kind != NONE once the sequence has ended */
   double t_admit, t_prefilled, t_first;
 } lm_seq;
 

@@ -116,6 +116,10 @@ lm_status lm_backend_cpu_create(lm_precision prec, int threads, lm_backend **out
   be->act_dtype = LM_DT_F32;
   be->precision = prec;
   be->threads = threads;
+  /* the gemv kernels and the position-tiled attention make a row of a step of up to
+   * LM_CPU_TEAM_MAX_T tokens independent of the others (test_cpu_team); the bf16 wrappers are
+   * not checked for it */
+  be->exact_rows = prec == LM_PRECISION_BF16 ? 1 : LM_CPU_TEAM_MAX_T;
   be->ctx = ctx;
   *out = be;
   return LM_OK;

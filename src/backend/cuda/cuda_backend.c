@@ -499,6 +499,7 @@ lm_status lm_backend_cuda_create(lm_precision prec, int device, lm_backend **out
   }
   be->act_dtype = prec == LM_PRECISION_F32 ? LM_DT_F32 : LM_DT_BF16;
   be->precision = prec;
+  be->exact_rows = 1; /* the multi-row products and prefill attention reduce in other orders */
   be->ctx = c;
   lm_status s = cuda_init(c, device);
   if (s) {

@@ -1,0 +1,24 @@
+/* cli_spec.h — the speculative-decoding flags of `run`, `chat`, `generate` and `serve`:
+ * --spec SOURCE and --spec-tokens N, checked once here. */
+#ifndef LM_CLI_SPEC_H
+#define LM_CLI_SPEC_H
+
+#include <stdio.h>
+
+#define LM_CLI_SPEC_TOKENS 4 /* drafts per step when --spec-tokens is not given */
+
+typedef struct lm_cli_spec {
+  const char *source; /* "ngram", or NULL: off */
+  int tokens;         /* --spec-tokens (0: LM_CLI_SPEC_TOKENS) */
+} lm_cli_spec;
+
+/* --spec SOURCE; prints the error and returns 2 when it is not a source this build has. */
+int lm_cli_spec_source(lm_cli_spec *s, const char *arg);
+/* --spec-tokens N (1..LM_SPEC_MAX_TOKENS); prints the error and returns 2 otherwise. */
+int lm_cli_spec_tokens(lm_cli_spec *s, const char *arg);
+/* The drafts per step the engine must make room for (0 without --spec). */
+int lm_cli_spec_engine_tokens(const lm_cli_spec *s);
+/* The flags' lines of --help. */
+void lm_cli_spec_help(FILE *f);
+
+#endif
