@@ -13,6 +13,7 @@
 #include "cli/cli_progress.h"
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
+#include "cli/cli_spec.h"
 #include "io/file_util.h"
 #include "server/server.h"
 
@@ -131,7 +132,9 @@ enum {
   O_KEYFILE,
   O_TEMPLATE,
   O_NOWEB,
-  O_CORS
+  O_CORS,
+  O_SPEC,
+  O_SPEC_TOKENS
 };
 
 #define MAX_IDS 16
@@ -146,6 +149,7 @@ typedef struct serve_opts {
   int n_ids;
   int bits;
   unsigned long long wseed;
+  lm_cli_spec spec;
 } serve_opts;
 
 static int num(const char *flag, const char *arg, double lo, double hi, double *out) {
@@ -207,6 +211,8 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case 'v':
   case O_LOG: o->so.log_requests = 1; return 0;
   case O_NOWEB: o->so.no_webui = 1; return 0;
+  case O_SPEC: return lm_cli_spec_source(&o->spec, arg);
+  case O_SPEC_TOKENS: return lm_cli_spec_tokens(&o->spec, arg);
   case O_KVQ: o->so.kv_quant = arg; return 0;
   case O_KVC: o->so.kv_config = arg; return 0;
   case O_BACKEND: o->so.backend = arg; return 0;
@@ -255,9 +261,11 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
                           {"chat-template", 1, 0, O_TEMPLATE},
                           {"no-webui", 0, 0, O_NOWEB},
                           {"cors", 1, 0, O_CORS},
+                          {"spec", 1, 0, O_SPEC},
+                          {"spec-tokens", 1, 0, O_SPEC_TOKENS},
                           {"verbose", 0, 0, 'v'},
                           {"help", 0, 0, 'h'}};
-  int n = 33;
+  int n = 35;
   if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
   *done = 0;
   optind = 1;
@@ -265,6 +273,11 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
   while ((c = getopt_long(argc, argv, ":hvn:", lo, NULL)) != -1) {
     if (c == 'h') {
       fputs(usage, stdout);
+      lm_cli_spec_help(stdout);
+      fputs("                           (a request's \"speculative\": false turns them off, true\n"
+            "                           or {\"source\": \"ngram\", \"tokens\": N} on; with\n"
+            "                           --spec-tokens alone, requests may ask for them)\n",
+            stdout);
       lm_cli_sampling_help(stdout);
       *done = 1;
       return 0;
@@ -378,6 +391,8 @@ static int serve(serve_opts *o, const sigset_t *set) {
   if (!ck || defaults(o, ck, &samp)) goto done;
 
   o->so.model_dir = dir;
+  o->so.speculative = o->spec.source;
+  o->so.speculative_tokens = o->spec.source ? lm_cli_spec_engine_tokens(&o->spec) : o->spec.tokens;
   o->so.sampling = &samp;
   /* served as every --model-id, and always as the model's own name */
   o->so.model_id = o->preset ? "synthetic" : lm_cli_model_id(o->model);

@@ -35,6 +35,22 @@ static void apply_defaults(lm_server_opts *o) {
   if (o->timeout_s == 0) o->timeout_s = 600;
   if (o->max_tokens <= 0) o->max_tokens = 512;
   if (o->max_connections <= 0) o->max_connections = 256;
+  if (o->speculative && o->speculative_tokens <= 0) o->speculative_tokens = 4;
+}
+
+/* A default source the engine refuses (a backend without row-exact steps) fails the start, not
+ * every request. */
+static lm_status check_speculative(lm_server *s) {
+  lm_request_options ro;
+  lm_request_options_init(&ro);
+  int32_t id = 0;
+  ro.ids = &id;
+  ro.n_ids = 1;
+  ro.speculative = s->o.speculative;
+  lm_request *r = NULL;
+  lm_status st = lm_request_create(s->e, &ro, &r);
+  lm_request_free(r);
+  return st ? lm_err_prefix(st, "--spec") : LM_OK;
 }
 
 static lm_status make_engine(lm_server *s) {
@@ -56,9 +72,10 @@ static lm_status make_engine(lm_server *s) {
   eo.kv_config = o->kv_config;
   eo.on_load = o->on_load;
   eo.on_load_ctx = o->on_load_ctx;
+  eo.speculative_tokens = o->speculative_tokens;
   LM_TRY(lm_engine_create(s->ck, &eo, &s->e));
   lm_engine_describe(s->e, &s->ei);
-  return LM_OK;
+  return o->speculative ? check_speculative(s) : LM_OK;
 }
 
 const char *lm_srv_model_served(const lm_server *s, const char *name) {
@@ -110,6 +127,8 @@ static lm_status copy_strings(lm_server *s, const lm_server_opts *o) {
   s->o.host = s->host;
   s->o.api_key = s->api_key;
   s->o.sampling = NULL;
+  if (o->speculative && !(s->o.speculative = s->spec = strdup(o->speculative)))
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   return LM_OK;
 }
 
@@ -206,5 +225,6 @@ void lm_server_free(lm_server *s) {
   free(s->model_dir);
   free(s->host);
   free(s->api_key);
+  free(s->spec);
   free(s);
 }

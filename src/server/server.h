@@ -62,6 +62,11 @@ typedef struct lm_server_opts {
   int store_entries;
   int64_t store_bytes;
   double store_ttl_s;
+  /* Speculative decoding (lm_request_options.speculative): the source requests use unless their
+   * "speculative" field says otherwise ("ngram"; NULL: off), and the most drafts per step a
+   * request may ask for (0: 4 when a source is set, else none may speculate). */
+  const char *speculative;
+  int speculative_tokens;
 } lm_server_opts;
 
 void lm_server_opts_init(lm_server_opts *o);

@@ -15,7 +15,7 @@ struct lm_srv_store;
 
 struct lm_server {
   lm_server_opts o;
-  char *model_dir, *host, *api_key;
+  char *model_dir, *host, *api_key, *spec;
   char **ids; /* the served ids (aliases, then the model's name; no repeats) */
   int n_ids;
   const char *model_id;       /* ids[0]: what responses report when a request names no model */

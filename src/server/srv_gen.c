@@ -61,6 +61,7 @@ static int create_error(lm_status st, int chat, const lm_srv_params *p, lm_srv_e
     return lm_srv_err_set(e, 400, "invalid_request_error",
                           st == LM_ERR_UNSUPPORTED ? "unsupported_schema" : NULL, "tools", "%s", m);
   if (starts(m, "tool_choice")) return lm_srv_err_bad(e, "tool_choice", "%s", m);
+  if (starts(m, "speculative")) return lm_srv_err_bad(e, "speculative", "%s", m);
   if (chat) return lm_srv_err_bad(e, "messages", "chat template: %s", lm_errmsg());
   return lm_srv_err_bad(e, "prompt", "%s", lm_errmsg());
 }
@@ -98,6 +99,8 @@ static int create(lm_server *s, lm_srv_params *p, int chat, lm_srv_gen *g, lm_sr
   ro.json_schema = p->json_schema;
   ro.json_object = p->json_object;
   ro.constrain_tools = chat; /* tool names and arguments are held to the offered tools */
+  ro.speculative = p->spec > 0 ? "ngram" : p->spec < 0 ? NULL : s->o.speculative; /* (parsed) */
+  ro.speculative_tokens = p->spec > 0 ? p->spec_tokens : 0;
   lm_status st = lm_request_create(s->e, &ro, &g->r);
   if (st) r = create_error(st, chat, p, e);
 done:

@@ -180,6 +180,16 @@ static void put_sched(tbuf *b, const lm_engine_stats *st) {
   put_gauge(b, "lumen_constrained_tokens_total", "counter",
             "Tokens sampled under a constraint (grammar, schema, tool calls).",
             (double)st->constrained_tokens);
+  put_gauge(b, "lumen_spec_steps_total", "counter",
+            "Decode steps of speculating sequences (one per sequence and step).",
+            (double)st->spec_steps);
+  put_gauge(b, "lumen_spec_drafted_tokens_total", "counter",
+            "Draft tokens speculating sequences verified.", (double)st->spec_drafted);
+  put_gauge(b, "lumen_spec_accepted_tokens_total", "counter", "Draft tokens the model accepted.",
+            (double)st->spec_accepted);
+  put_gauge(b, "lumen_spec_tokens_total", "counter",
+            "Tokens speculating sequences' decode steps gave (accepted drafts + one per step).",
+            (double)st->spec_emitted);
   put(b,
       "# HELP lumen_jobs_total Generations ended, by outcome.\n# TYPE lumen_jobs_total counter\n");
   put(b,

@@ -233,6 +233,26 @@ static int parse_grammar(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   return 0;
 }
 
+/* speculative: false / null (off), true (the server's drafts), "ngram", or {"source": "ngram",
+ * "tokens": N} (lumen's field; the server checks N against its own limit). */
+static int parse_speculative(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
+  const json_t *v = json_object_get(req, "speculative");
+  if (!v) return 0;
+  p->spec = json_is_true(v) ? 1 : -1;
+  if (json_is_boolean(v) || json_is_null(v)) return 0;
+  const json_t *src = json_is_object(v) ? json_object_get(v, "source") : v;
+  if (!json_is_string(src) || strcmp(json_string_value(src), "ngram"))
+    return lm_srv_err_bad(e, "speculative",
+                          "speculative must be a boolean, \"ngram\", or {\"source\": \"ngram\", "
+                          "\"tokens\": N}");
+  p->spec = 1;
+  int64_t n = 0;
+  int r = json_is_object(v) ? get_int(v, "tokens", 1, LM_SPEC_MAX_TOKENS, &n, NULL, e) : 0;
+  if (r) return lm_srv_err_bad(e, "speculative.tokens", "tokens must be 1..%d", LM_SPEC_MAX_TOKENS);
+  p->spec_tokens = (int)n;
+  return 0;
+}
+
 int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t vocab,
                         lm_srv_params *p, lm_srv_err *e) {
   lm_sampling_clear(&p->sampling);
@@ -249,6 +269,7 @@ int lm_srv_parse_common(const json_t *req, const lm_sampling *defaults, int64_t 
   if ((r = parse_logit_bias(req, vocab, p, e))) return r;
   if ((r = get_bool(req, "ignore_eos", &p->ignore_eos, e))) return r;
   if ((r = parse_grammar(req, p, e))) return r;
+  if ((r = parse_speculative(req, p, e))) return r;
   if (lm_sampling_validate(&p->sampling)) return lm_srv_err_bad(e, NULL, "%s", lm_errmsg());
   return 0;
 }

@@ -46,6 +46,10 @@ typedef struct lm_srv_params {
   char *json_schema;     /* the schema's JSON text (owned) */
   int json_object;       /* any JSON object */
   char format_param[32]; /* the field that set the format, for errors ("response_format") */
+  /* speculative decoding: the request's "speculative" field (0: absent, the server's default;
+   * 1: on, with spec_tokens drafts per step (0: the server's); -1: off) */
+  int spec;
+  int spec_tokens;
   /* completions */
   char *prompt;        /* text prompt (owned), or: */
   int32_t *prompt_ids; /* token-id prompt (owned) */

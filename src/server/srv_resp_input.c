@@ -268,6 +268,7 @@ static void copy_fields(const json_t *req, json_t *chat) {
                                      "frequency_penalty",
                                      "repetition_penalty",
                                      "ignore_eos",
+                                     "speculative",
                                      "stream",
                                      "chat_template_kwargs"};
   for (size_t i = 0; i < sizeof same / sizeof *same; i++)

@@ -62,6 +62,17 @@ json_t *lm_srv_stats_json(lm_server *s) {
                 "share_of_busy", st.busy_s > 0 ? st.constraint_s / st.busy_s : 0.0, "wait_seconds",
                 st.constraint_wait_s, "wait_share_of_busy",
                 st.busy_s > 0 ? st.constraint_wait_s / st.busy_s : 0.0));
+  /* speculative decoding: the share of drafts accepted, and the tokens a speculating sequence's
+   * step gave on average */
+  json_object_set_new(
+      batch, "speculative",
+      json_pack("{s:s?,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "default", s->o.speculative, "steps",
+                (json_int_t)st.spec_steps, "rounds", (json_int_t)st.spec_rounds, "drafted_tokens",
+                (json_int_t)st.spec_drafted, "accepted_tokens", (json_int_t)st.spec_accepted,
+                "tokens", (json_int_t)st.spec_emitted, "acceptance",
+                st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0,
+                "tokens_per_step",
+                st.spec_steps ? (double)st.spec_emitted / (double)st.spec_steps : 0.0));
   json_t *jobs =
       json_pack("{s:I,s:I,s:I,s:I}", "done", (json_int_t)st.requests_done, "cancelled",
                 (json_int_t)st.requests_cancelled, "timeout", (json_int_t)st.requests_timeout,

@@ -11,7 +11,8 @@
  *   - /tokenize, /detokenize, /apply-template and /v1/messages/count_tokens;
  *   - the Responses API: text, the streamed event grammar, incomplete answers, reasoning items,
  *     function calls and their outputs through previous_response_id, store: false, GET and
- *     DELETE, the refusals, and the store's bounds (entries, bytes, age). */
+ *     DELETE, the refusals, and the store's bounds (entries, bytes, age);
+ *   - speculative decoding: --spec as the default, the "speculative" field, the counters. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -814,6 +815,86 @@ static void t_store_bounds(void **state) {
   test_server_stop(&t);
 }
 
+/* ---- speculative decoding -------------------------------------------------------------------- */
+
+static const char *completion_text(const json_t *j) {
+  return str(json_array_get(json_object_get(j, "choices"), 0), "text");
+}
+
+/* --spec ngram: requests speculate unless they say otherwise, answer as they would without, and
+ * /stats and /metrics count the drafts; bad "speculative" fields are 400s naming the field. */
+static void t_speculative(void **state) {
+  (void)state;
+  test_server k;
+  lm_server_opts o;
+  lm_server_opts_init(&o);
+  o.speculative = "ngram";
+  o.speculative_tokens = 4;
+  assert_int_equal(test_server_start(&k, &o), 0);
+  const char *head = "{\"prompt\":\"And God said, Let there be light: and there was light. And God "
+                     "said, Let there be light: and there was\",\"max_tokens\":40,"
+                     "\"temperature\":0,\"ignore_eos\":true";
+  char body[1024];
+  snprintf(body, sizeof body, "%s}", head);
+  json_t *a = call(k.port, "POST", "/v1/completions", NULL, body, 200, NULL);
+  json_t *st = test_stats(k.port);
+  const json_t *sp = json_object_get(json_object_get(st, "batch"), "speculative");
+  printf("speculative: %s\n", json_dumps(sp, JSON_COMPACT));
+  assert_string_equal(str(sp, "default"), "ngram");
+  assert_true(num(sp, "drafted_tokens") > 0 && num(sp, "accepted_tokens") > 0);
+  assert_true(json_real_value(json_object_get(sp, "tokens_per_step")) > 1.0);
+  json_decref(st);
+  const char *variants[] = {"\"speculative\":false", "\"speculative\":true",
+                            "\"speculative\":\"ngram\"",
+                            "\"speculative\":{\"source\":\"ngram\",\"tokens\":2}"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(body, sizeof body, "%s,%s}", head, variants[i]);
+    json_t *b = call(k.port, "POST", "/v1/completions", NULL, body, 200, NULL);
+    assert_string_equal(completion_text(a), completion_text(b));
+    json_decref(b);
+  }
+  json_decref(a);
+  const char *bad[] = {"\"speculative\":\"lookahead\"", "\"speculative\":7",
+                       "\"speculative\":{\"source\":\"ngram\",\"tokens\":99}",
+                       "\"speculative\":{\"source\":\"ngram\",\"tokens\":8}"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(body, sizeof body, "%s,%s}", head, bad[i]);
+    json_t *j = call(k.port, "POST", "/v1/completions", NULL, body, 400, NULL);
+    check_openai_error(j, NULL, i == 2 ? "speculative.tokens" : "speculative");
+    json_decref(j);
+  }
+  json_decref(call(k.port, "POST", "/v1/messages", NULL,
+                   "{\"max_tokens\":8,\"speculative\":false,\"messages\":[{\"role\":\"user\","
+                   "\"content\":\"Hi\"}]}",
+                   200, NULL));
+  http_resp r;
+  assert_int_equal(http_get(k.port, "/metrics", &r), 0);
+  assert_non_null(strstr(r.body, "\nlumen_spec_drafted_tokens_total "));
+  assert_non_null(strstr(r.body, "\nlumen_spec_accepted_tokens_total "));
+  http_resp_free(&r);
+  test_server_stop(&k);
+  /* without --spec: a request may not speculate (no room was made) */
+  lm_server_opts_init(&o);
+  assert_int_equal(test_server_start(&k, &o), 0);
+  snprintf(body, sizeof body, "%s,\"speculative\":true}", head);
+  json_t *j = call(k.port, "POST", "/v1/completions", NULL, body, 400, NULL);
+  check_openai_error(j, NULL, "speculative");
+  json_decref(j);
+  test_server_stop(&k);
+  /* an unknown default source fails the start, naming --spec */
+  lm_checkpoint *ck;
+  assert_int_equal(lm_checkpoint_open(TINY_MODEL, &ck), LM_OK);
+  lm_server *s = NULL;
+  lm_server_opts_init(&o);
+  o.model_dir = TINY_MODEL;
+  o.backend = "cpu";
+  o.speculative = "lookahead";
+  assert_int_equal(lm_server_create(ck, &o, &s), LM_ERR_INVALID);
+  assert_non_null(strstr(lm_errmsg(), "--spec"));
+  assert_null(s);
+  lm_checkpoint_free(ck);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(t_models),           cmocka_unit_test(t_cors),
@@ -822,7 +903,7 @@ int main(void) {
       cmocka_unit_test(t_responses_text),   cmocka_unit_test(t_responses_stream),
       cmocka_unit_test(t_responses_tools),  cmocka_unit_test(t_responses_reasoning),
       cmocka_unit_test(t_responses_store),  cmocka_unit_test(t_responses_refused),
-      cmocka_unit_test(t_store_bounds),
+      cmocka_unit_test(t_store_bounds),     cmocka_unit_test(t_speculative),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
