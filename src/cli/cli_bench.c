@@ -3,6 +3,7 @@
  * Decode runs a fixed number of tokens (greedy, never stopping at EOS). */
 #include <fcntl.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,25 +48,41 @@ static const char *bench_help =
     "                      $TMPDIR, restore it (page cache warm, then with the file's pages\n"
     "                      dropped), report file size and save/restore seconds, and check that\n"
     "                      the restored set continues with identical logits\n"
+    "  --verify-tokens N   also time steps of 1 + N tokens of one sequence at each context (the\n"
+    "                      shape of a speculative verification: N drafts rejected, the context\n"
+    "                      growing by one a step) and their cost in one-token steps\n"
     "  --json              one JSON object on stdout\n";
 
 typedef struct bench_opts {
   const char *preset, *model, *prompt, *context;
   int bits, group, reps, warmup, json;
   int64_t decode_tokens, state_tokens;
+  int verify; /* --verify-tokens: drafts per timed verification step (0: none) */
   lm_kv_options kv;
   uint64_t seed;
   lm_cli_backend_opts be;
 } bench_opts;
 
 static int parse(int argc, char **argv, bench_opts *o) {
-  static const struct option lo[] = {
-      {"preset", 1, 0, 'p'},        {"bits", 1, 0, 'b'},      {"group", 1, 0, 'g'},
-      {"seed", 1, 0, 's'},          {"prompt", 1, 0, 'P'},    {"context", 1, 0, 'c'},
-      {"decode-tokens", 1, 0, 'n'}, {"reps", 1, 0, 'r'},      {"warmup", 1, 0, 'w'},
-      {"backend", 1, 0, 'B'},       {"precision", 1, 0, 'x'}, {"threads", 1, 0, 't'},
-      {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},      {"state-tokens", 1, 0, 'S'},
-      {"kv-quant", 1, 0, 'q'},      {"kv-group", 1, 0, 'G'},  {0, 0, 0, 0}};
+  static const struct option lo[] = {{"preset", 1, 0, 'p'},
+                                     {"bits", 1, 0, 'b'},
+                                     {"group", 1, 0, 'g'},
+                                     {"seed", 1, 0, 's'},
+                                     {"prompt", 1, 0, 'P'},
+                                     {"context", 1, 0, 'c'},
+                                     {"decode-tokens", 1, 0, 'n'},
+                                     {"reps", 1, 0, 'r'},
+                                     {"warmup", 1, 0, 'w'},
+                                     {"backend", 1, 0, 'B'},
+                                     {"precision", 1, 0, 'x'},
+                                     {"threads", 1, 0, 't'},
+                                     {"json", 0, 0, 'j'},
+                                     {"help", 0, 0, 'h'},
+                                     {"state-tokens", 1, 0, 'S'},
+                                     {"kv-quant", 1, 0, 'q'},
+                                     {"kv-group", 1, 0, 'G'},
+                                     {"verify-tokens", 1, 0, 'V'},
+                                     {0, 0, 0, 0}};
   *o = (bench_opts){.bits = 4,
                     .group = 64,
                     .reps = 3,
@@ -94,13 +111,15 @@ static int parse(int argc, char **argv, bench_opts *o) {
     case 'S': o->state_tokens = atoll(optarg); break;
     case 'q': o->kv.mode = optarg; break;
     case 'G': o->kv.group = atoi(optarg); break;
+    case 'V': o->verify = atoi(optarg); break;
     case 'h': fputs(bench_help, stdout); return 0;
     default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
   if (optind < argc) o->model = argv[optind++];
   if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 ||
-      o->decode_tokens < 1 || o->state_tokens < 0) {
+      o->decode_tokens < 1 || o->state_tokens < 0 || o->verify < 0 ||
+      o->verify > LM_SPEC_MAX_TOKENS) {
     fputs(bench_help, stderr);
     return 2;
   }
@@ -201,6 +220,62 @@ static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n) {
   }
   double dt = lm_cli_now() - t0;
   return s ? -1 : dt;
+}
+
+/* n verification steps of t tokens continuing kv: every row's argmax, then the t - 1 drafts
+ * trimmed off, so the context grows by one a step as in decode; returns seconds, or -1. */
+static double time_verify(lm_forward *f, lm_kv_set *kv, int64_t n, int t) {
+  int32_t ids[LM_SPEC_MAX_TOKENS + 1], pos[LM_SPEC_MAX_TOKENS + 1], seq[LM_SPEC_MAX_TOKENS + 1],
+      rows[LM_SPEC_MAX_TOKENS + 1], next[LM_SPEC_MAX_TOKENS + 1];
+  double t0 = lm_cli_now();
+  lm_status s = LM_OK;
+  for (int64_t i = 0; i < n && !s; i++) {
+    int32_t at = (int32_t)lm_kv_set_len(kv);
+    for (int k = 0; k < t; k++)
+      ids[k] = 3 + k, pos[k] = at + k, seq[k] = 0, rows[k] = k;
+    lm_batch b = {.n_tokens = t,
+                  .ids = ids,
+                  .pos = pos,
+                  .seq = seq,
+                  .n_seqs = 1,
+                  .kv = &kv,
+                  .n_logits = t,
+                  .logit_rows = rows};
+    s = lm_forward_run_greedy(f, &b, NULL, next);
+    if (!s) s = lm_kv_set_trim(kv, t - 1);
+  }
+  double dt = lm_cli_now() - t0;
+  return s ? -1 : dt;
+}
+
+/* Median seconds of o->decode_tokens steps of t tokens (1: decode; more: verification) after a
+ * prefill of ctx tokens, over o->reps runs after o->warmup; -1 on failure. */
+static double time_steps(const lm_model *m, const lm_kv_spec *specs, lm_backend *be,
+                         const bench_opts *o, const int32_t *ids, int64_t ctx, int t,
+                         lm_cli_progress *prog, int *runs) {
+  lm_forward *fp = NULL, *fd = NULL;
+  lm_kv_set *kv = NULL;
+  if (lm_forward_create(m, be, ctx, 1, &fp) || lm_forward_create(m, be, t, t, &fd)) {
+    lm_forward_free(fp);
+    return -1;
+  }
+  double v[o->reps];
+  int bad = 0;
+  for (int r = 0; r < o->warmup + o->reps && !bad; r++) {
+    bad = time_prefill(m, specs, be, fp, ids, ctx, &kv) < 0;
+    double dt = bad      ? -1
+                : t == 1 ? time_decode(fd, kv, o->decode_tokens)
+                         : time_verify(fd, kv, o->decode_tokens, t);
+    bad |= dt < 0;
+    if (!bad && r >= o->warmup) v[r - o->warmup] = dt;
+    lm_kv_set_free(kv);
+    kv = NULL;
+    lm_cli_progress_update(prog, ++*runs);
+  }
+  lm_forward_free(fp);
+  lm_forward_free(fd);
+  lm_cli_progress_clear(prog);
+  return bad ? -1 : median(v, o->reps);
 }
 
 /* ---- --state-tokens: KV state save/restore ------------------------------------------------ */
@@ -344,6 +419,7 @@ int lm_cli_bench(int argc, char **argv) {
   if (pr >= 0) return pr;
   int32_t *plist = NULL, *clist = NULL, *ids = NULL;
   lm_kv_spec *specs = NULL; /* the cache plan (--kv-quant) */
+  json_t **vj = NULL;       /* --verify-tokens with --json: one object per context */
   int64_t np = 0, nc = 0;
   if (lm_cli_parse_ids(o.prompt, &plist, &np) || lm_cli_parse_ids(o.context, &clist, &nc)) return 2;
   lm_model *m = NULL;
@@ -405,7 +481,8 @@ int lm_cli_bench(int argc, char **argv) {
   fflush(stdout);
   lm_cli_progress prog;
   int runs = 0;
-  lm_cli_progress_start(&prog, "bench", (double)(np + nc) * (o.warmup + o.reps), "runs");
+  lm_cli_progress_start(&prog, "bench",
+                        (double)(np + nc * (o.verify ? 2 : 1)) * (o.warmup + o.reps), "runs");
   for (int64_t i = 0; i < np; i++) {
     lm_forward *f = NULL;
     if (plist[i] < 1 || lm_forward_create(m, be, plist[i], 1, &f)) {
@@ -434,34 +511,20 @@ int lm_cli_bench(int argc, char **argv) {
     fflush(stdout);
   }
   printf(o.json ? "],\"decode\":[" : "");
+  if (!(vj = calloc((size_t)(nc ? nc : 1), sizeof *vj))) {
+    lm_cli_fail("out of memory");
+    goto done;
+  }
   for (int64_t i = 0; i < nc; i++) {
-    lm_forward *fp = NULL, *fd = NULL;
-    lm_kv_set *kv = NULL;
     int64_t ctx = clist[i] > 0 ? clist[i] : 1;
-    if (lm_forward_create(m, be, ctx, 1, &fp) || lm_forward_create(m, be, 1, 1, &fd)) {
-      lm_forward_free(fp);
-      lm_cli_fail("decode workspace");
-      goto done;
-    }
-    double v[o.reps];
-    int bad = 0;
-    for (int r = 0; r < o.warmup + o.reps && !bad; r++) {
-      bad = time_prefill(m, specs, be, fp, ids, ctx, &kv) < 0;
-      double dt = bad ? -1 : time_decode(fd, kv, o.decode_tokens);
-      bad |= dt < 0;
-      if (!bad && r >= o.warmup) v[r - o.warmup] = dt;
-      lm_kv_set_free(kv);
-      kv = NULL;
-      lm_cli_progress_update(&prog, ++runs);
-    }
-    lm_forward_free(fp);
-    lm_forward_free(fd);
-    lm_cli_progress_clear(&prog);
-    if (bad) {
+    double med = time_steps(m, specs, be, &o, ids, ctx, 1, &prog, &runs), ver = 0;
+    if (med > 0 && o.verify)
+      ver = time_steps(m, specs, be, &o, ids, ctx, 1 + o.verify, &prog, &runs);
+    if (med < 0 || ver < 0) {
       lm_cli_fail("decode");
       goto done;
     }
-    double med = median(v, o.reps), tps = (double)o.decode_tokens / med;
+    double tps = (double)o.decode_tokens / med;
     double bytes = decode_bytes(m, specs, ctx + o.decode_tokens / 2, be->act_dtype),
            gbs = bytes * tps / 1e9;
     if (o.json)
@@ -474,9 +537,26 @@ int lm_cli_bench(int argc, char **argv) {
       printf("decode at %6lld context: %8.2f tok/s, %.1f MB/token, %.1f GB/s = %.0f%% of measured "
              "bandwidth\n",
              (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / bw);
+    if (o.verify && !o.json)
+      printf("verify 1+%d at %6lld context: %8.3f ms a step = %.2f one-token steps (%.3f ms)\n",
+             o.verify, (long long)ctx, 1e3 * ver / (double)o.decode_tokens, ver / med,
+             1e3 * med / (double)o.decode_tokens);
+    if (o.verify && o.json) /* printed after the decode array */
+      vj[i] = json_pack("{s:I,s:i,s:f,s:f,s:f}", "context", (json_int_t)ctx, "step_tokens",
+                        1 + o.verify, "step_ms", 1e3 * ver / (double)o.decode_tokens,
+                        "one_token_step_ms", 1e3 * med / (double)o.decode_tokens, "cost_in_steps",
+                        ver / med);
     fflush(stdout);
   }
   lm_cli_progress_end(&prog);
+  if (o.json && o.verify) {
+    printf("],\"verify\":[");
+    for (int64_t i = 0; i < nc; i++) {
+      char *t = json_dumps(vj[i], JSON_COMPACT);
+      printf("%s%s", i ? "," : "", t ? t : "{}");
+      free(t);
+    }
+  }
   printf(o.json ? "]}\n" : "");
   if (!strcmp(be->ops->name, "cpu")) {
     lm_cpu_team_stats ts = lm_cpu_team_stats_of(be);
@@ -496,6 +576,9 @@ int lm_cli_bench(int argc, char **argv) {
 #endif
   rc = 0;
 done:
+  for (int64_t i = 0; vj && i < nc; i++)
+    json_decref(vj[i]);
+  free(vj);
   free(specs);
   lm_backend_destroy(be);
   lm_model_free(m);

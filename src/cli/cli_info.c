@@ -1,5 +1,5 @@
 /* cli_info.c — `lumen info`: what a checkpoint is — architecture, the per-layer map, sizes,
- * and KV memory per token of context (sliding layers capped at their window). */
+ * and KV memory per token of context (sliding layers capped at their ring: window + spare). */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -25,7 +25,8 @@ static const char *info_help =
     "MLP width), parameter count, weight bytes, the cache plan (one cache per donor layer, its\n"
     "signature) and the KV bytes per token of context for each --kv-quant choice. Plain caches "
     "are\n"
-    "counted at f32 (the CPU backend's activations); sliding layers hold at most their window.\n"
+    "counted at f32 (the CPU backend's activations); sliding layers hold at most their ring\n"
+    "(the window + 16 spare slots, so that a wrapped ring can roll back).\n"
     "\n"
     "With --backend, the model is also loaded onto that backend with a forward workspace (chunks\n"
     "of --chunk tokens) and one sequence's caches reserved for --ctx tokens, and the memory it\n"
