@@ -56,7 +56,8 @@ extern "C" {
  * constrained decoding (lm_request_options.grammar, json_schema, json_object, constrain_tools;
  * lm_engine_stats.constraint_s); 5 lm_engine_stats.constraint_wait_s; 6 speculative decoding
  * (lm_engine_options.speculative_tokens, lm_request_options.speculative and speculative_tokens,
- * the round fields of lm_event, lm_usage.drafted_tokens / accepted_tokens, lm_engine_stats.spec_*).
+ * the round fields of lm_event, lm_usage.drafted_tokens / accepted_tokens, lm_engine_stats.spec_*,
+ * lm_engine_options.draft_model).
  */
 #define LUMEN_API_VERSION 6
 
@@ -237,6 +238,10 @@ typedef struct lm_engine_options {
   /* Speculative decoding: the most tokens a request may draft per round (0: none may; at most
    * LM_SPEC_MAX_TOKENS). It sizes the step: up to parallel x (1 + this) tokens and logits rows. */
   int speculative_tokens;
+  /* A smaller checkpoint of the same vocabulary (a directory) whose greedy tokens requests with
+   * speculative "draft" verify; it shares the backend, with caches of its own per request (not
+   * counted in kv_budget). NULL: none. */
+  const char *draft_model;
 } lm_engine_options;
 
 /* Defaults as documented above. */
@@ -391,7 +396,8 @@ typedef struct lm_request_options {
    * call at the prompt's end and nothing is checked. */
   int constrain_tools;
   /* Speculative decoding: "ngram" (prompt lookup: the longest recent suffix of prompt + answer
-   * that occurred before proposes what followed it) or NULL (off). Each step verifies the pending
+   * that occurred before proposes what followed it), "draft" (the engine's draft_model proposes
+   * its greedy tokens), or NULL (off). Each step verifies the pending
    * token and up to speculative_tokens drafts in one forward and keeps the longest prefix the
    * model agrees with, plus the token it samples after it. The drafts are proposals, never
    * samples, so the answer is the one plain decoding gives, for every sampling setting and seed,

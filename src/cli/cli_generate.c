@@ -220,6 +220,7 @@ int lm_cli_generate(int argc, char **argv) {
   eo.kv_budget = -1;
   eo.prefix_cache = 0;
   eo.speculative_tokens = lm_cli_spec_engine_tokens(&spec);
+  eo.draft_model = spec.draft;
   int rc = 1;
   if (lm_cli_checkpoint_open(argv[optind], &ck) || lm_engine_create(ck, &eo, &e))
     lm_cli_fail(NULL);

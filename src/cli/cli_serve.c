@@ -392,6 +392,7 @@ static int serve(serve_opts *o, const sigset_t *set) {
 
   o->so.model_dir = dir;
   o->so.speculative = o->spec.source;
+  o->so.draft_model = o->spec.draft;
   o->so.speculative_tokens = o->spec.source ? lm_cli_spec_engine_tokens(&o->spec) : o->spec.tokens;
   o->so.sampling = &samp;
   /* served as every --model-id, and always as the model's own name */

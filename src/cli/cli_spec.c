@@ -8,14 +8,21 @@
 
 int lm_cli_spec_source(lm_cli_spec *s, const char *arg) {
   if (!strcmp(arg, "ngram")) {
-    s->source = arg;
+    s->source = "ngram";
     return 0;
   }
-  if (!strncmp(arg, "draft:", 6) || !strncmp(arg, "assistant:", 10))
-    fprintf(stderr, "lumen: --spec %s: draft models are not in this build yet (--spec ngram is)\n",
+  if (!strncmp(arg, "draft:", 6) && arg[6]) {
+    s->source = "draft";
+    s->draft = arg + 6;
+    return 0;
+  }
+  if (!strncmp(arg, "assistant:", 10))
+    fprintf(stderr,
+            "lumen: --spec %s: the Gemma 4 assistant drafters are not in this build yet (ngram "
+            "and draft:DIR are)\n",
             arg);
   else
-    fprintf(stderr, "lumen: --spec: unknown draft source '%s' (ngram)\n", arg);
+    fprintf(stderr, "lumen: --spec: unknown draft source '%s' (ngram, draft:DIR)\n", arg);
   return 2;
 }
 
@@ -40,6 +47,8 @@ void lm_cli_spec_help(FILE *f) {
           "  --spec ngram             speculative decoding: drafts from the longest earlier\n"
           "                           repeat of the context's end, verified in one step; the\n"
           "                           answer is the one plain decoding gives (CPU backend)\n"
+          "  --spec draft:DIR         the same with the greedy tokens of a smaller checkpoint of\n"
+          "                           the same vocabulary as drafts (e.g. a 4-bit copy)\n"
           "  --spec-tokens N          drafts per step, 1..%d (default %d; the CPU verifies up to\n"
           "                           7 tokens a step)\n",
           LM_SPEC_MAX_TOKENS, LM_CLI_SPEC_TOKENS);

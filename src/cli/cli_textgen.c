@@ -215,6 +215,7 @@ static int make_engine(lm_cli_textgen *t) {
   eo.kv_config = o->kv_config;
   eo.kv_quant_start = o->kv_quant_start;
   eo.speculative_tokens = lm_cli_spec_engine_tokens(&o->spec);
+  eo.draft_model = o->spec.draft;
   lm_cli_progress pr;
   lm_cli_progress_start(&pr, "loading the weights", 0, "B");
   eo.on_load = lm_cli_progress_cb;

@@ -60,6 +60,7 @@ struct lm_engine {
   lm_grammar_cache *grammars; /* compiled constraints by source text (grammar_cache.h) */
   int32_t *stop_sorted;       /* the checkpoint's stop ids, sorted (constraints read them) */
   int32_t n_stop;
+  struct lm_spec_draft *draft; /* lm_engine_options.draft_model, loaded (NULL: none) */
 };
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "engine/api_impl.h"
+#include "engine/spec_draft.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
 #ifdef LM_HAVE_CUDA
@@ -150,7 +151,8 @@ static lm_status start_sched(lm_engine *e, int64_t budget) {
                       .n_stop_ids = ck->n_stop_ids,
                       .keep_special = ck->keep,
                       .n_keep_special = ck->n_keep,
-                      .spec_tokens = e->o.speculative_tokens};
+                      .spec_tokens = e->o.speculative_tokens,
+                      .draft = e->draft};
   LM_TRY(lm_sched_create(ck->m, e->be, ck->tok, &so, &e->sched));
   return lm_sched_start(e->sched);
 }
@@ -230,6 +232,8 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
   if (!s) s = plan_caches(e);
   if (!s) s = size_budget(e, &budget);
   if (!s) s = make_constraints(e);
+  if (!s && o->draft_model)
+    s = lm_spec_draft_open(o->draft_model, e->be, ck->m, e->o.chunk, &e->draft);
   if (!s) s = start_sched(e, budget);
   if (s) {
     lm_engine_free(e);
@@ -243,6 +247,7 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
 void lm_engine_free(lm_engine *e) {
   if (!e) return;
   lm_sched_free(e->sched);
+  lm_spec_draft_free(e->draft);
   lm_grammar_cache_free(e->grammars); /* grammars still held by requests live on */
   free(e->stop_sorted);
   lm_backend_destroy(e->be);

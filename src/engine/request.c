@@ -473,13 +473,18 @@ static lm_status check_ids(const lm_request *r, const lm_job *j) {
   return LM_OK;
 }
 
-/* The request's speculative decoding: the drafts per step, 0 when off. */
-static lm_status spec_options(const lm_engine *e, const lm_request_options *o, int *tokens) {
-  *tokens = 0;
+/* The request's speculative decoding: the drafts per step (0: off) and their source. */
+static lm_status spec_options(const lm_engine *e, const lm_request_options *o, int *tokens,
+                              int *draft) {
+  *tokens = *draft = 0;
   if (!o->speculative) return LM_OK;
-  if (strcmp(o->speculative, "ngram"))
-    return LM_ERRF(LM_ERR_INVALID, "speculative: unknown draft source '%s' (this build: ngram)",
+  *draft = !strcmp(o->speculative, "draft");
+  if (strcmp(o->speculative, "ngram") && !*draft)
+    return LM_ERRF(LM_ERR_INVALID, "speculative: unknown draft source '%s' (ngram, draft)",
                    o->speculative);
+  if (*draft && !e->draft)
+    return LM_ERRF(LM_ERR_INVALID,
+                   "speculative: \"draft\" needs an engine with a draft model (draft_model)");
   int most = e->o.speculative_tokens;
   if (most < 1)
     return LM_ERRF(LM_ERR_INVALID,
@@ -526,7 +531,7 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
   j->keep_control = r->parser != NULL;
   j->keep_special = o->raw_output;
   j->share_prompt = o->share_prompt;
-  LM_TRY(spec_options(r->e, o, &j->spec_tokens));
+  LM_TRY(spec_options(r->e, o, &j->spec_tokens, &j->spec_draft));
   j->t_submit = now_s();
   r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 0;
   j->deadline = r->timeout_s > 0 ? j->t_submit + r->timeout_s : 0;

@@ -20,6 +20,7 @@
 #include "engine/mask_prep.h"
 #include "engine/prompt_cache.h"
 #include "engine/seq.h"
+#include "engine/spec_draft.h"
 #include "engine/spec_ngram.h"
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
@@ -430,6 +431,8 @@ static void release_slot(lm_sched *s, int i, int keep_cache) {
   if (keep_cache && ok && s->pc && q->kv && lm_seq_kv_len(q) > 0) pc_put(s, q);
   lm_kv_set_free(q->kv);
   q->kv = NULL;
+  lm_kv_set_free(q->dkv);
+  q->dkv = NULL;
   pthread_mutex_lock(&s->mu);
   s->reserved -= q->reserved;
   count_end(s, q->fin.kind);
@@ -609,7 +612,15 @@ static void propose_drafts(lm_sched *s) {
     if (!s->used[i] || lm_seq_prefilling(q) || !q->job->spec_tokens) continue;
     int g = draft_limit(s, q);
     if (g > room) g = (int)room;
-    q->n_draft = lm_spec_ngram_propose(q->hist, q->n_hist, g, q->draft);
+    if (!q->job->spec_draft)
+      q->n_draft = lm_spec_ngram_propose(q->hist, q->n_hist, g, q->draft);
+    else if (lm_spec_draft_propose(s->o.draft, &q->dkv, q->hist, q->n_hist, g, q->draft,
+                                   &q->n_draft)) {
+      q->n_draft = 0; /* a draft model that failed (memory): this step decodes plainly, and the */
+      lm_kv_set_free(q->dkv); /* next one reads the context again */
+      q->dkv = NULL;
+      lm_err_clear();
+    }
     room -= q->n_draft;
   }
 }
@@ -721,6 +732,9 @@ static int32_t verify_drafts(lm_sched *s, int i, int32_t r0, int greedy, double 
   tl->spec_accepted += agreed;
   q->n_draft = 0;
   if (keep_agreed(q, kv_before, agreed)) lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
+  /* the draft model read the pending token and every draft but the last */
+  if (q->dkv && lm_spec_draft_keep(q->dkv, kv_before + 1 + (agreed < g - 1 ? agreed : g - 1)))
+    lm_seq_end(q, LM_FIN_ERROR, lm_errmsg(), now);
   return (int32_t)g + 1;
 }
 

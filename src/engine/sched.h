@@ -14,12 +14,12 @@
  * starts with the same tokens — the next chat turn — prefills only the rest.
  *
  * Speculative decoding (a job's spec_tokens): a decoding sequence's pending token goes in with
- * drafts (spec_ngram.h), each with a logits row, and the sequence keeps the drafts the model
- * agrees with, plus the token sampled after them; the caches roll back the rest (kv.h). The
- * drafts are proposals, never samples: row j is sampled exactly as a plain step would sample
- * that token, with the same random draw, so the answer is plain decoding's. That needs rows that
- * do not depend on their step (lm_backend.exact_rows): a step drafts only while it stays within
- * that many tokens and no prompt is being prefilled.
+ * drafts (spec_ngram.h, or a draft model's: spec_draft.h), each with a logits row, and the sequence
+ * keeps the drafts the model agrees with, plus the token sampled after them; the caches roll back
+ * the rest (kv.h). The drafts are proposals, never samples: row j is sampled exactly as a plain
+ * step would sample that token, with the same random draw, so the answer is plain decoding's. That
+ * needs rows that do not depend on their step (lm_backend.exact_rows): a step drafts only while it
+ * stays within that many tokens and no prompt is being prefilled.
  *
  * Sampling runs on the host from the logits rows the forward returns (sample/sampler.h, one
  * sampler per sequence, rows in parallel; a row's error is kept with its row); text comes from one
@@ -63,8 +63,8 @@ typedef struct lm_job {
                        cache (before the job's first token): jobs with the same prompt submitted
                        after that token prefill only its last token (n choices of one prompt) */
   struct lm_constraint *con; /* constrained decoding (engine/constraint.h; owned), or NULL */
-  int spec_tokens;           /* speculative decoding (n-gram drafts): at most this many a step;
-                                0: off */
+  int spec_tokens;           /* speculative decoding: at most this many drafts a step; 0: off */
+  int spec_draft;            /* the drafts come from the scheduler's draft model, not n-grams */
 } lm_job;
 
 /* A new job with neutral sampling and its channel (two references: the job's and *consumer). */
@@ -86,6 +86,7 @@ typedef struct lm_sched_opts {
   const int32_t *keep_special; /* special ids whose text jobs with keep_control stream */
   int32_t n_keep_special;
   int spec_tokens; /* the most drafts a job may verify per step (0: jobs do not speculate) */
+  struct lm_spec_draft *draft; /* the draft model jobs with spec_draft use (borrowed), or NULL */
 } lm_sched_opts;
 
 /* The public counters (lumen.h) are the scheduler's. */

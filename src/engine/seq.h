@@ -37,7 +37,8 @@ typedef struct lm_seq {
   int32_t draft[LM_SPEC_MAX_TOKENS];
   int n_draft;
   int64_t drafted, accepted;
-  lm_finish fin; /* kind != NONE once the sequence has ended */
+  lm_kv_set *dkv; /* the draft model's caches (a prefix of hist), or NULL */
+  lm_finish fin;  /* kind != NONE once the sequence has ended */
   double t_admit, t_prefilled, t_first;
 } lm_seq;
 

@@ -67,6 +67,7 @@ typedef struct lm_server_opts {
    * request may ask for (0: 4 when a source is set, else none may speculate). */
   const char *speculative;
   int speculative_tokens;
+  const char *draft_model; /* lm_engine_options.draft_model (--spec draft:DIR) */
 } lm_server_opts;
 
 void lm_server_opts_init(lm_server_opts *o);

@@ -99,7 +99,12 @@ static int create(lm_server *s, lm_srv_params *p, int chat, lm_srv_gen *g, lm_sr
   ro.json_schema = p->json_schema;
   ro.json_object = p->json_object;
   ro.constrain_tools = chat; /* tool names and arguments are held to the offered tools */
-  ro.speculative = p->spec > 0 ? "ngram" : p->spec < 0 ? NULL : s->o.speculative; /* (parsed) */
+  /* the request's source, else the server's; true on a server without one: n-grams */
+  ro.speculative = p->spec < 0        ? NULL
+                   : p->spec_source   ? p->spec_source
+                   : s->o.speculative ? s->o.speculative
+                   : p->spec > 0      ? "ngram"
+                                      : NULL;
   ro.speculative_tokens = p->spec > 0 ? p->spec_tokens : 0;
   lm_status st = lm_request_create(s->e, &ro, &g->r);
   if (st) r = create_error(st, chat, p, e);

@@ -233,18 +233,24 @@ static int parse_grammar(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   return 0;
 }
 
-/* speculative: false / null (off), true (the server's drafts), "ngram", or {"source": "ngram",
- * "tokens": N} (lumen's field; the server checks N against its own limit). */
+/* speculative: false / null (off), true (the server's drafts), "ngram" or "draft", or
+ * {"source": ..., "tokens": N} (lumen's field; the server checks N and whether it has a draft
+ * model). */
 static int parse_speculative(const json_t *req, lm_srv_params *p, lm_srv_err *e) {
   const json_t *v = json_object_get(req, "speculative");
   if (!v) return 0;
   p->spec = json_is_true(v) ? 1 : -1;
   if (json_is_boolean(v) || json_is_null(v)) return 0;
   const json_t *src = json_is_object(v) ? json_object_get(v, "source") : v;
-  if (!json_is_string(src) || strcmp(json_string_value(src), "ngram"))
+  const char *name = json_string_value(src);
+  p->spec_source = !name                    ? NULL
+                   : !strcmp(name, "ngram") ? "ngram"
+                   : !strcmp(name, "draft") ? "draft"
+                                            : NULL;
+  if (!p->spec_source)
     return lm_srv_err_bad(e, "speculative",
-                          "speculative must be a boolean, \"ngram\", or {\"source\": \"ngram\", "
-                          "\"tokens\": N}");
+                          "speculative must be a boolean, \"ngram\", \"draft\", or {\"source\": "
+                          "\"ngram\" | \"draft\", \"tokens\": N}");
   p->spec = 1;
   int64_t n = 0;
   int r = json_is_object(v) ? get_int(v, "tokens", 1, LM_SPEC_MAX_TOKENS, &n, NULL, e) : 0;

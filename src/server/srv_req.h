@@ -47,8 +47,10 @@ typedef struct lm_srv_params {
   int json_object;       /* any JSON object */
   char format_param[32]; /* the field that set the format, for errors ("response_format") */
   /* speculative decoding: the request's "speculative" field (0: absent, the server's default;
-   * 1: on, with spec_tokens drafts per step (0: the server's); -1: off) */
+   * 1: on, from spec_source ("ngram", "draft"; NULL: the server's), with spec_tokens drafts per
+   * step (0: the server's); -1: off) */
   int spec;
+  const char *spec_source;
   int spec_tokens;
   /* completions */
   char *prompt;        /* text prompt (owned), or: */

@@ -856,8 +856,9 @@ static void t_speculative(void **state) {
   json_decref(a);
   const char *bad[] = {"\"speculative\":\"lookahead\"", "\"speculative\":7",
                        "\"speculative\":{\"source\":\"ngram\",\"tokens\":99}",
-                       "\"speculative\":{\"source\":\"ngram\",\"tokens\":8}"};
-  for (int i = 0; i < 4; i++) {
+                       "\"speculative\":{\"source\":\"ngram\",\"tokens\":8}",
+                       "\"speculative\":\"draft\""}; /* no draft model */
+  for (int i = 0; i < 5; i++) {
     snprintf(body, sizeof body, "%s,%s}", head, bad[i]);
     json_t *j = call(k.port, "POST", "/v1/completions", NULL, body, 400, NULL);
     check_openai_error(j, NULL, i == 2 ? "speculative.tokens" : "speculative");
