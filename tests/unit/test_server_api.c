@@ -839,7 +839,9 @@ static void t_speculative(void **state) {
   json_t *a = call(k.port, "POST", "/v1/completions", NULL, body, 200, NULL);
   json_t *st = test_stats(k.port);
   const json_t *sp = json_object_get(json_object_get(st, "batch"), "speculative");
-  printf("speculative: %s\n", json_dumps(sp, JSON_COMPACT));
+  char *dump = json_dumps(sp, JSON_COMPACT);
+  printf("speculative: %s\n", dump);
+  free(dump);
   assert_string_equal(str(sp, "default"), "ngram");
   assert_true(num(sp, "drafted_tokens") > 0 && num(sp, "accepted_tokens") > 0);
   assert_true(json_real_value(json_object_get(sp, "tokens_per_step")) > 1.0);

@@ -4,7 +4,7 @@
  * the same request without them, on one engine, give the same ids and the same finish — greedy
  * and sampled (temperature, top-k, top-p, min-p, repetition penalty, one seed), on the model
  * kinds of the fixtures (PLE + KV sharing, MoE + k_eq_v, 4-bit weights) with plain, sliding
- * (wrapped: windows of 8, answers of 120 tokens), 8- and 4-bit and delayed-quantized caches, at
+ * (wrapped: windows of 8, answers of 96 tokens), 8- and 4-bit and delayed-quantized caches, at
  * f32 and FAST precision; on the embedded model with text, stop strings and a JSON Schema. The
  * drafts must also be used: rounds that drafted and drafts that were accepted are counted, and a
  * step that accepts k drafts gives k + 1 tokens. Drafts from a draft model (the embedded model's
@@ -212,7 +212,7 @@ static void fixture_model(const char *name, int quant_kv) {
   for (size_t i = 0; i < (quant_kv ? sizeof plans / sizeof *plans : 2); i++) {
     lm_engine *e = engine(ck, plans[i].precision, plans[i].kv, plans[i].start);
     char what[96];
-    ask a = {.ids = ids, .n_ids = n, .max_tokens = 120, .ignore_eos = 1};
+    ask a = {.ids = ids, .n_ids = n, .max_tokens = 96, .ignore_eos = 1};
     snprintf(what, sizeof what, "%s %s kv %s/%lld greedy", name, plans[i].precision, plans[i].kv,
              (long long)plans[i].start);
     accepted += same_answer(e, &a, what);
