@@ -6,7 +6,8 @@
  *            the b·Σx half of the affine term comes from the driver's group sums.
  * FAST gemv: vpmaddubsw (u8 codes × s8 activations → s16 pairs) + vpmaddwd → s32 per block
  *            of 32, scaled in f32 by s_g·d_b. 4-bit codes read the activations in the perm-64
- *            layout, so low and high nibbles need no interleaving. 8-bit codes exceed
+ *            layout, so low and high nibbles need no interleaving, and go four rows at a time
+ *            (lm_q4_rows: one FMA per chunk of 64 columns of four rows). 8-bit codes exceed
  *            vpmaddubsw's s16 range (2·255·127), so they run as signed w' = q − 128 with the
  *            sign trick |w'|·sign(x, w') and the 128·Σxq term (lm_qact.c8) added back.
  * GEMM:      tiles of 8 rows × 4-column quads (one 32-bit lane per row), MR = 4 tokens, the
@@ -411,72 +412,234 @@ LM_AVX2 void lm_mm_avx2_quantize(const lm_mm_job *j, lm_qact *qa, int64_t t0, in
   }
 }
 
-/* ---- FAST gemv -------------------------------------------------------------------------- */
+/* ---- FAST gemv, 4-bit codes ---------------------------------------------------------------- */
 
-/* Σ q·xq over 64 codes of a 4-bit row (32 bytes) against perm-64 activations, as s32
- * lanes 0-3 (first block of 32) and 4-7 (second block), converted to f32. */
-LM_AVX2 static inline __m256 lm_q4_chunk(const uint8_t *p, const int8_t *xq) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+/* Rows go in blocks of four, a chunk of 64 columns at a time: one 32-byte load of each row's
+ * codes, whose low nibbles meet the chunk's 32 even activations and high nibbles its 32 odd
+ * ones (the perm-64 layout), so the two activation vectors are loaded once for four rows. A
+ * row's two vpmaddubsw products stay in s16 (each lane the sum of 4 products, |.| <= 4·15·127)
+ * and a tree of vpmaddwd and packs (lm_q4_sum4) folds the four rows into each block's exact sum
+ * of 32 products in s32:
+ *   lanes [r0 r1 r2 r3 | r0 r1 r2 r3] = the four rows' sums of the chunk's block 0 | block 1.
+ * One conversion and one FMA with the lanes' d_b·s_g then scale a chunk of four rows (the chunk
+ * at a time per row took four of each), and a block needs no horizontal sum per row: its four
+ * results leave as one vector. The group scales are transposed once per block (lm_q4_scales4),
+ * so a chunk's lanes get theirs with one load. */
+
+#define LM_Q4_BURST 8192 /* at most this many bytes of a range's first block prefetched at once */
+
+/* The s16 pair sums of one row's chunk: lanes 0-7 block 0, lanes 8-15 block 1. */
+LM_AVX2 static LM_INLINE __m256i lm_q4_pairs(const uint8_t *p, __m256i xe, __m256i xo) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
   __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
   __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  __m256i pe = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)xq));
-  __m256i po =
-      _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32)));
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_add_epi16(pe, po), ones));
+  return _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
 }
 
-/* Σ over one segment (n columns) of a 4-bit row against perm-64 activations. dexp holds
- * each block's d four times, so one load scales both blocks of a chunk. */
-LM_AVX2 static LM_INLINE float lm_q4_seg_fast(const uint8_t *row, const int8_t *xq,
-                                              const float *dexp, const float *sf, int group,
-                                              int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  int64_t c = 0;
-  if (group == 32) { /* a chunk spans two groups */
-    for (int64_t i = 0; c + 64 <= n; c += 64, i += 2) {
-      __m256 sv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(sf + i)),
-                                       _mm_broadcast_ss(sf + i + 1), 1);
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), sv), acc0);
-    }
-  } else if (group == 64) {
-    for (int64_t g = 0; c + 128 <= n; c += 128, g += 2) {
-      __m256 s0 = _mm256_broadcast_ss(sf + g), s1 = _mm256_broadcast_ss(sf + g + 1);
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
-      acc1 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2 + 32, xq + c + 64),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), s1), acc1);
-    }
-    if (c < n) {
-      acc0 = _mm256_fmadd_ps(
-          lm_q4_chunk(row + c / 2, xq + c),
-          _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), _mm256_broadcast_ss(sf + c / 64)), acc0);
-      c += 64;
-    }
-  } else { /* 128: two chunks per group */
-    for (int64_t g = 0; c + 128 <= n; c += 128, g++) {
-      __m256 s0 = _mm256_broadcast_ss(sf + g);
-      acc0 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2, xq + c),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s0), acc0);
-      acc1 = _mm256_fmadd_ps(lm_q4_chunk(row + c / 2 + 32, xq + c + 64),
-                             _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8 + 8), s0), acc1);
-    }
-  }
-  float s = lm_hsum8(_mm256_add_ps(acc0, acc1));
-  if (c < n) { /* group 32 only: a final block of 32, perm layout [16 evens | 16 odds] */
-    const __m128i m4x = _mm_set1_epi8(0x0f);
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(row + c / 2));
-    __m128i lo = _mm_and_si128(v, m4x), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4x);
-    __m128i p = _mm_add_epi16(
-        _mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)(const void *)(xq + c))),
-        _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(const void *)(xq + c + 16))));
-    __m128i i = _mm_madd_epi16(p, _mm_set1_epi16(1));
-    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(1, 0, 3, 2)));
-    i = _mm_add_epi32(i, _mm_shuffle_epi32(i, _MM_SHUFFLE(2, 3, 0, 1)));
-    s += (float)_mm_cvtsi128_si32(i) * dexp[c / 8] * sf[c / 32];
-  }
-  return s;
+/* Each block's s32 sum of four rows' pair sums, lanes [r0 r1 r2 r3 | r0 r1 r2 r3]: vpmaddwd
+ * to s32 (8 products a lane, |.| <= 15240), then twice a pack of two vectors back to s16 (no
+ * saturation: 16 products a lane at most 30480) and a vpmaddwd of adjacent lanes. vphaddw would
+ * do the same in three instructions, but takes two cycles of its pipe each on this core family. */
+LM_AVX2 static LM_INLINE __m256i lm_q4_sum4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i m0 = _mm256_madd_epi16(p0, ones), m1 = _mm256_madd_epi16(p1, ones),
+          m2 = _mm256_madd_epi16(p2, ones), m3 = _mm256_madd_epi16(p3, ones);
+  __m256i n01 = _mm256_madd_epi16(_mm256_packs_epi32(m0, m1), ones),
+          n23 = _mm256_madd_epi16(_mm256_packs_epi32(m2, m3), ones);
+  return _mm256_madd_epi16(_mm256_packs_epi32(n01, n23), ones);
 }
+
+/* The same for a final block of 32 columns (perm layout [16 evens | 16 odds]): 8 lanes. */
+LM_AVX2 static LM_INLINE __m128i lm_q4_pairs32(const uint8_t *p, __m128i xe, __m128i xo) {
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+  __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+  return _mm_add_epi16(_mm_maddubs_epi16(lo, xe), _mm_maddubs_epi16(hi, xo));
+}
+
+/* 8 scales (or biases) of a row from group g, as f32. */
+LM_AVX2 static LM_INLINE __m256 lm_q4_sb8(const uint8_t *p, lm_dtype t, int64_t g) {
+  if (t == LM_DT_BF16) return lm_bf16x8(p + 2 * g);
+  if (t == LM_DT_F16) return LM_LD_F16(p + 2 * g);
+  return _mm256_loadu_ps((const float *)(const void *)p + g);
+}
+
+/* One scale (or bias) of a row as f32. */
+LM_AVX2 static LM_INLINE float lm_q4_sb1(const uint8_t *p, lm_dtype t, int64_t g) {
+  if (t == LM_DT_F32) {
+    float f;
+    memcpy(&f, p + 4 * g, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p + 2 * g, 2);
+  if (t == LM_DT_F16) return _cvtsh_ss(h);
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* The scales of groups [g0, g0+n) of a block's four rows (row i at sp + so[i]) transposed into
+ * st[g][4], the order the chunk loop multiplies them in. */
+LM_AVX2 static LM_INLINE void lm_q4_scales4(const uint8_t *sp, const int64_t *so, lm_dtype t,
+                                            int64_t g0, int64_t n, float *st) {
+  int64_t g = 0;
+  for (; g + 8 <= n; g += 8) {
+    __m256 a0 = lm_q4_sb8(sp + so[0], t, g0 + g), a1 = lm_q4_sb8(sp + so[1], t, g0 + g);
+    __m256 a2 = lm_q4_sb8(sp + so[2], t, g0 + g), a3 = lm_q4_sb8(sp + so[3], t, g0 + g);
+    __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+    __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    /* u0 holds groups 0 | 4, u1 1 | 5, u2 2 | 6, u3 3 | 7 */
+    _mm256_storeu_ps(st + 4 * g, _mm256_permute2f128_ps(u0, u1, 0x20));
+    _mm256_storeu_ps(st + 4 * g + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
+    _mm256_storeu_ps(st + 4 * g + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
+    _mm256_storeu_ps(st + 4 * g + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
+  }
+  for (; g < n; g++)
+    for (int i = 0; i < 4; i++)
+      st[4 * g + i] = lm_q4_sb1(sp + so[i], t, g0 + g);
+}
+
+/* Σ_g bias_g·Σx_g of the block's four rows (row i at bp + so[i]) as four lanes. */
+LM_AVX2 static LM_INLINE __m128 lm_q4_bias4(const uint8_t *bp, const int64_t *so, lm_dtype t,
+                                            const float *sx, int64_t ng) {
+  __m256 v[4];
+  float tail[4];
+  for (int i = 0; i < 4; i++) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= ng; g += 8)
+      acc = _mm256_fmadd_ps(lm_q4_sb8(bp + so[i], t, g), _mm256_loadu_ps(sx + g), acc);
+    float s = 0.0f;
+    for (; g < ng; g++)
+      s += lm_q4_sb1(bp + so[i], t, g) * sx[g];
+    v[i] = acc;
+    tail[i] = s;
+  }
+  __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  return _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)),
+                    _mm_loadu_ps(tail));
+}
+
+/* Σ_{b in [c0, c0+n)} d_b·s_g(b)·(q·xq)_b of the block's four rows (row i at row + ro[i]) for one
+ * token: chunks of 64 columns, then a final block of 32. st: the segment's scales (lm_q4_scales4),
+ * dexp: the token's d_b, four times each, from block c0/32. A chunk reads two lines of the block
+ * and prefetches the two at pfp + 2·c (the block's bytes in the order they are read, elsewhere). */
+LM_AVX2 static LM_INLINE __m128 lm_q4_seg4(const uint8_t *row, const int64_t *ro, const int8_t *xq,
+                                           const float *dexp, const float *st, int64_t n, int gsh,
+                                           const uint8_t *pfp) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 64 <= n; c += 64) {
+    const uint8_t *p = row + c / 2;
+    _mm_prefetch((const char *)(pfp + 2 * c), _MM_HINT_T0);
+    _mm_prefetch((const char *)(pfp + 2 * c + 64), _MM_HINT_T0);
+    __m256i xe = _mm256_loadu_si256((const __m256i *)(const void *)(xq + c)),
+            xo = _mm256_loadu_si256((const __m256i *)(const void *)(xq + c + 32));
+    __m256 f = _mm256_cvtepi32_ps(
+        lm_q4_sum4(lm_q4_pairs(p + ro[0], xe, xo), lm_q4_pairs(p + ro[1], xe, xo),
+                   lm_q4_pairs(p + ro[2], xe, xo), lm_q4_pairs(p + ro[3], xe, xo)));
+    /* the lanes' group scales: the two blocks' groups (32), one group (64), half a group (128) */
+    __m256 s = gsh == 5   ? _mm256_loadu_ps(st + 4 * (c >> 5))
+               : gsh == 6 ? _mm256_broadcast_ps((const __m128 *)(const void *)(st + 4 * (c >> 6)))
+                          : _mm256_broadcast_ps((const __m128 *)(const void *)(st + 4 * (c >> 7)));
+    acc = _mm256_fmadd_ps(f, _mm256_mul_ps(_mm256_loadu_ps(dexp + c / 8), s), acc);
+  }
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  if (c < n) {
+    const uint8_t *p = row + c / 2;
+    __m128i xe = _mm_loadu_si128((const __m128i *)(const void *)(xq + c)),
+            xo = _mm_loadu_si128((const __m128i *)(const void *)(xq + c + 16));
+    __m128i h01 =
+        _mm_hadd_epi16(lm_q4_pairs32(p + ro[0], xe, xo), lm_q4_pairs32(p + ro[1], xe, xo));
+    __m128i h23 =
+        _mm_hadd_epi16(lm_q4_pairs32(p + ro[2], xe, xo), lm_q4_pairs32(p + ro[3], xe, xo));
+    __m128 f = _mm_cvtepi32_ps(_mm_madd_epi16(_mm_hadd_epi16(h01, h23), _mm_set1_epi16(1)));
+    r = _mm_fmadd_ps(f, _mm_mul_ps(_mm_loadu_ps(dexp + c / 8), _mm_loadu_ps(st + 4 * (c >> gsh))),
+                     r);
+  }
+  return r;
+}
+
+/* Rows [r0, r1) of the 4-bit FAST product for every token, for a scale type and group size the
+ * compiler knows (LM_Q4_ROWS below): Σ_g s_g·Σ_{b in g} d_b·(q·xq)_b + Σ_g bias_g·Σx_g. A final
+ * block of fewer than four rows repeats its last row in the spare lanes and stores only its own.
+ * Each chunk prefetches the next block's lines at the same place (a block's chunks read as many
+ * bytes as the block holds), while that block is inside the rows being read; past them it
+ * touches its own lines again, so the loop has no branch for it. */
+LM_AVX2 static LM_INLINE void lm_q4_rows(const lm_mm_job *j, int64_t r0, int64_t r1, lm_dtype sdt,
+                                         int gsh) {
+  const lm_weight *w = j->w;
+  const lm_qact *qa = j->qa;
+  int64_t k = j->k, rb = lm_weight_row_bytes(w), sb = j->ng * (int64_t)lm_dtype_size(sdt);
+  const uint8_t *row = lm_weight_row_ptr(w, j->e, r0), *sp = lm_weight_scale_ptr(w, j->e, r0),
+                *bp = lm_weight_bias_ptr(w, j->e, r0), *end = row + (r1 - r0) * rb;
+  float st[LM_SEG / 32 * 4];
+  __m128 ys[LM_MM_GEMV_MAX_M];
+  /* the first block's lines at once: the loop's prefetches only run ahead of it */
+  for (const uint8_t *p = row; p < row + 4 * rb && p < end && p < row + LM_Q4_BURST; p += 64)
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+  for (int64_t r = r0; r < r1; r += 4, row += 4 * rb, sp += 4 * sb, bp += 4 * sb) {
+    int nv = r1 - r < 4 ? (int)(r1 - r) : 4;
+    int64_t ro[4], so[4];
+    for (int i = 0; i < 4; i++) {
+      ro[i] = (i < nv ? i : nv - 1) * rb;
+      so[i] = (i < nv ? i : nv - 1) * sb;
+    }
+    int64_t pf = row + 8 * rb <= end ? 4 * rb : 0;
+    if (pf)
+      for (int64_t o = 0; o < 4 * sb; o += 64) {
+        _mm_prefetch((const char *)(sp + 4 * sb + o), _MM_HINT_T0);
+        _mm_prefetch((const char *)(bp + 4 * sb + o), _MM_HINT_T0);
+      }
+    for (int64_t t = 0; t < j->m; t++)
+      ys[t] = lm_q4_bias4(bp, so, sdt, qa->sx + t * j->ng, j->ng);
+    for (int64_t c0 = 0; c0 < k; c0 += LM_SEG) {
+      int64_t n = k - c0 < LM_SEG ? k - c0 : LM_SEG;
+      lm_q4_scales4(sp, so, sdt, c0 >> gsh, n >> gsh, st);
+      for (int64_t t = 0; t < j->m; t++)
+        ys[t] = _mm_add_ps(ys[t], lm_q4_seg4(row + c0 / 2, ro, qa->q + t * qa->ldq + c0,
+                                             qa->dexp + (t * j->nb + c0 / 32) * 4, st, n, gsh,
+                                             row + pf + 2 * c0));
+    }
+    for (int64_t t = 0; t < j->m; t++) {
+      float *y = j->y + t * j->ldy + r;
+      if (nv == 4 && !j->acc) {
+        _mm_storeu_ps(y, ys[t]);
+      } else {
+        float v[4];
+        _mm_storeu_ps(v, ys[t]);
+        for (int i = 0; i < nv; i++)
+          lm_mm_put(y + i, v[i], j->acc);
+      }
+    }
+  }
+}
+
+#define LM_Q4_ROWS(NAME, SDT, GSH)                                                                 \
+  LM_AVX2 static void NAME(const lm_mm_job *j, int64_t r0, int64_t r1) {                           \
+    lm_q4_rows(j, r0, r1, SDT, GSH);                                                               \
+  }
+LM_Q4_ROWS(lm_q4_rows_bf16_g32, LM_DT_BF16, 5)
+LM_Q4_ROWS(lm_q4_rows_bf16_g64, LM_DT_BF16, 6)
+LM_Q4_ROWS(lm_q4_rows_bf16_g128, LM_DT_BF16, 7)
+LM_Q4_ROWS(lm_q4_rows_f16_g32, LM_DT_F16, 5)
+LM_Q4_ROWS(lm_q4_rows_f16_g64, LM_DT_F16, 6)
+LM_Q4_ROWS(lm_q4_rows_f16_g128, LM_DT_F16, 7)
+LM_Q4_ROWS(lm_q4_rows_f32_g32, LM_DT_F32, 5)
+LM_Q4_ROWS(lm_q4_rows_f32_g64, LM_DT_F32, 6)
+LM_Q4_ROWS(lm_q4_rows_f32_g128, LM_DT_F32, 7)
+
+typedef void (*lm_q4_rows_fn)(const lm_mm_job *j, int64_t r0, int64_t r1);
+static const lm_q4_rows_fn lm_q4_rows_tab[3][3] = {
+    {lm_q4_rows_bf16_g32, lm_q4_rows_bf16_g64, lm_q4_rows_bf16_g128},
+    {lm_q4_rows_f16_g32, lm_q4_rows_f16_g64, lm_q4_rows_f16_g128},
+    {lm_q4_rows_f32_g32, lm_q4_rows_f32_g64, lm_q4_rows_f32_g128}};
+
+/* ---- FAST gemv, other widths ---------------------------------------------------------- */
 
 /* Σ q·xq over one block of 32 byte codes as 8 s32 lanes in f32; 8-bit codes use the signed
  * trick, narrower ones go straight into vpmaddubsw. */
@@ -515,7 +678,8 @@ LM_AVX2 static LM_INLINE float lm_u8_seg_fast(const uint8_t *q, const int8_t *xq
   return lm_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
-/* One row of the FAST product for every token, columns [c0, c0+n) (n <= LM_SEG). */
+/* One row of the FAST product for every token, columns [c0, c0+n) (n <= LM_SEG); codes of
+ * widths other than 4 (lm_q4_rows) and 8 unpacked to bytes. */
 LM_AVX2 static LM_INLINE void lm_fast_row_seg(const lm_seg_kernels *sk, const lm_mm_job *j,
                                               const uint8_t *row, const uint8_t *sp,
                                               const uint8_t *bp, int64_t c0, int64_t n, float *ys,
@@ -527,15 +691,13 @@ LM_AVX2 static LM_INLINE void lm_fast_row_seg(const lm_seg_kernels *sk, const lm
   int signed8 = w->bits == 8 && sk->signed8;
   lm_load_sb(w, sp, bp, g0, ngs, sf, bf);
   const uint8_t *q = row + c0 * w->bits / 8;
-  if (w->bits != 4 && w->bits != 8) {
+  if (w->bits != 8) {
     lm_mm_unpack_codes(row, w->bits, c0, n, qbuf);
     q = qbuf;
   }
   for (int64_t t = 0; t < j->m; t++) {
     const int8_t *xq = qa->q + t * qa->ldq + c0;
-    float v = w->bits == 4
-                  ? sk->fast_q4(q, xq, qa->dexp + (t * j->nb + c0 / 32) * 4, sf, w->group, n)
-                  : sk->fast_u8(q, xq, qa->d + t * j->nb + c0 / 32, sf, w->group, n, signed8);
+    float v = sk->fast_u8(q, xq, qa->d + t * j->nb + c0 / 32, sf, w->group, n, signed8);
     v += lm_dot_sb(bf, qa->sx + t * j->ng + g0, ngs);
     if (signed8) v += lm_dot_sb(sf, qa->c8 + t * j->ng + g0, ngs);
     ys[t] += v;
@@ -567,7 +729,6 @@ LM_AVX2 static LM_INLINE void lm_gemv_fast_rows(const lm_seg_kernels *sk, const 
 
 static const lm_seg_kernels lm_seg_avx2 = {.f32_quant = lm_seg_quant_f32,
                                            .f32_dense = lm_dot_dense_avx2,
-                                           .fast_q4 = lm_q4_seg_fast,
                                            .fast_u8 = lm_u8_seg_fast,
                                            .signed8 = 1};
 
@@ -576,6 +737,12 @@ LM_AVX2 static void lm_gemv_f32_avx2(const lm_mm_job *j, int64_t r0, int64_t r1)
 }
 
 LM_AVX2 void lm_mm_avx2_gemv_fast(const lm_mm_job *j, int64_t r0, int64_t r1) {
+  const lm_weight *w = j->w;
+  if (w->bits == 4 && j->qa->perm == 64) {
+    int si = w->sdtype == LM_DT_BF16 ? 0 : w->sdtype == LM_DT_F16 ? 1 : 2;
+    lm_q4_rows_tab[si][lm_gshift(w->group)](j, r0, r1);
+    return;
+  }
   lm_gemv_fast_rows(&lm_seg_avx2, j, r0, r1);
 }
 

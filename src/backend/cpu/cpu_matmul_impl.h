@@ -112,8 +112,6 @@ typedef struct lm_seg_kernels {
   float (*f32_quant)(const lm_weight *w, const uint8_t *q, const float *x, const float *sf,
                      int64_t n);
   float (*f32_dense)(const lm_weight *w, const uint8_t *row, const float *x, int64_t k);
-  float (*fast_q4)(const uint8_t *row, const int8_t *xq, const float *dexp, const float *sf,
-                   int group, int64_t n);
   float (*fast_u8)(const uint8_t *q, const int8_t *xq, const float *d, const float *sf, int group,
                    int64_t n, int signed8);
   int signed8; /* fast_u8 reads 8-bit codes as q ^ 0x80 and needs the c8 term */
