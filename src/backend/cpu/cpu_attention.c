@@ -114,7 +114,7 @@ static void attn_segment(const lm_cpu_vec *vk, const attn_view *w, const float *
   int64_t ps = (hd + 2), s0 = seg * ATTN_SEG, s1 = s0 + ATTN_SEG;
   if (s0 < w->lo) s0 = w->lo;
   if (s1 > w->p + 1) s1 = w->p + 1;
-  float s[ATTN_TILE], bufs[c->bits ? 2 * ATTN_TILE * hd : 1];
+  float s[ATTN_TILE], s2[ATTN_TILE], bufs[c->bits ? 2 * ATTN_TILE * hd : 1];
   const float *k[ATTN_TILE], *v[ATTN_TILE];
   for (int r = 0; r < nr; r++) {
     part[r * ps] = -INFINITY;
@@ -138,7 +138,16 @@ static void attn_segment(const lm_cpu_vec *vk, const attn_view *w, const float *
       }
     }
     if (p1 <= w->p) tile_prefetch(w, p1, w->p + 1 - p1 < ATTN_TILE ? w->p + 1 - p1 : ATTN_TILE);
-    for (int r = 0; r < nr; r++) {
+    int r = 0;
+    if (vk->dots2 && vk->axpys2)
+      for (; r + 2 <= nr; r += 2) { /* two heads at a time: each key row read once for both */
+        float *st = part + r * ps, *su = st + ps;
+        vk->dots2(q + r * hd, q + (r + 1) * hd, k, n, hd, a->scale, s, s2);
+        float rf = vk->softmax_tile(s, n, &st[0], &st[1]),
+              rg = vk->softmax_tile(s2, n, &su[0], &su[1]);
+        vk->axpys2(st + 2, rf, s, su + 2, rg, s2, v, n, hd);
+      }
+    for (; r < nr; r++) {
       float *st = part + r * ps;
       vk->dots(q + r * hd, k, n, hd, a->scale, s);
       float rf = vk->softmax_tile(s, n, &st[0], &st[1]);

@@ -27,6 +27,13 @@ typedef struct lm_cpu_vec {
   float (*softmax_tile)(float *s, int n, float *m, float *l);
   /* acc[d] = acc[d]·r + Σ_j p[j]·v[j][d] for d < hd, the keys in order */
   void (*axpys)(float *acc, float r, const float *p, const float *const *v, int n, int hd);
+  /* Optional (NULL: two calls of the above): dots and axpys for two heads over the same keys,
+   * each head's result the bits of its own call, each key and value row loaded once for both
+   * (attention's heads share their KV head, and a tile of keys does not fit in L1). */
+  void (*dots2)(const float *q0, const float *q1, const float *const *k, int n, int hd, float scale,
+                float *s0, float *s1);
+  void (*axpys2)(float *acc0, float r0, const float *p0, float *acc1, float r1, const float *p1,
+                 const float *const *v, int n, int hd);
 } lm_cpu_vec;
 
 extern const lm_cpu_vec lm_cpu_vec_scalar;

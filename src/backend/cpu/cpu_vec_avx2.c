@@ -142,6 +142,58 @@ LM_AVX2 static void dots_8(const float *q, const float *const *k, int n, int hd,
     s[j] = lm_dot8(q, k[j], hd) * scale;
 }
 
+/* dots_8 for two heads over the same keys: each key's vector is loaded once for both, and each
+ * head's sums take exactly dots_8's steps (the same chains, the same order), so s0 and s1 are
+ * the bits two dots_8 calls would give. */
+LM_AVX2 static void dots2_8(const float *q0, const float *q1, const float *const *k, int n, int hd,
+                            float scale, float *s0, float *s1) {
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float *k0 = k[j], *k1 = k[j + 1], *k2 = k[j + 2], *k3 = k[j + 3];
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+      __m256 qa = _mm256_loadu_ps(q0 + d), qb = _mm256_loadu_ps(q1 + d);
+      __m256 v0 = _mm256_loadu_ps(k0 + d), v1 = _mm256_loadu_ps(k1 + d);
+      __m256 v2 = _mm256_loadu_ps(k2 + d), v3 = _mm256_loadu_ps(k3 + d);
+      a0 = _mm256_fmadd_ps(qa, v0, a0);
+      b0 = _mm256_fmadd_ps(qb, v0, b0);
+      a1 = _mm256_fmadd_ps(qa, v1, a1);
+      b1 = _mm256_fmadd_ps(qb, v1, b1);
+      a2 = _mm256_fmadd_ps(qa, v2, a2);
+      b2 = _mm256_fmadd_ps(qb, v2, b2);
+      a3 = _mm256_fmadd_ps(qa, v3, a3);
+      b3 = _mm256_fmadd_ps(qb, v3, b3);
+    }
+    if (d < hd) {
+      __m256i m = lm_mask8(hd - d);
+      __m256 qa = LM_LD(m, q0 + d), qb = LM_LD(m, q1 + d);
+      __m256 v0 = LM_LD(m, k0 + d), v1 = LM_LD(m, k1 + d), v2 = LM_LD(m, k2 + d),
+             v3 = LM_LD(m, k3 + d);
+      a0 = _mm256_fmadd_ps(qa, v0, a0);
+      b0 = _mm256_fmadd_ps(qb, v0, b0);
+      a1 = _mm256_fmadd_ps(qa, v1, a1);
+      b1 = _mm256_fmadd_ps(qb, v1, b1);
+      a2 = _mm256_fmadd_ps(qa, v2, a2);
+      b2 = _mm256_fmadd_ps(qb, v2, b2);
+      a3 = _mm256_fmadd_ps(qa, v3, a3);
+      b3 = _mm256_fmadd_ps(qb, v3, b3);
+    }
+    s0[j] = lm_hsum8f(a0) * scale;
+    s0[j + 1] = lm_hsum8f(a1) * scale;
+    s0[j + 2] = lm_hsum8f(a2) * scale;
+    s0[j + 3] = lm_hsum8f(a3) * scale;
+    s1[j] = lm_hsum8f(b0) * scale;
+    s1[j + 1] = lm_hsum8f(b1) * scale;
+    s1[j + 2] = lm_hsum8f(b2) * scale;
+    s1[j + 3] = lm_hsum8f(b3) * scale;
+  }
+  for (; j < n; j++) {
+    s0[j] = lm_dot8(q0, k[j], hd) * scale;
+    s1[j] = lm_dot8(q1, k[j], hd) * scale;
+  }
+}
+
 LM_AVX2 static float exps_8(float *s, int n, float m) {
   __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
   for (int j = 0; j < n; j += 8) {
@@ -209,11 +261,64 @@ LM_AVX2 static void axpys_8(float *acc, float r, const float *p, const float *co
   }
 }
 
+/* axpys_8 for two heads over the same values: each value vector is loaded once for both, and
+ * each head's accumulator takes exactly axpys_8's steps. */
+LM_AVX2 static void axpys2_8(float *acc0, float r0, const float *p0, float *acc1, float r1,
+                             const float *p1, const float *const *v, int n, int hd) {
+  __m256 ra = _mm256_set1_ps(r0), rb = _mm256_set1_ps(r1);
+  int d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d), ra);
+    __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 8), ra);
+    __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 16), ra);
+    __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 24), ra);
+    __m256 b0 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d), rb);
+    __m256 b1 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 8), rb);
+    __m256 b2 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 16), rb);
+    __m256 b3 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 24), rb);
+    for (int j = 0; j < n; j++) {
+      __m256 pa = _mm256_set1_ps(p0[j]), pb = _mm256_set1_ps(p1[j]);
+      const float *vj = v[j] + d;
+      __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+      __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);
+      a0 = _mm256_fmadd_ps(pa, v0, a0);
+      b0 = _mm256_fmadd_ps(pb, v0, b0);
+      a1 = _mm256_fmadd_ps(pa, v1, a1);
+      b1 = _mm256_fmadd_ps(pb, v1, b1);
+      a2 = _mm256_fmadd_ps(pa, v2, a2);
+      b2 = _mm256_fmadd_ps(pb, v2, b2);
+      a3 = _mm256_fmadd_ps(pa, v3, a3);
+      b3 = _mm256_fmadd_ps(pb, v3, b3);
+    }
+    _mm256_storeu_ps(acc0 + d, a0);
+    _mm256_storeu_ps(acc0 + d + 8, a1);
+    _mm256_storeu_ps(acc0 + d + 16, a2);
+    _mm256_storeu_ps(acc0 + d + 24, a3);
+    _mm256_storeu_ps(acc1 + d, b0);
+    _mm256_storeu_ps(acc1 + d + 8, b1);
+    _mm256_storeu_ps(acc1 + d + 16, b2);
+    _mm256_storeu_ps(acc1 + d + 24, b3);
+  }
+  for (; d < hd; d += 8) {
+    __m256i m = lm_mask8(hd - d);
+    __m256 a = _mm256_mul_ps(LM_LD(m, acc0 + d), ra), b = _mm256_mul_ps(LM_LD(m, acc1 + d), rb);
+    for (int j = 0; j < n; j++) {
+      __m256 vj = LM_LD(m, v[j] + d);
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), vj, a);
+      b = _mm256_fmadd_ps(_mm256_set1_ps(p1[j]), vj, b);
+    }
+    _mm256_maskstore_ps(acc0 + d, m, a);
+    _mm256_maskstore_ps(acc1 + d, m, b);
+  }
+}
+
 const lm_cpu_vec lm_cpu_vec_avx2 = {.name = "avx2",
                                     .geglu = geglu_8,
                                     .softcap = softcap_8,
                                     .dots = dots_8,
                                     .exps = exps_8,
                                     .softmax_tile = softmax_tile_8,
-                                    .axpys = axpys_8};
+                                    .axpys = axpys_8,
+                                    .dots2 = dots2_8,
+                                    .axpys2 = axpys2_8};
 #endif
