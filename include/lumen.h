@@ -61,8 +61,10 @@ extern "C" {
  */
 #define LUMEN_API_VERSION 6
 
-/* Most tokens a speculative round drafts (lm_request_options.speculative_tokens). */
+/* Most tokens a speculative round drafts (lm_request_options.speculative_tokens), and the
+ * drafts per round the command line and the server default to. */
 #define LM_SPEC_MAX_TOKENS 16
+#define LM_SPEC_DEFAULT_TOKENS 4
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 

@@ -39,7 +39,7 @@ int lm_cli_spec_tokens(lm_cli_spec *s, const char *arg) {
 }
 
 int lm_cli_spec_engine_tokens(const lm_cli_spec *s) {
-  return !s->source ? 0 : s->tokens ? s->tokens : LM_CLI_SPEC_TOKENS;
+  return !s->source ? 0 : s->tokens ? s->tokens : LM_SPEC_DEFAULT_TOKENS;
 }
 
 void lm_cli_spec_help(FILE *f) {
@@ -51,5 +51,5 @@ void lm_cli_spec_help(FILE *f) {
           "                           the same vocabulary as drafts (e.g. a 4-bit copy)\n"
           "  --spec-tokens N          drafts per step, 1..%d (default %d; the CPU verifies up to\n"
           "                           7 tokens a step)\n",
-          LM_SPEC_MAX_TOKENS, LM_CLI_SPEC_TOKENS);
+          LM_SPEC_MAX_TOKENS, LM_SPEC_DEFAULT_TOKENS);
 }

@@ -5,12 +5,10 @@
 
 #include <stdio.h>
 
-#define LM_CLI_SPEC_TOKENS 4 /* drafts per step when --spec-tokens is not given */
-
 typedef struct lm_cli_spec {
   const char *source; /* "ngram", "draft", or NULL: off (lm_request_options.speculative) */
   const char *draft;  /* --spec draft:DIR: the draft model's directory (lm_engine_options) */
-  int tokens;         /* --spec-tokens (0: LM_CLI_SPEC_TOKENS) */
+  int tokens;         /* --spec-tokens (0: LM_SPEC_DEFAULT_TOKENS) */
 } lm_cli_spec;
 
 /* --spec SOURCE; prints the error and returns 2 when it is not a source this build has. */

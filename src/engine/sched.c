@@ -754,7 +754,7 @@ static void accept_rows(lm_sched *s, const lm_batch *b, const int32_t *ids, int 
         if (q->job->spec_tokens) { /* a step that found nothing to draft */
           s->toks[r].round_start = 1;
           tl->spec_steps++;
-          tl->spec_emitted++;
+          tl->spec_emitted += ids[r] >= 0;
         }
       }
       if (ids[r] < 0)

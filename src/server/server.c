@@ -35,7 +35,7 @@ static void apply_defaults(lm_server_opts *o) {
   if (o->timeout_s == 0) o->timeout_s = 600;
   if (o->max_tokens <= 0) o->max_tokens = 512;
   if (o->max_connections <= 0) o->max_connections = 256;
-  if (o->speculative && o->speculative_tokens <= 0) o->speculative_tokens = 4;
+  if (o->speculative && o->speculative_tokens <= 0) o->speculative_tokens = LM_SPEC_DEFAULT_TOKENS;
 }
 
 /* A default source the engine refuses (a backend without row-exact steps) fails the start, not

@@ -64,7 +64,7 @@ typedef struct lm_server_opts {
   double store_ttl_s;
   /* Speculative decoding (lm_request_options.speculative): the source requests use unless their
    * "speculative" field says otherwise ("ngram"; NULL: off), and the most drafts per step a
-   * request may ask for (0: 4 when a source is set, else none may speculate). */
+   * request may ask for (0: LM_SPEC_DEFAULT_TOKENS when a source is set, else none may). */
   const char *speculative;
   int speculative_tokens;
   const char *draft_model; /* lm_engine_options.draft_model (--spec draft:DIR) */

@@ -66,6 +66,15 @@ static int create_error(lm_status st, int chat, const lm_srv_params *p, lm_srv_e
   return lm_srv_err_bad(e, "prompt", "%s", lm_errmsg());
 }
 
+/* The draft source of a request: its own, else the server's; "speculative": true on a server
+ * without one means n-grams; false (or nothing on such a server) means none. */
+static const char *spec_source(const lm_server *s, const lm_srv_params *p) {
+  if (p->spec < 0) return NULL;
+  if (p->spec_source) return p->spec_source;
+  if (s->o.speculative) return s->o.speculative;
+  return p->spec > 0 ? "ngram" : NULL;
+}
+
 static int create(lm_server *s, lm_srv_params *p, int chat, lm_srv_gen *g, lm_srv_err *e) {
   if (chat && !s->ci.has_chat_template)
     return lm_srv_err_bad(e, "messages",
@@ -99,12 +108,7 @@ static int create(lm_server *s, lm_srv_params *p, int chat, lm_srv_gen *g, lm_sr
   ro.json_schema = p->json_schema;
   ro.json_object = p->json_object;
   ro.constrain_tools = chat; /* tool names and arguments are held to the offered tools */
-  /* the request's source, else the server's; true on a server without one: n-grams */
-  ro.speculative = p->spec < 0        ? NULL
-                   : p->spec_source   ? p->spec_source
-                   : s->o.speculative ? s->o.speculative
-                   : p->spec > 0      ? "ngram"
-                                      : NULL;
+  ro.speculative = spec_source(s, p);
   ro.speculative_tokens = p->spec > 0 ? p->spec_tokens : 0;
   lm_status st = lm_request_create(s->e, &ro, &g->r);
   if (st) r = create_error(st, chat, p, e);
