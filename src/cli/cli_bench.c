@@ -30,8 +30,10 @@ static const char *bench_help =
     "\n"
     "Measures prefill tok/s at given prompt lengths and decode tok/s at given context lengths\n"
     "(median of --reps after --warmup runs), the bytes a decode step reads, the achieved GB/s and\n"
-    "its share of the measured memory read bandwidth (CPU: the best of 15 passes of a read probe,\n"
-    "printed with the median and slowest pass).\n"
+    "its share of the measured memory read bandwidth. CPU: a read probe's best of 15 passes at\n"
+    "the start (printed with the median and slowest pass), and a decode's share is of the best\n"
+    "of the 3-pass probes taken right before and after each of its measured runs, so that the\n"
+    "two see the same neighbours on a shared machine (its share of the first probe follows).\n"
     "\n"
     "  --preset FILE       config.json-shaped geometry (e.g. ../shared/presets/gemma4-e2b.json):\n"
     "                      random weights from the seeded counter generator\n"
@@ -248,11 +250,22 @@ static double time_verify(lm_forward *f, lm_kv_set *kv, int64_t n, int t) {
   return s ? -1 : dt;
 }
 
+/* The best of a few read-probe passes now (GB/s), where the backend has the CPU's probe; 0
+ * elsewhere. Taken right before and after each measured run, it sees the neighbours the run
+ * saw: on a machine whose memory others share, a probe taken once at the start may not. */
+#define LM_BENCH_PROBE_PASSES 3
+
+static double probe_now(lm_backend *be, const bench_opts *o) {
+  if (strcmp(be->ops->name, "cpu")) return 0;
+  return lm_cpu_read_bandwidth_passes(o->be.threads, LM_BENCH_PROBE_PASSES).best;
+}
+
 /* Median seconds of o->decode_tokens steps of t tokens (1: decode; more: verification) after a
- * prefill of ctx tokens, over o->reps runs after o->warmup; -1 on failure. */
+ * prefill of ctx tokens, over o->reps runs after o->warmup; -1 on failure. *probe: the best
+ * probe pass taken around the measured runs (0 where the backend has none). */
 static double time_steps(const lm_model *m, const lm_kv_spec *specs, lm_backend *be,
                          const bench_opts *o, const int32_t *ids, int64_t ctx, int t,
-                         lm_cli_progress *prog, int *runs) {
+                         lm_cli_progress *prog, int *runs, double *probe) {
   lm_forward *fp = NULL, *fd = NULL;
   lm_kv_set *kv = NULL;
   if (lm_forward_create(m, be, ctx, 1, &fp) || lm_forward_create(m, be, t, t, &fd)) {
@@ -261,12 +274,18 @@ static double time_steps(const lm_model *m, const lm_kv_spec *specs, lm_backend 
   }
   double v[o->reps];
   int bad = 0;
+  *probe = 0;
   for (int r = 0; r < o->warmup + o->reps && !bad; r++) {
     bad = time_prefill(m, specs, be, fp, ids, ctx, &kv) < 0;
+    double before = !bad && r >= o->warmup ? probe_now(be, o) : 0;
     double dt = bad      ? -1
                 : t == 1 ? time_decode(fd, kv, o->decode_tokens)
                          : time_verify(fd, kv, o->decode_tokens, t);
     bad |= dt < 0;
+    if (!bad && r >= o->warmup) {
+      double after = probe_now(be, o), best = before > after ? before : after;
+      *probe = best > *probe ? best : *probe;
+    }
     if (!bad && r >= o->warmup) v[r - o->warmup] = dt;
     lm_kv_set_free(kv);
     kv = NULL;
@@ -517,9 +536,10 @@ int lm_cli_bench(int argc, char **argv) {
   }
   for (int64_t i = 0; i < nc; i++) {
     int64_t ctx = clist[i] > 0 ? clist[i] : 1;
-    double med = time_steps(m, specs, be, &o, ids, ctx, 1, &prog, &runs), ver = 0;
+    double near = 0, near_v = 0;
+    double med = time_steps(m, specs, be, &o, ids, ctx, 1, &prog, &runs, &near), ver = 0;
     if (med > 0 && o.verify)
-      ver = time_steps(m, specs, be, &o, ids, ctx, 1 + o.verify, &prog, &runs);
+      ver = time_steps(m, specs, be, &o, ids, ctx, 1 + o.verify, &prog, &runs, &near_v);
     if (med < 0 || ver < 0) {
       lm_cli_fail("decode");
       goto done;
@@ -527,12 +547,18 @@ int lm_cli_bench(int argc, char **argv) {
     double tps = (double)o.decode_tokens / med;
     double bytes = decode_bytes(m, specs, ctx + o.decode_tokens / 2, be->act_dtype),
            gbs = bytes * tps / 1e9;
+    double ref = near > 0 ? near : bw; /* the bandwidth of the runs' own moments */
     if (o.json)
       printf("%s{\"context\":%lld,\"tokens\":%lld,\"tok_s\":%.2f,\"bytes_per_token\":%.0f,\"gb_s\":"
-             "%.2f,"
-             "\"bandwidth_pct\":%.1f}",
+             "%.2f,\"bandwidth_pct\":%.1f,\"probe_around_runs_gbs\":%.2f,"
+             "\"first_probe_pct\":%.1f}",
              i ? "," : "", (long long)ctx, (long long)o.decode_tokens, tps, bytes, gbs,
-             100.0 * gbs / bw);
+             100.0 * gbs / ref, near, 100.0 * gbs / bw);
+    else if (near > 0)
+      printf("decode at %6lld context: %8.2f tok/s, %.1f MB/token, %.1f GB/s = %.0f%% of the "
+             "bandwidth measured around its runs (best pass %.1f GB/s; %.0f%% of the first "
+             "probe)\n",
+             (long long)ctx, tps, bytes / 1e6, gbs, 100.0 * gbs / ref, near, 100.0 * gbs / bw);
     else
       printf("decode at %6lld context: %8.2f tok/s, %.1f MB/token, %.1f GB/s = %.0f%% of measured "
              "bandwidth\n",

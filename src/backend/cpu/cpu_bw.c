@@ -49,9 +49,11 @@ static int lm_cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-lm_cpu_bw lm_cpu_read_bandwidth(int threads) {
+lm_cpu_bw lm_cpu_read_bandwidth_passes(int threads, int passes) {
   lm_cpu_bw r = {0};
   if (threads <= 0) threads = omp_get_max_threads();
+  if (passes < 1) passes = 1;
+  if (passes > LM_BW_RUNS) passes = LM_BW_RUNS;
   uint8_t *buf = aligned_alloc(4096, LM_BW_BYTES);
   if (!buf) return r;
   size_t per = LM_BW_BYTES / (size_t)threads / 4096 * 4096;
@@ -60,7 +62,7 @@ lm_cpu_bw lm_cpu_read_bandwidth(int threads) {
   memset(buf + per * (size_t)omp_get_thread_num(), 1, per);
   double t[LM_BW_RUNS];
   volatile uint64_t sink = 0;
-  for (int i = 0; i < LM_BW_RUNS; i++) {
+  for (int i = 0; i < passes; i++) {
     uint64_t total = 0;
     double t0 = omp_get_wtime();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
@@ -70,13 +72,17 @@ lm_cpu_bw lm_cpu_read_bandwidth(int threads) {
   }
   (void)sink;
   free(buf);
-  qsort(t, LM_BW_RUNS, sizeof t[0], lm_cmp_double);
+  qsort(t, (size_t)passes, sizeof t[0], lm_cmp_double);
   double bytes = (double)(per * (size_t)threads) / 1e9;
   r.best = bytes / t[0];
-  r.median = bytes / t[LM_BW_RUNS / 2];
-  r.worst = bytes / t[LM_BW_RUNS - 1];
-  r.passes = LM_BW_RUNS;
+  r.median = bytes / t[passes / 2];
+  r.worst = bytes / t[passes - 1];
+  r.passes = passes;
   return r;
+}
+
+lm_cpu_bw lm_cpu_read_bandwidth(int threads) {
+  return lm_cpu_read_bandwidth_passes(threads, LM_BW_RUNS);
 }
 
 double lm_cpu_read_bandwidth_gbs(int threads) { return lm_cpu_read_bandwidth(threads).best; }

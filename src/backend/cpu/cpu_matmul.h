@@ -99,6 +99,9 @@ typedef struct lm_cpu_bw {
   int passes;
 } lm_cpu_bw;
 lm_cpu_bw lm_cpu_read_bandwidth(int threads);
+/* The same probe with `passes` passes (1..15): a few passes taken between the runs of a
+ * measurement see the neighbours that measurement saw. */
+lm_cpu_bw lm_cpu_read_bandwidth_passes(int threads, int passes);
 /* lm_cpu_read_bandwidth(threads).best */
 double lm_cpu_read_bandwidth_gbs(int threads);
 
