@@ -15,6 +15,7 @@
 #include "cli/cli_progress.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
+#include "model/logit_stats.h"
 
 static const char *kv_eval_help =
     "usage: lumen kv-eval MODEL_DIR --ids-file FILE [--chunk C] [--kv-group G] [options]\n"
@@ -48,31 +49,6 @@ static lm_status run_plan(lm_model *m, lm_backend *be, const lm_kv_options *ko, 
   lm_forward_free(f);
   lm_kv_set_free(kv);
   return s;
-}
-
-static void compare(const float *ref, const float *got, int64_t T, int64_t V, double *kl,
-                    int64_t *agree) {
-  *kl = 0;
-  *agree = 0;
-  for (int64_t t = 0; t < T; t++) {
-    const float *r = ref + t * V, *g = got + t * V;
-    double mr = r[0], mg = g[0], sr = 0, sg = 0, k = 0;
-    int64_t ar = 0, ag = 0;
-    for (int64_t i = 1; i < V; i++) {
-      if (r[i] > r[ar]) ar = i;
-      if (g[i] > g[ag]) ag = i;
-    }
-    mr = r[ar];
-    mg = g[ag];
-    for (int64_t i = 0; i < V; i++)
-      sr += exp(r[i] - mr), sg += exp(g[i] - mg);
-    for (int64_t i = 0; i < V; i++) {
-      double lr = r[i] - mr - log(sr), lg = g[i] - mg - log(sg);
-      k += exp(lr) * (lr - lg);
-    }
-    *kl += k / (double)T;
-    *agree += ar == ag;
-  }
 }
 
 int lm_cli_kv_eval(int argc, char **argv) {
@@ -143,7 +119,7 @@ int lm_cli_kv_eval(int argc, char **argv) {
     }
     double kl;
     int64_t agree;
-    compare(ref, got, T, V, &kl, &agree);
+    lm_logits_kl(ref, got, T, V, &kl, &agree);
     lm_cli_progress_clear(&pr);
     printf("%-8s %-18.4g %lld/%-13lld %lld\n", modes[i], kl, (long long)agree, (long long)T,
            (long long)bytes);

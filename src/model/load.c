@@ -531,8 +531,16 @@ lm_status lm_model_synth(const char *preset_path, int bits, int group, uint64_t 
   return LM_OK;
 }
 
+static lm_status free_owned_payload(lm_weight *w, void *arg) {
+  (void)arg;
+  free(w->owned); /* a payload exchanged in (lm_model_exchange_weight) */
+  w->owned = NULL;
+  return LM_OK;
+}
+
 void lm_model_free(lm_model *m) {
   if (!m) return;
+  if (m->layers) lm_model_foreach_weight(m, free_owned_payload, NULL);
   for (int i = 0; i < m->n_owned; i++)
     free(m->owned[i]);
   free(m->owned);

@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "io/json_util.h"
 #include "io/st_writer.h"
-#include "tensor/quant.h"
+#include "tensor/weight_payload.h"
 
 #define MLX_PREFIX "language_model.model."
 
@@ -55,30 +55,21 @@ static lm_status fill(void *user, void *dst, uint64_t nbytes) {
   const q_item *it = user;
   const lm_weight *w = it->w;
   int64_t cols = w->cols, ng = cols / it->group, rows = total_rows(w);
-  float *row = malloc((size_t)cols * sizeof(float)), *s = malloc((size_t)ng * sizeof(float)),
-        *b = malloc((size_t)ng * sizeof(float));
+  float *row = malloc((size_t)cols * sizeof(float));
+  uint16_t *sb = malloc((size_t)ng * 2 * sizeof(uint16_t));
   uint8_t *codes = malloc((size_t)(cols * it->bits / 8));
-  if (!row || !s || !b || !codes) {
-    free(row), free(s), free(b), free(codes);
+  if (!row || !sb || !codes) {
+    free(row), free(sb), free(codes);
     return LM_ERRF(LM_ERR_NOMEM, "out of memory");
   }
   int64_t rb = it->part == 0 ? cols * it->bits / 8 : ng * 2;
   (void)nbytes;
   for (int64_t r = 0; r < rows; r++) {
-    dequant_global_row(w, r, row);
-    lm_affine_quantize_row(row, cols, it->bits, it->group, codes, s, b);
+    lm_weight_quantize_row_bf16(w, r, it->bits, it->group, row, codes, sb, sb + ng);
     uint8_t *o = (uint8_t *)dst + r * rb;
-    if (it->part == 0) {
-      memcpy(o, codes, (size_t)rb);
-    } else {
-      const float *src = it->part == 1 ? s : b;
-      for (int64_t g = 0; g < ng; g++) {
-        uint16_t h = lm_f32_to_bf16(src[g]);
-        memcpy(o + 2 * g, &h, 2);
-      }
-    }
+    memcpy(o, it->part == 0 ? codes : (const uint8_t *)(sb + (it->part - 1) * ng), (size_t)rb);
   }
-  free(row), free(s), free(b), free(codes);
+  free(row), free(sb), free(codes);
   return LM_OK;
 }
 
@@ -101,23 +92,32 @@ static lm_status fill_dense(void *user, void *dst, uint64_t nbytes) {
 }
 
 static const lm_quantize_rule *rule_for(const lm_quantize_opts *o, const char *module) {
-  for (int i = 0; i < o->n_rules; i++)
-    if (strstr(module, o->rules[i].pattern)) return &o->rules[i];
+  for (int i = 0; i < o->n_rules; i++) {
+    const lm_quantize_rule *r = &o->rules[i];
+    if (r->exact ? !strcmp(module, r->pattern) : !!strstr(module, r->pattern)) return r;
+  }
   return NULL;
+}
+
+void lm_quantize_module_kind(const lm_quantize_opts *o, const lm_weight *w, const char *module,
+                             int *bits, int *group) {
+  *bits = o->bits;
+  *group = o->group;
+  const lm_quantize_rule *r = rule_for(o, module);
+  if (strstr(module, "router.proj")) *bits = 8; /* the converters force the router to 8 bits */
+  if (r) {
+    *bits = r->bits;
+    *group = r->group ? r->group : *group;
+  }
+  if (*bits && w->cols % *group)
+    *bits = 0; /* mlx-lm leaves a module alone when its width does not divide */
 }
 
 /* Adds the output tensors of one matrix; records per-module overrides for config.json. */
 static lm_status add_matrix(lm_st_writer *wr, q_plan *p, const lm_weight *w, const char *module,
                             const lm_quantize_opts *o) {
-  int bits = o->bits, group = o->group;
-  const lm_quantize_rule *r = rule_for(o, module);
-  if (strstr(module, "router.proj")) bits = 8; /* the converters force the router to 8 bits */
-  if (r) {
-    bits = r->bits;
-    group = r->group ? r->group : group;
-  }
-  if (bits && w->cols % group)
-    bits = 0; /* mlx-lm leaves a module alone when its width does not divide */
+  int bits, group;
+  lm_quantize_module_kind(o, w, module, &bits, &group);
   char full[300], name[320];
   snprintf(full, sizeof full, MLX_PREFIX "%s", module);
   int64_t nd = w->n_experts ? 3 : 2, shape[3] = {w->n_experts, w->rows, w->cols};
@@ -166,25 +166,58 @@ static void module_of(const lm_model *m, const lm_weight *w, const char *mlx_mod
   snprintf(buf, n, "%.*s", (int)len, s);
 }
 
-static lm_status add_layer(lm_st_writer *wr, q_plan *p, const lm_model *m, int l,
-                           const lm_quantize_opts *o) {
+/* The matrices of layer l with their MLX module paths (HF's fused gate_up is split). */
+static lm_status layer_modules(const lm_model *m, int l, lm_quant_module_fn fn, void *arg) {
   const lm_layer_weights *L = &m->layers[l];
-  char mod[256], ex[3][128];
+  char mod[256];
   const lm_weight *mats[] = {&L->q,  &L->k,    &L->v,        &L->o,        &L->gate,
                              &L->up, &L->down, &L->ple_gate, &L->ple_proj, &L->router};
   for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) {
     if (!mats[i]->data) continue;
     module_of(m, mats[i], NULL, mod, sizeof mod);
-    LM_TRY(add_matrix(wr, p, mats[i], mod, o));
+    LM_TRY(fn(mats[i], mod, arg));
   }
   const lm_weight *exs[3] = {&L->ex_gate, &L->ex_up, &L->ex_down};
   static const char *names[3] = {"gate_proj", "up_proj", "down_proj"};
   for (int i = 0; i < 3; i++) {
     if (!exs[i]->data) continue;
-    snprintf(ex[i], sizeof ex[i], "layers.%d.experts.switch_glu.%s", l,
-             names[i]); /* HF fused gate_up is split */
-    LM_TRY(add_matrix(wr, p, exs[i], ex[i], o));
+    snprintf(mod, sizeof mod, "layers.%d.experts.switch_glu.%s", l, names[i]);
+    LM_TRY(fn(exs[i], mod, arg));
   }
+  return LM_OK;
+}
+
+/* The matrices outside the layers: the (tied) embedding and the per-layer-input ones. */
+static lm_status global_modules(const lm_model *m, lm_quant_module_fn fn, void *arg) {
+  LM_TRY(fn(&m->embed, "embed_tokens", arg));
+  if (m->embed_ple.data) LM_TRY(fn(&m->embed_ple, "embed_tokens_per_layer", arg));
+  if (m->ple_model_proj.data) LM_TRY(fn(&m->ple_model_proj, "per_layer_model_projection", arg));
+  return LM_OK;
+}
+
+lm_status lm_quantize_foreach_module(const lm_model *m, lm_quant_module_fn fn, void *arg) {
+  LM_TRY(global_modules(m, fn, arg));
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    LM_TRY(layer_modules(m, l, fn, arg));
+  return LM_OK;
+}
+
+typedef struct add_ctx {
+  lm_st_writer *wr;
+  q_plan *p;
+  const lm_quantize_opts *o;
+} add_ctx;
+
+static lm_status add_module(const lm_weight *w, const char *module, void *arg) {
+  add_ctx *a = arg;
+  return add_matrix(a->wr, a->p, w, module, a->o);
+}
+
+static lm_status add_layer(lm_st_writer *wr, q_plan *p, const lm_model *m, int l,
+                           const lm_quantize_opts *o) {
+  const lm_layer_weights *L = &m->layers[l];
+  add_ctx a = {wr, p, o};
+  LM_TRY(layer_modules(m, l, add_module, &a));
   const lm_weight *vecs[] = {&L->q_norm,       &L->k_norm,       &L->ln_in,      &L->ln_post_attn,
                              &L->ln_pre_ff,    &L->ln_post_ff,   &L->scalar,     &L->ln_post_ple,
                              &L->router_scale, &L->expert_scale, &L->ln_pre_ff2, &L->ln_post_ff1,
@@ -245,10 +278,7 @@ lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_qua
   lm_st_writer *wr = NULL;
   q_plan p = {.overrides = json_object()};
   lm_status s = lm_st_writer_create(&wr);
-  if (!s) s = add_matrix(wr, &p, &m->embed, "embed_tokens", o);
-  if (!s && m->embed_ple.data) s = add_matrix(wr, &p, &m->embed_ple, "embed_tokens_per_layer", o);
-  if (!s && m->ple_model_proj.data)
-    s = add_matrix(wr, &p, &m->ple_model_proj, "per_layer_model_projection", o);
+  if (!s) s = global_modules(m, add_module, &(add_ctx){wr, &p, o});
   if (!s && m->ple_norm.data) s = add_vector(wr, m, &m->ple_norm);
   if (!s) s = add_vector(wr, m, &m->final_norm);
   for (int l = 0; !s && l < m->cfg.n_layers; l++) {

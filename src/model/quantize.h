@@ -10,7 +10,8 @@
 
 typedef struct lm_quantize_rule {
   const char *pattern; /* substring of the module path (e.g. "layers.0.mlp.down_proj") */
-  int bits, group;     /* bits 0: leave this module unquantized */
+  int bits, group;     /* bits 0: leave this module unquantized; group 0: the default */
+  int exact;           /* the pattern is the whole module path (a per-module plan) */
 } lm_quantize_rule;
 
 typedef struct lm_quantize_opts {
@@ -25,6 +26,16 @@ typedef struct lm_quantize_opts {
 /* The MLX affine kinds lumen writes: 2, 3, 4, 5, 6 or 8 bits; groups of 32, 64 or 128. */
 int lm_quantize_bits_ok(int bits);
 int lm_quantize_group_ok(int group);
+
+/* The quantizable matrices in the order they are written, each with its MLX module path under
+ * the model prefix (e.g. "layers.3.self_attn.q_proj", "embed_tokens"). */
+typedef lm_status (*lm_quant_module_fn)(const lm_weight *w, const char *module, void *arg);
+lm_status lm_quantize_foreach_module(const lm_model *m, lm_quant_module_fn fn, void *arg);
+
+/* The (bits, group) a module gets under o (bits 0: kept bf16): the first matching rule, the
+ * router forced to 8 bits, and a width the group does not divide left alone, as mlx-lm does. */
+void lm_quantize_module_kind(const lm_quantize_opts *o, const lm_weight *w, const char *module,
+                             int *bits, int *group);
 
 /* Writes out_dir (created if needed): model.safetensors, config.json, and copies of the
  * tokenizer / generation / chat-template files of the source. */

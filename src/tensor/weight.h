@@ -26,6 +26,8 @@ typedef struct lm_weight {
   const void *scales;
   const void *biases;
   void *backend; /* a backend's own copy/handle (device pointer, repacked layout) */
+  void *owned;   /* the allocation holding a payload exchanged in (freed with the model); NULL
+                    while the payload is the checkpoint's */
 } lm_weight;
 
 /* Bytes of one stored row of codes or elements. */
