@@ -11,6 +11,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "cli/cli_progress.h"
+#include "cli/cli_quant_target.h"
 #include "model/quantize.h"
 
 static const char *quantize_help =
@@ -32,7 +33,29 @@ static const char *quantize_help =
     "  --keep P           modules whose path contains P stay bf16 (written as `false` in the "
     "map)\n"
     "  --force            write into a non-empty OUT_DIR (its model.safetensors and config are "
-    "replaced)\n";
+    "replaced)\n"
+    "\n"
+    "Mixed precision by measurement (instead of --bits/--group/--set/--keep):\n"
+    "  --target-bpw B     choose each module's bits and group so that the model averages at most "
+    "B\n"
+    "                     bits per weight (codes + bf16 scales and biases; 4-bit g64 is 4.5) and "
+    "the\n"
+    "                     sum of the modules' measured KLs is least: every module is quantized\n"
+    "                     alone at every candidate kind and the model's next-token distributions\n"
+    "                     on calibration tokens are compared with the unquantized model's (mean\n"
+    "                     KL); an exact knapsack over that table picks the plan. The table and "
+    "the\n"
+    "                     plan are printed; config.json gets one override per module that differs\n"
+    "                     from the most common kind (the layout mlx-lm reads)\n"
+    "  --calib FILE       calibration text (tokenized with the model's tokenizer, BOS first);\n"
+    "                     default: a mixed English text that ships with lumen\n"
+    "  --calib-ids FILE   calibration token ids instead, comma-separated\n"
+    "  --calib-tokens N   use the first N calibration tokens (default 256)\n"
+    "  --bits-set LIST    candidate widths (default 2,3,4,5,6,8)\n"
+    "  --groups LIST      candidate groups (default 32,64,128)\n"
+    "  --table FILE       also save the measured table and the plan (JSON)\n"
+    "  --from-table FILE  plan from a table saved by --table instead of measuring again\n"
+    "  --threads N        threads of the measurement (on the cpu backend, f32)\n";
 
 static int check_kind(const lm_quantize_opts *o) {
   if (!lm_quantize_bits_ok(o->bits))
@@ -72,6 +95,30 @@ static int check_out(const char *src, const char *out, int force) {
   return 0;
 }
 
+/* --target-bpw and its flags against the manual ones. */
+static int check_target(const lm_cli_qtarget *q, int manual) {
+  if (q->bpw <= 0) {
+    if (q->calib || q->calib_ids || q->table_in || q->table_out)
+      return fprintf(stderr, "lumen quantize: --calib, --calib-ids, --table and --from-table go "
+                             "with --target-bpw\n"),
+             2;
+    return 0;
+  }
+  if (manual)
+    return fprintf(stderr, "lumen quantize: --target-bpw chooses every module's bits and group; "
+                           "it does not combine with --bits, --group, --set or --keep\n"),
+           2;
+  if (q->bpw < 2 || q->bpw > 16)
+    return fprintf(stderr, "lumen quantize: --target-bpw %g: want 2 to 16 bits per weight\n",
+                   q->bpw),
+           2;
+  if (q->calib && q->calib_ids)
+    return fprintf(stderr, "lumen quantize: give --calib or --calib-ids, not both\n"), 2;
+  if (q->calib_tokens < 2)
+    return fprintf(stderr, "lumen quantize: --calib-tokens wants at least 2\n"), 2;
+  return 0;
+}
+
 static void on_progress(void *ctx, int done, int total) {
   lm_cli_progress *p = ctx;
   p->total = total;
@@ -79,9 +126,19 @@ static void on_progress(void *ctx, int done, int total) {
 }
 
 int lm_cli_quantize(int argc, char **argv) {
-  static const struct option lo[] = {
-      {"bits", 1, 0, 'b'}, {"group", 1, 0, 'g'}, {"set", 1, 0, 's'}, {"keep", 1, 0, 'k'},
-      {"help", 0, 0, 'h'}, {"force", 0, 0, 'f'}, {0, 0, 0, 0}};
+  static const struct option lo[] = {{"bits", 1, 0, 'b'},       {"group", 1, 0, 'g'},
+                                     {"set", 1, 0, 's'},        {"keep", 1, 0, 'k'},
+                                     {"help", 0, 0, 'h'},       {"force", 0, 0, 'f'},
+                                     {"target-bpw", 1, 0, 'T'}, {"calib", 1, 0, 'C'},
+                                     {"calib-ids", 1, 0, 'I'},  {"calib-tokens", 1, 0, 'N'},
+                                     {"bits-set", 1, 0, 'B'},   {"groups", 1, 0, 'G'},
+                                     {"table", 1, 0, 'o'},      {"from-table", 1, 0, 'i'},
+                                     {"threads", 1, 0, 't'},    {0, 0, 0, 0}};
+  lm_cli_qtarget qt = {.bits_set = "2,3,4,5,6,8",
+                       .groups = "32,64,128",
+                       .calib_tokens = 256,
+                       .be = {.backend = "cpu"}};
+  int manual = 0;
   lm_quantize_opts o = {.bits = 4, .group = 64};
   lm_quantize_rule rules[64];
   char *owned[64];
@@ -92,10 +149,19 @@ int lm_cli_quantize(int argc, char **argv) {
     if ((c == 's' || c == 'k') && o.n_rules == 64)
       return fprintf(stderr, "lumen: too many --set/--keep\n"), 2;
     switch (c) {
-    case 'b': o.bits = atoi(optarg); break;
-    case 'g': o.group = atoi(optarg); break;
-    case 'k': rules[o.n_rules++] = (lm_quantize_rule){.pattern = optarg}; break;
+    case 'b': o.bits = atoi(optarg), manual = 1; break;
+    case 'g': o.group = atoi(optarg), manual = 1; break;
+    case 'k': rules[o.n_rules++] = (lm_quantize_rule){.pattern = optarg}, manual = 1; break;
     case 'f': force = 1; break;
+    case 'T': qt.bpw = atof(optarg); break;
+    case 'C': qt.calib = optarg; break;
+    case 'I': qt.calib_ids = optarg; break;
+    case 'N': qt.calib_tokens = atoll(optarg); break;
+    case 'B': qt.bits_set = optarg; break;
+    case 'G': qt.groups = optarg; break;
+    case 'o': qt.table_out = optarg; break;
+    case 'i': qt.table_in = optarg; break;
+    case 't': qt.be.threads = atoi(optarg); break;
     case 's': {
       char *eq = strchr(optarg, '='), *p = owned[n_owned++] = strdup(optarg);
       if (!eq || !p)
@@ -111,15 +177,22 @@ int lm_cli_quantize(int argc, char **argv) {
                        optarg),
                2;
       rules[o.n_rules++] = r;
+      manual = 1;
       break;
     }
     default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
   if (optind != argc - 2) return fputs(quantize_help, stderr), 2;
-  if (check_kind(&o) || check_out(argv[optind], argv[optind + 1], force)) return 2;
+  if (check_kind(&o) || check_out(argv[optind], argv[optind + 1], force) ||
+      check_target(&qt, manual))
+    return 2;
   o.rules = rules;
   lm_model *m = lm_cli_load_model(argv[optind]);
+  if (m && qt.bpw > 0 && lm_cli_qtarget_plan(m, &qt, &o)) {
+    lm_model_free(m);
+    m = NULL;
+  }
   if (m) {
     double t0 = lm_cli_now();
     lm_cli_progress pr;
@@ -131,12 +204,14 @@ int lm_cli_quantize(int argc, char **argv) {
     if (s)
       lm_cli_fail("quantize");
     else {
-      fprintf(stderr, "quantized %s -> %s (%d-bit, group %d) in %.1f s\n", argv[optind],
-              argv[optind + 1], o.bits, o.group, lm_cli_now() - t0);
+      fprintf(stderr, "quantized %s -> %s (%s%d-bit, group %d) in %.1f s\n", argv[optind],
+              argv[optind + 1], qt.bpw > 0 ? "mixed, mostly " : "", o.bits, o.group,
+              lm_cli_now() - t0);
       rc = 0;
     }
   }
   lm_model_free(m);
+  if (qt.bpw > 0) lm_cli_qtarget_free_rules(&o);
   for (int i = 0; i < n_owned; i++)
     free(owned[i]);
   return rc;

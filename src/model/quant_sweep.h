@@ -1,0 +1,57 @@
+/* quant_sweep.h — what each module's quantization costs the model: for every quantizable
+ * matrix and every candidate (bits, group), the mean KL of the model's next-token distributions
+ * on calibration tokens against the model as loaded, with only that module quantized. Each
+ * candidate is exchanged in (lm_model_exchange_weight), measured, and exchanged back, so the
+ * model is loaded once. The table feeds lm_quant_plan (quant_plan.h). */
+#ifndef LM_MODEL_QUANT_SWEEP_H
+#define LM_MODEL_QUANT_SWEEP_H
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "tensor/weight_payload.h"
+
+#define LM_QSWEEP_MAX_KINDS 24
+#define LM_QSWEEP_MODULE_CHARS 160
+
+typedef struct lm_qkind {
+  int bits, group;
+} lm_qkind;
+
+typedef struct lm_qsweep_row {
+  char module[LM_QSWEEP_MODULE_CHARS]; /* MLX path under the model prefix */
+  lm_weight *w;                        /* NULL in a table read back from a file */
+  int64_t params;                      /* elements, every expert */
+  double kl[LM_QSWEEP_MAX_KINDS];      /* per kind; negative: the kind does not fit */
+  int64_t bytes[LM_QSWEEP_MAX_KINDS];  /* codes + bf16 scales and biases */
+} lm_qsweep_row;
+
+typedef struct lm_qsweep {
+  lm_qkind kinds[LM_QSWEEP_MAX_KINDS];
+  int n_kinds;
+  lm_qsweep_row *rows; /* the modules whose width a plan chooses */
+  int n_rows;
+  /* modules quantized whatever the plan (the MoE router at 8 bits): counted in the budget */
+  int64_t fixed_params, fixed_bytes;
+  int64_t calib_tokens;
+} lm_qsweep;
+
+typedef struct lm_qsweep_opts {
+  const lm_qkind *kinds;
+  int n_kinds;
+  const int32_t *ids; /* calibration tokens */
+  int64_t n_ids, chunk;
+  /* after each measurement: done of total, the module just measured (may be NULL) */
+  void (*progress)(void *ctx, int64_t done, int64_t total, const char *module);
+  void *progress_ctx;
+} lm_qsweep_opts;
+
+/* Exchanges p into w (and w's payload out into p) where the backend reads it: afterwards every
+ * forward on be sees the new payload. Errors leave w as it was. */
+lm_status lm_model_exchange_weight(lm_model *m, lm_backend *be, lm_weight *w, lm_weight_payload *p);
+
+/* Measures the table on be (the parity precision is the sensible one). The model must be
+ * unquantized (the reference); its weights are as loaded again when this returns. */
+lm_status lm_quant_sweep(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_qsweep *out);
+void lm_qsweep_free(lm_qsweep *s);
+
+#endif
