@@ -1,8 +1,7 @@
 /* quant_plan.h — per-module widths under an average-bits budget: the multiple-choice knapsack
  * over a sweep's table (quant_sweep.h) that minimizes the sum of the modules' measured KLs
  * while the bytes of codes, scales and biases of every quantized module stay within
- * target_bpw bits per weight. Solved exactly by dynamic programming over byte units (each
- * choice's bytes rounded up to a unit, so the plan's real bytes never exceed the budget). */
+ * target_bpw bits per weight (lm_knapsack_solve: exact over byte units, never over budget). */
 #ifndef LM_MODEL_QUANT_PLAN_H
 #define LM_MODEL_QUANT_PLAN_H
 
@@ -20,8 +19,5 @@ typedef struct lm_qplan {
  * message gives the smallest reachable bpw) or a module has no kind that fits. */
 lm_status lm_quant_plan(const lm_qsweep *t, double target_bpw, lm_qplan *out);
 void lm_qplan_free(lm_qplan *p);
-
-/* Bits per weight of kind k on row r (codes + scales + biases). */
-double lm_qsweep_bpw(const lm_qsweep *t, int r, int k);
 
 #endif
