@@ -9,7 +9,7 @@
 #include "io/json_util.h"
 #include "model/forward.h"
 
-static lm_status quantize_spec(lm_kv_spec *s, int bits, int group, const char *where) {
+lm_status lm_kv_spec_quantize(lm_kv_spec *s, int bits, int group, const char *where) {
   if (bits != 4 && bits != 8)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "%s: %d-bit KV caches are not supported (4 or 8)", where,
                    bits);
@@ -51,7 +51,7 @@ static lm_status apply_config(const lm_model *m, const char *path, lm_kv_spec *s
       s = LM_ERRF(LM_ERR_INVALID, "%s: layer %lld has no cache of its own (it reads layer %d's)",
                   where, (long long)layer, m->cfg.layers[layer].donor);
     else
-      s = quantize_spec(&specs[m->cfg.layers[layer].cache], (int)bits, (int)group, where);
+      s = lm_kv_spec_quantize(&specs[m->cfg.layers[layer].cache], (int)bits, (int)group, where);
   }
   json_decref(root);
   return s;
@@ -76,7 +76,7 @@ static lm_status plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *spe
     for (int i = 0; i < m->cfg.n_caches; i++) {
       char where[64];
       snprintf(where, sizeof where, "--kv-quant %s (cache %d)", mode, i);
-      LM_TRY(quantize_spec(&specs[i], mode[0] - '0', group, where));
+      LM_TRY(lm_kv_spec_quantize(&specs[i], mode[0] - '0', group, where));
     }
     return LM_OK;
   }

@@ -20,4 +20,8 @@ typedef struct lm_kv_options {
  * layer, unsupported bits/group, a group that does not divide the head dim). */
 lm_status lm_model_kv_plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *specs);
 
+/* Turns one plain or ring spec into its quantized kind (4 or 8 bits; groups 32, 64, 128 that
+ * divide the head dim); errors say so, prefixed by `where`. */
+lm_status lm_kv_spec_quantize(lm_kv_spec *s, int bits, int group, const char *where);
+
 #endif

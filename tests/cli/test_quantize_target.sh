@@ -3,7 +3,8 @@
 # two widths, one group, 24 calibration tokens): the plan stays within the budget and mixes the
 # widths, the checkpoint loads and carries one override per module off the default kind, a
 # saved table gives the same plan without measuring, `quant-eval` compares the result with
-# its source, and wrong uses fail with a message.
+# its source, a KV plan by measurement is written and read back, and wrong uses fail with a
+# message.
 set -euo pipefail
 LUMEN=${LUMEN_BIN:?}
 M=models/lumen-tiny-kjv
@@ -46,6 +47,16 @@ ev=$("$LUMEN" quant-eval "$M" "$T/q" --ids-file tests/fixtures/lumen-tiny-kjv/id
   fail "quant-eval failed: $ev"
 grep -q "(reference)" <<<"$ev" && grep -q "^$T/q " <<<"$ev" || fail "quant-eval output: $ev"
 
+# a KV plan by measurement: within the budget, written as kv_config.json, and measured as written
+kv=$("$LUMEN" kv-eval "$M" --ids-file tests/fixtures/lumen-tiny-kjv/ids.txt --write-config "$T/kv.json" \
+  --target-bytes-per-token 700 2>/dev/null) || fail "kv-eval --write-config failed"
+bpt=$(sed -n 's/^plan: \([0-9]*\) KV bytes per token.*/\1/p' <<<"$kv")
+[ -n "$bpt" ] && [ "$bpt" -le 700 ] || fail "kv plan over budget: $kv"
+grep -q "kv.json as written: mean KL" <<<"$kv" || fail "the written plan was not measured: $kv"
+python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert a and all(set(e)=={'layer_idx','bits','group_size'} for e in a)" "$T/kv.json"
+"$LUMEN" generate "$M" --ids 2,642,477 -n 4 --kv-quant config --kv-config "$T/kv.json" >/dev/null 2>&1 ||
+  fail "generate does not take the written kv_config.json"
+
 expect_fail() { # message, then the command
   local msg=$1; shift
   if err=$("$LUMEN" "$@" 2>&1); then fail "succeeded: $*"; fi
@@ -56,4 +67,7 @@ expect_fail "below the smallest plan" quantize "$M" "$T/x" --target-bpw 3.2 --fr
 expect_fail "go with --target-bpw" quantize "$M" "$T/x" --calib "$T/t.json"
 expect_fail "measured on another model" quantize tests/fixtures/e2b_like "$T/x" --target-bpw 5 \
   --from-table "$T/t.json"
+expect_fail "below the smallest plan" kv-eval "$M" --ids-file tests/fixtures/lumen-tiny-kjv/ids.txt \
+  --write-config "$T/x.json" --target-bytes-per-token 10
+expect_fail "want --write-config" kv-eval "$M" --ids-file tests/fixtures/lumen-tiny-kjv/ids.txt --max-kl 1
 echo "test_quantize_target: ok"
