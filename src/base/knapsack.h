@@ -1,9 +1,10 @@
 /* knapsack.h — the multiple-choice knapsack that the measured-quantization plans solve: n items,
  * each taking exactly one of nk choices with a cost (bytes) and a value (a measured KL); the
  * least total value within a budget, or the least budget whose least value is within a bound.
- * Exact by dynamic programming over cost units of at most budget / 65536, each cost rounded up
- * to whole units, so a plan's real cost never exceeds the budget (the rounding can only forgo a
- * plan that fits by less than n units). */
+ * Exact by dynamic programming over cost units: the costs' common divisor where the budget
+ * spans at most 2^20 of it, else budget / 65536 with each cost rounded up to whole units, so a
+ * plan's real cost never exceeds the budget (that rounding can only forgo a plan that fits by
+ * less than n units). */
 #ifndef LM_BASE_KNAPSACK_H
 #define LM_BASE_KNAPSACK_H
 
@@ -12,7 +13,7 @@
 #include "base/status.h"
 
 typedef struct lm_knapsack {
-  int n, nk;
+  int n, nk;           /* nk <= 127 */
   const int64_t *cost; /* [n][nk]; negative: the choice is not allowed */
   const double *value; /* [n][nk] */
   int64_t budget;

@@ -78,6 +78,12 @@ static int calib_ids(const lm_model *m, const lm_cli_qtarget *q, int32_t **ids, 
     int rc = lm_cli_parse_ids(text, ids, n);
     free(text);
     if (rc) return 1;
+  } else if (!m->st) { /* a synthetic model has no tokenizer: seeded ids (a timing run) */
+    if (!(*ids = malloc((size_t)q->calib_tokens * sizeof **ids)))
+      return fprintf(stderr, "lumen quantize: out of memory\n"), 1;
+    for (int64_t i = 0; i < q->calib_tokens; i++)
+      (*ids)[i] = (int32_t)(3 + (uint64_t)(i * 2654435761u) % (uint64_t)(m->cfg.vocab_size - 3));
+    *n = q->calib_tokens;
   } else {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
@@ -115,6 +121,11 @@ static int measure(lm_model *m, const lm_cli_qtarget *q, lm_qsweep *t) {
   int64_t n = 0;
   if (parse_kinds(q, kinds, &nk) || calib_ids(m, q, &ids, &n)) return free(ids), 1;
   lm_backend *be = lm_cli_backend(&q->be, LM_PRECISION_F32);
+  if (be && lm_cli_prepare(m, be)) { /* a device backend holds its own copy */
+    fprintf(stderr, "lumen quantize: preparing the weights: %s\n", lm_errmsg());
+    lm_backend_destroy(be);
+    be = NULL;
+  }
   if (!be) return free(ids), 1;
   lm_cli_progress pr;
   lm_cli_progress_start(&pr, "sensitivity", 0, "runs");

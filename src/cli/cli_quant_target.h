@@ -15,6 +15,7 @@ typedef struct lm_cli_qtarget {
   const char *bits_set, *groups;    /* candidate lists, e.g. "2,3,4,5,6,8" and "32,64,128" */
   const char *table_out, *table_in; /* --table FILE (write), --from-table FILE (read) */
   int64_t calib_tokens;             /* the calibration tokens used (the first ones) */
+  const char *preset;               /* measure a synthetic bf16 model of this geometry */
   lm_cli_backend_opts be;
 } lm_cli_qtarget;
 

@@ -17,6 +17,8 @@
 static const char *quantize_help =
     "usage: lumen quantize SRC_DIR OUT_DIR [--bits B] [--group G] [--set PATTERN=BITS[/GROUP]]... "
     "[--keep PATTERN]...\n"
+    "       lumen quantize SRC_DIR OUT_DIR --target-bpw B [options below]\n"
+    "       lumen quantize --preset FILE --target-bpw B [--table FILE] (measure and plan only)\n"
     "       (SRC_DIR may be ORG/REPO[@REV]: a model in the Hugging Face cache, see `lumen get`)\n"
     "\n"
     "Writes an MLX affine-quantized copy of a checkpoint (mlx-community layout): every matrix and\n"
@@ -55,7 +57,10 @@ static const char *quantize_help =
     "  --groups LIST      candidate groups (default 32,64,128)\n"
     "  --table FILE       also save the measured table and the plan (JSON)\n"
     "  --from-table FILE  plan from a table saved by --table instead of measuring again\n"
-    "  --threads N        threads of the measurement (on the cpu backend, f32)\n";
+    "  --backend B        where to measure: cpu (default) or cuda, in f32; --threads N\n"
+    "  --preset FILE      measure a synthetic bf16 model of this config.json-shaped geometry\n"
+    "                     (random weights and, without --calib-ids, seeded random tokens: a\n"
+    "                     timing run; nothing is written but --table)\n";
 
 static int check_kind(const lm_quantize_opts *o) {
   if (!lm_quantize_bits_ok(o->bits))
@@ -119,6 +124,22 @@ static int check_target(const lm_cli_qtarget *q, int manual) {
   return 0;
 }
 
+/* --preset: a synthetic bf16 model measured and planned (the sweep's timing on a geometry). */
+static int measure_preset(const lm_cli_qtarget *q, int no_dirs) {
+  if (!no_dirs || q->bpw <= 0 || q->calib)
+    return fprintf(stderr, "lumen quantize: --preset wants --target-bpw, no directories and no "
+                           "--calib (it has no tokenizer)\n"),
+           2;
+  lm_model *m = NULL;
+  fprintf(stderr, "lumen quantize: building a synthetic bf16 model of %s...\n", q->preset);
+  if (lm_model_synth(q->preset, 0, 64, 1, &m)) return lm_cli_fail("synthetic model"), 1;
+  lm_quantize_opts o = {.bits = 4, .group = 64};
+  int rc = lm_cli_qtarget_plan(m, q, &o);
+  lm_cli_qtarget_free_rules(&o);
+  lm_model_free(m);
+  return rc;
+}
+
 static void on_progress(void *ctx, int done, int total) {
   lm_cli_progress *p = ctx;
   p->total = total;
@@ -126,14 +147,13 @@ static void on_progress(void *ctx, int done, int total) {
 }
 
 int lm_cli_quantize(int argc, char **argv) {
-  static const struct option lo[] = {{"bits", 1, 0, 'b'},       {"group", 1, 0, 'g'},
-                                     {"set", 1, 0, 's'},        {"keep", 1, 0, 'k'},
-                                     {"help", 0, 0, 'h'},       {"force", 0, 0, 'f'},
-                                     {"target-bpw", 1, 0, 'T'}, {"calib", 1, 0, 'C'},
-                                     {"calib-ids", 1, 0, 'I'},  {"calib-tokens", 1, 0, 'N'},
-                                     {"bits-set", 1, 0, 'B'},   {"groups", 1, 0, 'G'},
-                                     {"table", 1, 0, 'o'},      {"from-table", 1, 0, 'i'},
-                                     {"threads", 1, 0, 't'},    {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"bits", 1, 0, 'b'},         {"group", 1, 0, 'g'},      {"set", 1, 0, 's'},
+      {"keep", 1, 0, 'k'},         {"help", 0, 0, 'h'},       {"force", 0, 0, 'f'},
+      {"target-bpw", 1, 0, 'T'},   {"calib", 1, 0, 'C'},      {"calib-ids", 1, 0, 'I'},
+      {"calib-tokens", 1, 0, 'N'}, {"bits-set", 1, 0, 'B'},   {"groups", 1, 0, 'G'},
+      {"table", 1, 0, 'o'},        {"from-table", 1, 0, 'i'}, {"threads", 1, 0, 't'},
+      {"backend", 1, 0, 'e'},      {"preset", 1, 0, 'p'},     {0, 0, 0, 0}};
   lm_cli_qtarget qt = {.bits_set = "2,3,4,5,6,8",
                        .groups = "32,64,128",
                        .calib_tokens = 256,
@@ -162,6 +182,8 @@ int lm_cli_quantize(int argc, char **argv) {
     case 'o': qt.table_out = optarg; break;
     case 'i': qt.table_in = optarg; break;
     case 't': qt.be.threads = atoi(optarg); break;
+    case 'e': qt.be.backend = optarg; break;
+    case 'p': qt.preset = optarg; break;
     case 's': {
       char *eq = strchr(optarg, '='), *p = owned[n_owned++] = strdup(optarg);
       if (!eq || !p)
@@ -183,6 +205,7 @@ int lm_cli_quantize(int argc, char **argv) {
     default: return lm_cli_flag_error(c, argc, argv, lo);
     }
   }
+  if (qt.preset) return measure_preset(&qt, optind == argc);
   if (optind != argc - 2) return fputs(quantize_help, stderr), 2;
   if (check_kind(&o) || check_out(argv[optind], argv[optind + 1], force) ||
       check_target(&qt, manual))

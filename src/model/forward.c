@@ -61,6 +61,19 @@ lm_status lm_model_prepare_progress(lm_model *m, lm_backend *be,
   return lm_model_foreach_weight(m, prepare_one, &p);
 }
 
+lm_status lm_model_exchange_weight(lm_model *m, lm_backend *be, lm_weight *w,
+                                   lm_weight_payload *p) {
+  (void)m;
+  if (be && be->ops->prepare_weight && !be->ops->refresh_weight)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "the %s backend keeps its own copy of the weights and cannot exchange one",
+                   be->ops->name);
+  lm_weight_payload_swap(w, p);
+  lm_status s = be && be->ops->refresh_weight ? be->ops->refresh_weight(be, w) : LM_OK;
+  if (s) lm_weight_payload_swap(w, p); /* the backend kept the old copy: so does w */
+  return s;
+}
+
 lm_status lm_model_prepare(lm_model *m, lm_backend *be) {
   return lm_model_prepare_progress(m, be, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "kv/batch.h"
 #include "model/model.h"
+#include "tensor/weight_payload.h"
 
 typedef struct lm_forward lm_forward;
 
@@ -16,6 +17,11 @@ lm_status lm_model_prepare(lm_model *m, lm_backend *be);
 lm_status lm_model_prepare_progress(lm_model *m, lm_backend *be,
                                     void (*on_load)(void *ctx, int64_t done, int64_t total),
                                     void *ctx);
+
+/* Exchanges p into w (and w's payload out into p) where the backend reads it (refresh_weight
+ * for a backend with its own copy): afterwards every forward on be sees the new payload. Errors
+ * leave w as it was. */
+lm_status lm_model_exchange_weight(lm_model *m, lm_backend *be, lm_weight *w, lm_weight_payload *p);
 
 lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens,
                             int64_t max_logits, lm_forward **out);

@@ -9,18 +9,6 @@
 #include "model/logit_stats.h"
 #include "model/quantize.h"
 
-lm_status lm_model_exchange_weight(lm_model *m, lm_backend *be, lm_weight *w,
-                                   lm_weight_payload *p) {
-  (void)m;
-  if (be && be->ops->prepare_weight)
-    return LM_ERRF(LM_ERR_UNSUPPORTED,
-                   "the %s backend keeps its own copy of the weights and cannot exchange one yet "
-                   "(run this on the cpu backend)",
-                   be->ops->name);
-  lm_weight_payload_swap(w, p);
-  return LM_OK;
-}
-
 /* Teacher-forced logits of the calibration tokens, into out [T][V]. */
 static lm_status calib_logits(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
                               float *out) {

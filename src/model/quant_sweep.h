@@ -45,10 +45,6 @@ typedef struct lm_qsweep_opts {
   void *progress_ctx;
 } lm_qsweep_opts;
 
-/* Exchanges p into w (and w's payload out into p) where the backend reads it: afterwards every
- * forward on be sees the new payload. Errors leave w as it was. */
-lm_status lm_model_exchange_weight(lm_model *m, lm_backend *be, lm_weight *w, lm_weight_payload *p);
-
 /* Measures the table on be (the parity precision is the sensible one). The model must be
  * unquantized (the reference); its weights are as loaded again when this returns. */
 lm_status lm_quant_sweep(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_qsweep *out);

@@ -99,6 +99,11 @@ static void t_unreachable_target(void **st) {
   lm_qplan p;
   assert_int_equal(lm_quant_plan(&t, 2.0, &p), LM_ERR_INVALID); /* 2 bits + scales > 2.0 */
   assert_non_null(strstr(lm_errmsg(), "below the smallest plan"));
+  assert_int_equal(lm_quant_plan(&t, 2.5, &p), LM_OK); /* exactly the 2-bit plan: it fits */
+  for (int i = 0; i < t.n_rows; i++)
+    assert_int_equal(p.choice[i], 0);
+  assert_true(p.bpw <= 2.5 && p.bpw > 2.49);
+  lm_qplan_free(&p);
   t.rows[2].kl[0] = t.rows[2].kl[1] = t.rows[2].kl[2] = -1; /* no kind fits that module */
   assert_int_equal(lm_quant_plan(&t, 8.0, &p), LM_ERR_INVALID);
   assert_non_null(strstr(lm_errmsg(), "m2"));

@@ -211,6 +211,26 @@ static lm_status cuda_prepare_weight(lm_backend *be, lm_weight *w) {
   return LM_OK;
 }
 
+/* A new device copy first, then the old one freed, so a failed upload changes nothing. Every
+ * plan is dropped: its captured launches hold the old copy's pointers and kinds. */
+static lm_status cuda_refresh_weight(lm_backend *be, lm_weight *w) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  if (!w->backend || !owns_weight(c, w)) return cuda_prepare_weight(be, w);
+  lm_cuda_weight *h = w->backend, fresh = {.host = w};
+  LM_CU(cudaStreamSynchronize(c->stream)); /* no step may still read the old copy */
+  lm_status s = upload_weight(be, w, &fresh);
+  if (s) {
+    lm_cuda_release(c, fresh.data);
+    lm_cuda_release(c, fresh.sb);
+    return lm_err_prefix(s, "uploading %s", w->name);
+  }
+  lm_cuda_release(c, h->data);
+  lm_cuda_release(c, h->sb);
+  *h = fresh;
+  lm_cuda_drop_plans(c);
+  return LM_OK;
+}
+
 lm_status lm_cuda_weight_of(const lm_weight *w, const char *op, const lm_cuda_weight **out) {
   if (!w || !w->backend)
     return LM_ERRF(LM_ERR_STATE,
@@ -397,6 +417,7 @@ static const lm_backend_ops lm_cuda_ops = {
     .download = cuda_download,
     .copy = cuda_copy,
     .prepare_weight = cuda_prepare_weight,
+    .refresh_weight = cuda_refresh_weight,
     .supports_cache = cuda_supports_cache,
     .begin_step = cuda_begin_step,
     .end_step = cuda_end_step,

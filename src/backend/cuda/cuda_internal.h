@@ -147,6 +147,8 @@ void lm_cuda_range_step(lm_cuda_ctx *c, int begin);
 /* Plans (cuda_plan.c). */
 lm_status lm_cuda_run_step(lm_backend *be, const lm_step_fn *st);
 void lm_cuda_release_plans(lm_backend *be, const void *owner);
+/* Drops every plan (a weight's device copy changed under them). */
+void lm_cuda_drop_plans(lm_cuda_ctx *c);
 void lm_cuda_plans_clear(lm_cuda_ctx *c);
 /* Called by kv_append while a plan is captured: the host effect to repeat on each replay. */
 lm_status lm_cuda_plan_note_append(lm_cuda_ctx *c, int cache);

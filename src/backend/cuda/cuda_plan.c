@@ -53,6 +53,14 @@ void lm_cuda_release_plans(lm_backend *be, const void *owner) {
     }
 }
 
+void lm_cuda_drop_plans(lm_cuda_ctx *c) {
+  for (int i = 0; i < LM_CUDA_MAX_PLANS; i++)
+    if (c->plans[i]) {
+      plan_free(c->plans[i]);
+      c->plans[i] = NULL;
+    }
+}
+
 lm_status lm_cuda_plan_note_append(lm_cuda_ctx *c, int cache) {
   lm_cuda_plan *p = c->capturing;
   if (p->n_appends == p->cap_appends) {
