@@ -143,8 +143,11 @@ static int measure(lm_model *m, const lm_cli_qtarget *q, lm_qsweep *t) {
   lm_backend_destroy(be);
   free(ids);
   if (s) return fprintf(stderr, "lumen quantize: sensitivity: %s\n", lm_errmsg()), 1;
-  fprintf(stderr, "measured %d modules x %d kinds on %lld calibration tokens in %.1f s\n",
-          t->n_rows, nk, (long long)n, lm_cli_now() - t0);
+  fprintf(stderr,
+          "measured %d modules x %d kinds on %lld calibration tokens in %.1f s (quantizing %.1f s, "
+          "exchanging %.1f s, forwards %.1f s, KL %.1f s)\n",
+          t->n_rows, nk, (long long)n, lm_cli_now() - t0, t->s_quantize, t->s_exchange,
+          t->s_forward, t->s_kl);
   return 0;
 }
 

@@ -4,10 +4,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "model/forward.h"
 #include "model/logit_stats.h"
 #include "model/quantize.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Teacher-forced logits of the calibration tokens, into out [T][V]. */
 static lm_status calib_logits(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
@@ -59,21 +66,30 @@ static lm_status add_row(const lm_weight *w, const char *module, void *arg) {
 
 /* Quantizes row r's module with kind k, measures, and puts the original back. */
 static lm_status measure(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
-                         const float *ref, float *got, lm_qsweep_row *r, int k) {
+                         const float *ref, float *got, lm_qsweep *t, lm_qsweep_row *r, int k) {
   lm_weight_payload p;
+  double t0 = now();
   LM_TRY(lm_weight_payload_quantize(r->w, o->kinds[k].bits, o->kinds[k].group, &p));
+  double t1 = now();
   lm_status s = lm_model_exchange_weight(m, be, r->w, &p);
   if (s) {
     lm_weight_payload_free(&p);
     return s;
   }
+  double t2 = now();
   s = calib_logits(m, be, o, f, got);
+  double t3 = now();
   lm_status back = lm_model_exchange_weight(m, be, r->w, &p); /* p: the candidate again */
   lm_weight_payload_free(&p);
   if (back) return back;
   LM_TRY(s);
+  double t4 = now();
   int64_t agree;
   lm_logits_kl(ref, got, o->n_ids, m->cfg.vocab_size, &r->kl[k], &agree);
+  t->s_quantize += t1 - t0;
+  t->s_exchange += (t2 - t1) + (t4 - t3);
+  t->s_forward += t3 - t2;
+  t->s_kl += now() - t4;
   return LM_OK;
 }
 
@@ -86,7 +102,7 @@ static lm_status sweep_rows(lm_model *m, lm_backend *be, const lm_qsweep_opts *o
   for (int i = 0; i < t->n_rows; i++)
     for (int k = 0; k < o->n_kinds; k++) {
       if (t->rows[i].kl[k] < 0) continue;
-      lm_status s = measure(m, be, o, f, ref, got, &t->rows[i], k);
+      lm_status s = measure(m, be, o, f, ref, got, t, &t->rows[i], k);
       if (s)
         return lm_err_prefix(s, "%s at %d bits, group %d", t->rows[i].module, o->kinds[k].bits,
                              o->kinds[k].group);

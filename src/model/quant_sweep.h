@@ -33,6 +33,8 @@ typedef struct lm_qsweep {
   /* modules quantized whatever the plan (the MoE router at 8 bits): counted in the budget */
   int64_t fixed_params, fixed_bytes;
   int64_t calib_tokens;
+  /* where a measurement's time went, seconds summed over the sweep */
+  double s_quantize, s_exchange, s_forward, s_kl;
 } lm_qsweep;
 
 typedef struct lm_qsweep_opts {

@@ -45,9 +45,23 @@ lm_status lm_weight_payload_quantize(const lm_weight *w, int bits, int group,
     return LM_ERRF(LM_ERR_NOMEM, "out of memory quantizing %s", w->name);
   }
   uint16_t *s = (uint16_t *)(void *)(mem + codes), *b = s + rows * ng;
-  for (int64_t r = 0; r < rows; r++)
-    lm_weight_quantize_row_bf16(w, r, bits, group, row, mem + r * cb, s + r * ng, b + r * ng);
   free(row);
+  int ok = 1;
+  /* rows are independent: a sweep quantizes embeddings of billions of weights at every kind */
+#pragma omp parallel reduction(&& : ok)
+  {
+    float *tmp = malloc((size_t)w->cols * sizeof(float));
+    ok = tmp != NULL;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+      if (tmp)
+        lm_weight_quantize_row_bf16(w, r, bits, group, tmp, mem + r * cb, s + r * ng, b + r * ng);
+    free(tmp);
+  }
+  if (!ok) {
+    free(mem);
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory quantizing %s", w->name);
+  }
   *out = (lm_weight_payload){.dtype = LM_DT_U32,
                              .bits = bits,
                              .group = group,
