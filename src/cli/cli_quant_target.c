@@ -214,7 +214,8 @@ static int load_table(const char *path, lm_qsweep *t) {
   t->n_kinds = bad ? 0 : (int)json_array_size(kinds);
   for (int k = 0; !bad && k < t->n_kinds; k++)
     bad = json_unpack(json_array_get(kinds, (size_t)k), "{s:i,s:i}", "bits", &t->kinds[k].bits,
-                      "group_size", &t->kinds[k].group);
+                      "group_size", &t->kinds[k].group) ||
+          !lm_quantize_bits_ok(t->kinds[k].bits) || !lm_quantize_group_ok(t->kinds[k].group);
   t->n_rows = bad ? 0 : (int)json_array_size(mods);
   t->rows = bad ? NULL : calloc((size_t)t->n_rows + 1, sizeof *t->rows);
   bad |= !t->rows;
@@ -230,9 +231,10 @@ static int load_table(const char *path, lm_qsweep *t) {
   return 0;
 }
 
-/* Every row of the table must be a module of this model, with its size. */
+/* Every row of the table must be a module of this model, with its size; the bytes of each kind
+ * are computed again from the model (a file's numbers are not trusted with the budget). */
 typedef struct match_ctx {
-  const lm_qsweep *t;
+  lm_qsweep *t;
   int found;
   const char *missing;
 } match_ctx;
@@ -240,16 +242,24 @@ typedef struct match_ctx {
 static lm_status match_module(const lm_weight *w, const char *module, void *arg) {
   match_ctx *c = arg;
   int64_t params = (w->n_experts ? w->n_experts : 1) * w->rows * w->cols;
-  for (int i = 0; i < c->t->n_rows; i++)
-    if (!strcmp(c->t->rows[i].module, module))
-      return c->t->rows[i].params == params
-                 ? (c->found++, LM_OK)
-                 : LM_ERRF(LM_ERR_INVALID, "%s has another shape here", module);
+  for (int i = 0; i < c->t->n_rows; i++) {
+    lm_qsweep_row *r = &c->t->rows[i];
+    if (strcmp(r->module, module)) continue;
+    if (r->params != params) return LM_ERRF(LM_ERR_INVALID, "%s has another shape here", module);
+    for (int k = 0; k < c->t->n_kinds; k++) { /* the bytes are the model's, not the file's */
+      const lm_qkind *q = &c->t->kinds[k];
+      int fits = w->cols % q->group == 0 && (w->cols * q->bits) % 32 == 0;
+      r->bytes[k] = fits ? lm_weight_payload_bytes(w, q->bits, q->group) : 0;
+      if (!fits) r->kl[k] = -1;
+    }
+    c->found++;
+    return LM_OK;
+  }
   if (!strstr(module, "router.proj")) c->missing = module;
   return LM_OK;
 }
 
-static int check_table(const lm_model *m, const lm_qsweep *t, const char *path) {
+static int check_table(const lm_model *m, lm_qsweep *t, const char *path) {
   match_ctx c = {.t = t};
   lm_status s = lm_quantize_foreach_module(m, match_module, &c);
   if (s || c.missing || c.found != t->n_rows)

@@ -70,4 +70,19 @@ expect_fail "measured on another model" quantize tests/fixtures/e2b_like "$T/x" 
 expect_fail "below the smallest plan" kv-eval "$M" --ids-file tests/fixtures/lumen-tiny-kjv/ids.txt \
   --write-config "$T/x.json" --target-bytes-per-token 10
 expect_fail "want --write-config" kv-eval "$M" --ids-file tests/fixtures/lumen-tiny-kjv/ids.txt --max-kl 1
+python3 - "$T" <<'PY'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(d + "/t.json"))
+t["kinds"][0]["bits"] = 7                        # not an MLX kind
+json.dump(t, open(d + "/bad1.json", "w"))
+t = json.load(open(d + "/t.json"))
+t["modules"][3]["kl"] = t["modules"][3]["kl"][:1]  # a row that does not match the kinds
+json.dump(t, open(d + "/bad2.json", "w"))
+PY
+for b in bad1 bad2; do
+  expect_fail "not a table" quantize "$M" "$T/x" --target-bpw 5 --from-table "$T/$b.json"
+done
+printf '{"calib_tokens": 1' >"$T/bad3.json"
+expect_fail "from-table" quantize "$M" "$T/x" --target-bpw 5 --from-table "$T/bad3.json"
 echo "test_quantize_target: ok"
