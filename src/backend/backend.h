@@ -158,6 +158,8 @@ typedef struct lm_attn_args {
 /* Prepares the chunk's K/V for a quantized cache before anyone attends over it: quantizes
  * each token's row into `stage` (codes, bf16 scales and biases of K, then of V) and replaces
  * k_new/v_new by what the cache will store, so the chunk's own queries read stored values.
+ * For a turboquant cache, v_new becomes the values in the rotated domain (centroid * scale),
+ * the domain its attention sums values in before un-rotating the output.
  * A no-op for tokens whose cache is plain. stage: bytes [T][lm_kv_stage_row_bytes]. */
 typedef struct lm_kv_stage_args {
   lm_tensor k_new, v_new, stage;

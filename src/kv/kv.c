@@ -8,14 +8,28 @@
 
 #include "base/status.h"
 
+/* TurboQuant rows (tq_codec.h §2.4 sizes): codes of k and v bits, three fp16 planes of one value
+ * per 32 elements, and no sixth array. */
+static int64_t tq_row_bytes(int64_t w, int k_bits, int v_bits, int a) {
+  switch (a) {
+  case LM_KV_K: return w * k_bits / 8;
+  case LM_KV_V: return w * v_bits / 8;
+  case LM_KV_KS:
+  case LM_KV_KB:
+  case LM_KV_VS: return (w / LM_TQ_BLOCK) * 2;
+  default: return 0;
+  }
+}
+
 int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a) {
   int64_t w = (int64_t)c->n_kv_heads * c->head_dim;
+  if (lm_kv_kind_tq(c->kind)) return tq_row_bytes(w, c->bits, c->v_bits, a);
   if (!lm_kv_kind_quant(c->kind)) return a <= LM_KV_V ? w * (int64_t)lm_dtype_size(c->dtype) : 0;
   return a <= LM_KV_V ? w * c->bits / 8 : (w / c->group) * 2;
 }
 
 int64_t lm_kv_stage_row_bytes(const lm_kv_cache *c) {
-  if (!lm_kv_kind_quant(c->kind)) return 0;
+  if (!lm_kv_kind_coded(c->kind)) return 0;
   int64_t b = 0;
   for (int a = 0; a < LM_KV_ARRAYS; a++)
     b += lm_kv_row_bytes(c, a);
@@ -65,8 +79,13 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec_in, lm_kv_cache **
   if (spec->n_kv_heads <= 0 || spec->head_dim <= 0 ||
       (lm_kv_kind_ring(spec->kind) && spec->window <= 0))
     return LM_ERRF(LM_ERR_INVALID, "KV cache: invalid geometry");
-  if (spec->kind < LM_KV_PLAIN || spec->kind > LM_KV_ROTATING_QUANT)
+  if (spec->kind < LM_KV_PLAIN || spec->kind > LM_KV_TURBOQUANT)
     return LM_ERRF(LM_ERR_UNSUPPORTED, "KV cache: unknown kind %d", (int)spec->kind);
+  lm_tq_params tq = {0};
+  lm_status ts = lm_kv_kind_tq(spec->kind)
+                     ? lm_tq_params_init(&tq, spec->head_dim, spec->bits, spec->v_bits)
+                     : LM_OK;
+  if (ts) return lm_err_prefix(ts, "KV cache");
   if (lm_kv_kind_quant(spec->kind) &&
       ((spec->bits != 4 && spec->bits != 8) ||
        (spec->group != 32 && spec->group != 64 && spec->group != 128) ||
@@ -84,8 +103,11 @@ lm_status lm_kv_create(lm_backend *be, const lm_kv_spec *spec_in, lm_kv_cache **
   c->dtype = be->act_dtype;
   c->window = lm_kv_kind_ring(spec->kind) ? lm_kv_ring_slots(spec->window) : 0;
   c->spec_window = lm_kv_kind_ring(spec->kind) ? spec->window : 0;
-  c->bits = lm_kv_kind_quant(spec->kind) ? spec->bits : 0;
+  c->bits = lm_kv_kind_coded(spec->kind) ? spec->bits : 0;
   c->group = lm_kv_kind_quant(spec->kind) ? spec->group : 0;
+  if (lm_kv_kind_tq(spec->kind)) c->group = LM_TQ_BLOCK; /* fixed by the codec */
+  c->v_bits = lm_kv_kind_tq(spec->kind) ? spec->v_bits : 0;
+  c->tq = tq;
   /* A ring is allocated whole up front; a plain cache starts small and doubles. */
   lm_status s = kv_alloc_slots(c, c->window ? c->window : 256);
   if (s) {
@@ -151,26 +173,33 @@ void lm_kv_free(lm_kv_cache *c) {
   free(c);
 }
 
-static const char *kv_sig(lm_kv_kind kind, int bits, int group, char *buf, size_t n) {
+static const char *kv_sig(lm_kv_kind kind, int bits, int group, int v_bits, char *buf, size_t n) {
   switch (kind) {
   case LM_KV_PLAIN: snprintf(buf, n, "kv:plain"); break;
   case LM_KV_ROTATING_PLAIN: snprintf(buf, n, "kv:rotating-plain"); break;
   case LM_KV_QUANT: snprintf(buf, n, "kv:quant:%d:%d", bits, group); break;
   case LM_KV_ROTATING_QUANT: snprintf(buf, n, "kv:rotating-quant:%d:%d", bits, group); break;
+  case LM_KV_TURBOQUANT: snprintf(buf, n, "kv:turboquant:%d:%d", bits, v_bits); break;
+  default: snprintf(buf, n, "kv:unknown:%d", (int)kind); break; /* supported by no backend */
   }
   return buf;
 }
 
 const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n) {
-  return kv_sig(c->kind, c->bits, c->group, buf, n);
+  return kv_sig(c->kind, c->bits, c->group, c->v_bits, buf, n);
 }
 
 const char *lm_kv_spec_signature(const lm_kv_spec *s, char *buf, size_t n) {
-  return kv_sig(s->kind, s->bits, s->group, buf, n);
+  return kv_sig(s->kind, s->bits, s->group, s->v_bits, buf, n);
 }
 
 int64_t lm_kv_spec_bytes_per_token(const lm_kv_spec *s, lm_dtype act) {
-  int64_t w = (int64_t)s->n_kv_heads * s->head_dim;
+  int64_t w = (int64_t)s->n_kv_heads * s->head_dim, b = 0;
+  if (lm_kv_kind_tq(s->kind)) { /* per head d·(k + v)/8 + 6·d/32 */
+    for (int a = 0; a < LM_KV_ARRAYS; a++)
+      b += tq_row_bytes(w, s->bits, s->v_bits, a);
+    return b;
+  }
   if (!lm_kv_kind_quant(s->kind)) return 2 * w * (int64_t)lm_dtype_size(act);
   return 2 * (w * s->bits / 8 + 2 * (w / s->group) * 2);
 }

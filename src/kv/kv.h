@@ -9,9 +9,16 @@
  * slots kv:quant:<bits>:<group>         plain layout of MLX affine codes along head_dim (bits 4 or
  * 8, groups 32/64/128) + bf16 scales and biases, quantized on append
  *   kv:rotating-quant:<bits>:<group> the same in a ring
+ *   kv:turboquant:<k>:<v>           plain layout of TurboQuant rows (kv/tq_codec.h): affine keys
+ *                                   of k bits (2, 4, 5, 8), FWHT-rotated Lloyd-Max values of v
+ *                                   bits (2-5), fp16 scales (and key zeros) per 32 elements of
+ *                                   each head; full-attention layers only, never a ring
  * Quantized kinds store what lm_affine_quantize_row computes from the f32 K/V (codes from
  * the f32 scale; scale and bias rounded to bf16); every read, the writing chunk's own queries
  * included, sees f32(bf16 scale) * q + f32(bf16 bias), so results do not depend on chunking.
+ * TurboQuant caches are read the same way, except that their values stay in the rotated
+ * domain (centroid * scale): attention, linear in V, accumulates them so and un-rotates each
+ * output row once.
  * Attention reads a cache in place (backend ops, dispatched on the signature); a step's
  * chunk is appended only after every layer that reads it has attended over it, so a ring
  * never loses keys the chunk's own queries still need.
@@ -28,6 +35,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "kv/tq_codec.h"
 
 #define LM_KV_UNBOUNDED INT64_MAX
 /* Slots a ring keeps past its window: a wrapped ring can roll back this many tokens + 1. */
@@ -40,11 +48,16 @@ typedef enum lm_kv_kind {
   LM_KV_ROTATING_PLAIN = 1,
   LM_KV_QUANT = 2,
   LM_KV_ROTATING_QUANT = 3,
+  LM_KV_TURBOQUANT = 4,
 } lm_kv_kind;
 
+/* The MLX affine kinds (the only ones --kv-quant-start delays). */
 static inline int lm_kv_kind_quant(lm_kv_kind k) {
   return k == LM_KV_QUANT || k == LM_KV_ROTATING_QUANT;
 }
+static inline int lm_kv_kind_tq(lm_kv_kind k) { return k == LM_KV_TURBOQUANT; }
+/* Kinds that store codes: a step stages its chunk (kv_stage) before attending. */
+static inline int lm_kv_kind_coded(lm_kv_kind k) { return lm_kv_kind_quant(k) || lm_kv_kind_tq(k); }
 static inline int lm_kv_kind_ring(lm_kv_kind k) {
   return k == LM_KV_ROTATING_PLAIN || k == LM_KV_ROTATING_QUANT;
 }
@@ -54,19 +67,23 @@ typedef struct lm_kv_spec {
   lm_kv_kind kind;
   int n_kv_heads, head_dim;
   int64_t window;      /* rotating kinds: the layer's sliding window (the ring has more slots) */
-  int bits, group;     /* for quantized kinds */
+  int bits, group;     /* quantized kinds; turboquant: key bits, and group LM_TQ_BLOCK */
+  int v_bits;          /* turboquant: value bits */
   int64_t quant_start; /* quantized kinds: stay plain until the cache holds this many tokens */
 } lm_kv_spec;
 
 /* Storage arrays of a cache: K and V rows (elements, or codes), and for quantized kinds the
- * per-group scales and biases of each. */
+ * per-group scales and biases of each. TurboQuant: key codes, value codes, key scales, key
+ * zeros, value scales (fp16), no fifth array; each row is the heads' rows one after another. */
 enum { LM_KV_K = 0, LM_KV_V, LM_KV_KS, LM_KV_KB, LM_KV_VS, LM_KV_VB, LM_KV_ARRAYS };
 
 struct lm_kv_cache {
   lm_kv_kind kind;
   lm_backend *be;
   int n_kv_heads, head_dim;
-  int bits, group; /* quantized kinds */
+  int bits, group; /* quantized kinds; turboquant: key bits, LM_TQ_BLOCK */
+  int v_bits;      /* turboquant: value bits */
+  lm_tq_params tq; /* turboquant: the codec's geometry and tables */
   lm_dtype dtype;  /* element type of plain K and V (the backend's activation dtype) */
   int64_t window;  /* ring slots for rotating kinds (lm_kv_ring_slots of the spec's); 0 for plain */
   int64_t spec_window; /* rotating kinds: the spec's (the layer's) window */
@@ -83,7 +100,8 @@ struct lm_kv_cache {
 int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a);
 
 /* Bytes a token's staged K and V take for a quantized cache: the six arrays' rows in order
- * (K codes, V codes, K scales, K biases, V scales, V biases); 0 for plain caches. The
+ * (K codes, V codes, K scales, K biases, V scales, V biases; turboquant's five the same way);
+ * 0 for plain caches. The
  * workspace bound over every supported kind is lm_kv_stage_row_bound(w) for w = kv_heads*hd. */
 int64_t lm_kv_stage_row_bytes(const lm_kv_cache *c);
 static inline int64_t lm_kv_stage_row_bound(int64_t w) { return 2 * w + 4 * (w / 32) * 2; }

@@ -19,7 +19,9 @@ static const void *array_of(const lm_kv_cache *c, int a) {
 /* Zeroes the fields a kind does not use, so specs compare field by field. */
 static lm_kv_spec spec_norm(lm_kv_spec s) {
   if (!lm_kv_kind_ring(s.kind)) s.window = 0;
-  if (!lm_kv_kind_quant(s.kind)) s.bits = s.group = 0;
+  if (!lm_kv_kind_coded(s.kind)) s.bits = s.group = 0;
+  if (lm_kv_kind_tq(s.kind)) s.group = LM_TQ_BLOCK; /* fixed by the codec, whatever was asked */
+  if (!lm_kv_kind_tq(s.kind)) s.v_bits = 0;
   if (!lm_kv_kind_quant(s.kind) || s.quant_start < 0) s.quant_start = 0;
   return s;
 }
@@ -34,7 +36,8 @@ lm_kv_spec lm_kv_layout_spec(const lm_kv_cache *c) {
                                 .head_dim = c->head_dim,
                                 .window = c->spec_window,
                                 .bits = c->bits,
-                                .group = c->group});
+                                .group = c->group,
+                                .v_bits = c->v_bits});
 }
 
 lm_kv_spec lm_kv_plan_spec(const lm_kv_cache *c) {
@@ -47,7 +50,7 @@ lm_kv_spec lm_kv_plan_spec(const lm_kv_cache *c) {
 int lm_kv_spec_equal(const lm_kv_spec *a, const lm_kv_spec *b) {
   lm_kv_spec x = spec_norm(*a), y = spec_norm(*b);
   return x.kind == y.kind && x.n_kv_heads == y.n_kv_heads && x.head_dim == y.head_dim &&
-         x.window == y.window && x.bits == y.bits && x.group == y.group &&
+         x.window == y.window && x.bits == y.bits && x.group == y.group && x.v_bits == y.v_bits &&
          x.quant_start == y.quant_start;
 }
 

@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
@@ -57,11 +58,51 @@ static lm_status apply_config(const lm_model *m, const char *path, lm_kv_spec *s
   return s;
 }
 
+/* "turboquant" (k8v3, the width mlx-bun ships) or "turboquant:K:V"; 0 if mode is neither. */
+static int parse_turboquant(const char *mode, int *k, int *v) {
+  const char *p = "turboquant";
+  if (strncmp(mode, p, strlen(p))) return 0;
+  mode += strlen(p);
+  *k = 8, *v = 3;
+  if (!*mode) return 1;
+  char *end, *end2;
+  if (*mode != ':') return 0;
+  long kb = strtol(mode + 1, &end, 10);
+  if (end == mode + 1 || *end != ':') return 0;
+  long vb = strtol(end + 1, &end2, 10);
+  if (end2 == end + 1 || *end2 || kb < 0 || kb > 64 || vb < 0 || vb > 64) return 0;
+  *k = (int)kb, *v = (int)vb;
+  return 1;
+}
+
+/* TurboQuant on every full-attention cache; sliding layers keep their plain rings (there is
+ * no rotating TurboQuant, as in mlx-bun). A head dim the codec lacks is refused by name. */
+static lm_status plan_turboquant(const lm_model *m, const char *mode, int k, int v,
+                                 lm_kv_spec *specs) {
+  lm_tq_params p;
+  lm_status s = lm_tq_params_init(&p, 64, k, v); /* the widths, whatever the caches */
+  if (s) return lm_err_prefix(s, "--kv-quant %s", mode);
+  for (int i = 0; i < m->cfg.n_caches; i++) {
+    if (specs[i].kind != LM_KV_PLAIN) continue;
+    s = lm_tq_params_init(&p, specs[i].head_dim, k, v);
+    if (s)
+      return lm_err_prefix(s, "--kv-quant %s: cache %d (layer %d)", mode, i, m->cfg.cache_layer[i]);
+    specs[i].kind = LM_KV_TURBOQUANT;
+    specs[i].bits = k, specs[i].v_bits = v, specs[i].group = LM_TQ_BLOCK;
+  }
+  return LM_OK;
+}
+
 static lm_status plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *specs);
 
 lm_status lm_model_kv_plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *specs) {
   LM_TRY(plan(m, o, specs));
   if (o && o->quant_start < 0) return LM_ERRF(LM_ERR_INVALID, "--kv-quant-start must be >= 0");
+  for (int i = 0; o && o->quant_start > 0 && i < m->cfg.n_caches; i++)
+    if (lm_kv_kind_tq(specs[i].kind))
+      return LM_ERRF(LM_ERR_UNSUPPORTED,
+                     "--kv-quant-start delays the affine kinds only; a turboquant cache "
+                     "quantizes from its first token");
   for (int i = 0; o && i < m->cfg.n_caches; i++)
     if (lm_kv_kind_quant(specs[i].kind)) specs[i].quant_start = o->quant_start;
   return LM_OK;
@@ -80,6 +121,8 @@ static lm_status plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *spe
     }
     return LM_OK;
   }
+  int tk, tv;
+  if (parse_turboquant(mode, &tk, &tv)) return plan_turboquant(m, mode, tk, tv, specs);
   if (!strcmp(mode, "config")) {
     char path[4096];
     if (o->config_path)
@@ -88,5 +131,6 @@ static lm_status plan(const lm_model *m, const lm_kv_options *o, lm_kv_spec *spe
       snprintf(path, sizeof path, "%s/kv_config.json", m->dir);
     return apply_config(m, path, specs);
   }
-  return LM_ERRF(LM_ERR_INVALID, "--kv-quant must be off, 4, 8 or config (got '%s')", mode);
+  return LM_ERRF(LM_ERR_INVALID,
+                 "--kv-quant must be off, 4, 8, config or turboquant[:K:V] (got '%s')", mode);
 }

@@ -134,6 +134,7 @@ static void t_one_rollback(void **st) {
     one_rollback(c, c->mq, "8", 41, ts[i]);
   }
   one_rollback(c, c->mq, "4", 23, LM_KV_RING_SPARE + 1);
+  one_rollback(c, c->mq, "turboquant:8:3", 41, LM_KV_RING_SPARE + 1);
   one_rollback(c, c->mq, "off", 17, 5); /* the rings wrap only with the drafts */
 }
 
@@ -157,6 +158,7 @@ static void t_every_token(void **st) {
   ctx *c = *st;
   every_token(c, c->m, "off");
   every_token(c, c->mq, "8");
+  every_token(c, c->mq, "turboquant:4:3");
 }
 
 /* Past the spare slots the trim is refused, and the set is as it was. */

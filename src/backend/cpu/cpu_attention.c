@@ -3,7 +3,9 @@
  * eager_attention_forward): raw dot products (scaling 1.0), causal mask, sliding layers see
  * exactly `window` keys including the query, softmax in f32. The softmax is computed online
  * over tiles of keys (one pass, running max and sum; cpu_vec.h's loops), so no [T, S] score
- * matrix exists anywhere. */
+ * matrix exists anywhere. A TurboQuant cache (kv:turboquant) is read the same way, a tile of
+ * rows at a time: keys dequantized, values decoded only to the rotated domain; since the output
+ * is a weighted sum of value rows, it is un-rotated once per query head when it is stored. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -20,12 +22,31 @@
  * a team can share among its threads when a step has fewer queries than threads. */
 #define ATTN_SEG 256
 
+/* TurboQuant row of head g at `slot` into buf: the key dequantized, the value as
+ * centroid * scale, still rotated (attn_store un-rotates the output). */
+static const float *tq_row(const lm_kv_cache *c, int which, int64_t slot, int g, float *buf) {
+  const lm_tq_params *p = &c->tq;
+  int64_t ng = lm_tq_groups(p), sb = (int64_t)c->n_kv_heads * ng;
+  const uint16_t *sc = (const uint16_t *)(which ? c->vs : c->ks) + slot * sb + g * ng;
+  if (which) {
+    const uint8_t *codes =
+        (const uint8_t *)c->v + slot * lm_kv_row_bytes(c, LM_KV_V) + g * lm_tq_value_code_bytes(p);
+    lm_tq_value_decode_rot(p, codes, sc, buf);
+  } else {
+    const uint8_t *codes =
+        (const uint8_t *)c->k + slot * lm_kv_row_bytes(c, LM_KV_K) + g * lm_tq_key_code_bytes(p);
+    lm_tq_key_decode(p, codes, sc, (const uint16_t *)c->kb + slot * sb + g * ng, buf);
+  }
+  return buf;
+}
+
 /* Row of head g of the key (or value) at `slot`, as f32: in place for plain caches, else
  * dequantized into buf (never a copy of the cache: one row at a time). */
 static inline const float *kv_row(const lm_kv_cache *c, int which, int64_t slot, int g,
                                   float *buf) {
   int hd = c->head_dim;
   int64_t w = (int64_t)c->n_kv_heads * hd;
+  if (lm_kv_kind_tq(c->kind)) return tq_row(c, which, slot, g, buf);
   if (!c->bits) return (const float *)(which ? c->v : c->k) + slot * w + (int64_t)g * hd;
   int64_t cb = lm_kv_row_bytes(c, LM_KV_K), sb = w / c->group;
   const uint8_t *codes =
@@ -63,25 +84,26 @@ static attn_view attn_view_of(const lm_attn_args *a, const lm_batch *b, int64_t 
 static void tile_prefetch(const attn_view *w, int64_t p0, int64_t n) {
   const lm_attn_args *a = w->a;
   const lm_kv_cache *c = w->c;
-  int64_t hd = a->head_dim, kvw = (int64_t)c->n_kv_heads * hd;
+  int64_t hd = a->head_dim;
+  /* bytes of one head's K and V row in the cache (turboquant's widths differ) */
+  int64_t kbytes = c->bits ? lm_kv_row_bytes(c, LM_KV_K) / c->n_kv_heads : hd * 4,
+          vbytes = c->bits ? lm_kv_row_bytes(c, LM_KV_V) / c->n_kv_heads : hd * 4;
   for (int64_t pos = p0; pos < p0 + n; pos++) {
     const char *k, *v;
-    int64_t bytes;
+    int64_t kb = hd * 4, vb = hd * 4;
     if (pos < c->n) {
       int64_t slot = lm_kv_slot(c, pos);
-      bytes = c->bits ? hd * c->bits / 8 : hd * 4;
-      int64_t rb = c->bits ? lm_kv_row_bytes(c, LM_KV_K) : kvw * 4, off = w->g * bytes;
-      k = (const char *)c->k + slot * rb + off;
-      v = (const char *)c->v + slot * rb + off;
+      kb = kbytes, vb = vbytes;
+      k = (const char *)c->k + (slot * c->n_kv_heads + w->g) * kb;
+      v = (const char *)c->v + (slot * c->n_kv_heads + w->g) * vb;
     } else {
       k = (const char *)(lm_cpu_row(a->k_new, w->t0 + (pos - c->n)) + w->g * hd);
       v = (const char *)(lm_cpu_row(a->v_new, w->t0 + (pos - c->n)) + w->g * hd);
-      bytes = hd * 4;
     }
-    for (int64_t o = 0; o < bytes; o += 64) {
+    for (int64_t o = 0; o < kb; o += 64)
       __builtin_prefetch(k + o);
+    for (int64_t o = 0; o < vb; o += 64)
       __builtin_prefetch(v + o);
-    }
   }
 }
 
@@ -182,13 +204,17 @@ static void attn_init(float *acc, int nr, int hd) {
   }
 }
 
+/* The normalized output rows; a turboquant cache's values were summed in the rotated domain,
+ * so each row is un-rotated here, once (InvFWHT(Σ wᵢ v̂ᵢ) = Σ wᵢ InvFWHT(v̂ᵢ)). */
 static void attn_store(const attn_view *w, const float *acc, int r0, int nr) {
   const lm_attn_args *a = w->a;
   int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
   float *o = lm_cpu_row(a->out, w->t) + ((int64_t)w->g * group + r0) * hd;
-  for (int r = 0; r < nr; r++)
+  for (int r = 0; r < nr; r++) {
     for (int d = 0; d < hd; d++)
       o[r * hd + d] = acc[r * (hd + 2) + 2 + d] / acc[r * (hd + 2) + 1];
+    if (lm_kv_kind_tq(w->c->kind)) lm_tq_unrotate(&w->c->tq, o + r * hd);
+  }
 }
 
 /* Query heads [r0, r1) of the view's group, segment after segment on this thread. They share
@@ -344,6 +370,26 @@ lm_status lm_cpu_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   return lm_cpu_team_solo(lm_cpu_team_of(be), 0, kv_append_call, &c);
 }
 
+/* A token's turboquant row, head by head: its codes into the stage row, and k / v replaced by
+ * what a reader of the cache sees, the keys dequantized and the values still rotated (so the
+ * chunk's own queries accumulate them in the domain the cache's values are in). */
+static void tq_stage_row(const lm_kv_cache *c, uint8_t *row, const int64_t *off, float *k,
+                         float *v) {
+  const lm_tq_params *p = &c->tq;
+  int64_t ng = lm_tq_groups(p), kc = lm_tq_key_code_bytes(p), vc = lm_tq_value_code_bytes(p);
+  for (int g = 0; g < c->n_kv_heads; g++) {
+    uint8_t *kcodes = row + off[LM_KV_K] + g * kc, *vcodes = row + off[LM_KV_V] + g * vc;
+    uint16_t *ks = (uint16_t *)(row + off[LM_KV_KS]) + g * ng,
+             *kz = (uint16_t *)(row + off[LM_KV_KB]) + g * ng,
+             *vs = (uint16_t *)(row + off[LM_KV_VS]) + g * ng;
+    float *kh = k + (int64_t)g * p->d, *vh = v + (int64_t)g * p->d;
+    lm_tq_key_encode(p, kh, kcodes, ks, kz);
+    lm_tq_key_decode(p, kcodes, ks, kz, kh);
+    lm_tq_value_encode(p, vh, vcodes, vs);
+    lm_tq_value_decode_rot(p, vcodes, vs, vh);
+  }
+}
+
 static lm_status kv_stage_here(lm_backend *be, const lm_kv_stage_args *a) {
   const lm_batch *b = lm_cpu_batch(be);
   for (int32_t t = 0; t < b->n_tokens; t++) {
@@ -355,6 +401,10 @@ static lm_status kv_stage_here(lm_backend *be, const lm_kv_stage_args *a) {
     stage_offsets(c, off);
     uint8_t *row = (uint8_t *)a->stage.data + (int64_t)t * a->stage.ld;
     float *k = lm_cpu_row(a->k_new, t), *v = lm_cpu_row(a->v_new, t);
+    if (lm_kv_kind_tq(c->kind)) {
+      tq_stage_row(c, row, off, k, v);
+      continue;
+    }
     lm_affine_quantize_row_bf16(k, w, c->bits, c->group, row + off[LM_KV_K],
                                 (uint16_t *)(row + off[LM_KV_KS]),
                                 (uint16_t *)(row + off[LM_KV_KB]), k);
@@ -384,6 +434,7 @@ static lm_status kv_append_here(lm_backend *be, const lm_kv_append_args *a) {
     void *dst[LM_KV_ARRAYS] = {c->k, c->v, c->ks, c->kb, c->vs, c->vb};
     for (int i = 0; i < LM_KV_ARRAYS; i++) {
       int64_t rb = lm_kv_row_bytes(c, i);
+      if (!rb) continue; /* turboquant has no sixth array */
       memcpy((uint8_t *)dst[i] + slot * rb, row + off[i], (size_t)rb);
     }
   }
@@ -406,6 +457,8 @@ lm_status lm_cpu_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
 static lm_status kv_convert_here(const lm_kv_convert_args *a) {
   const lm_kv_cache *f = a->from;
   lm_kv_cache *t = a->to;
+  if (!lm_kv_kind_quant(t->kind)) /* only the affine kinds are ever delayed (kv_plan.c) */
+    return LM_ERRF(LM_ERR_UNSUPPORTED, "kv_convert: a plain cache converts to an affine kind only");
   int64_t w = (int64_t)f->n_kv_heads * f->head_dim, cb = lm_kv_row_bytes(t, LM_KV_K),
           sb = w / t->group;
   float tmp[w];

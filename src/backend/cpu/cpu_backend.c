@@ -1,9 +1,11 @@
 /* cpu_backend.c — the CPU backend: host memory, f32 activations, and the op table. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "base/status.h"
+#include "kv/tq_codec.h"
 
 static lm_status cpu_alloc(lm_backend *be, size_t bytes, void **ptr) {
   (void)be;
@@ -25,10 +27,17 @@ static lm_status cpu_memcpy(lm_backend *be, void *dst, const void *src, size_t b
   return LM_OK;
 }
 
+/* "kv:turboquant:K:V" with widths the codec has (the head dim was checked at creation). */
+static int tq_sig_ok(const char *sig) {
+  int k, v, end = 0;
+  if (sscanf(sig, "kv:turboquant:%d:%d%n", &k, &v, &end) != 2 || sig[end]) return 0;
+  return lm_tq_widths_ok(k, v);
+}
+
 static int cpu_supports_cache(lm_backend *be, const char *sig) {
   (void)be;
   return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain") ||
-         !strncmp(sig, "kv:quant:", 9) || !strncmp(sig, "kv:rotating-quant:", 18);
+         !strncmp(sig, "kv:quant:", 9) || !strncmp(sig, "kv:rotating-quant:", 18) || tq_sig_ok(sig);
 }
 
 static lm_status cpu_begin_step(lm_backend *be, const lm_batch *b) {
