@@ -66,7 +66,9 @@ enum {
   E_ROWS = 64,
   E_ARRAYS = 72,
   E_HIGH = 72 + 24 * LM_KV_ARRAYS,
-  E_RESERVED = E_HIGH + 8
+  E_PLAN_VBITS = E_HIGH + 8,    /* turboquant's value bits (0 for every other kind) */
+  E_LAYOUT_VBITS = E_HIGH + 12, /* the same of the layout */
+  E_RESERVED = E_HIGH + 16
 };
 /* Limits that keep every product below 2^63: rows <= 2^31, row bytes <= 4096 * 4096 * 4. */
 #define MAX_HEADS 4096
@@ -115,6 +117,7 @@ static int64_t layout_row_bytes(const lm_kv_spec *layout, lm_dtype dtype, int a)
                    .head_dim = layout->head_dim,
                    .bits = layout->bits,
                    .group = layout->group,
+                   .v_bits = layout->v_bits,
                    .dtype = dtype};
   return lm_kv_row_bytes(&c, a);
 }
@@ -154,6 +157,8 @@ static void put_entry(uint8_t *e, const lm_kv_state_cache *c) {
   put64(e + E_N, (uint64_t)c->n);
   put64(e + E_ROWS, (uint64_t)c->rows);
   put64(e + E_HIGH, (uint64_t)c->high);
+  put32(e + E_PLAN_VBITS, (uint32_t)c->plan.v_bits);
+  put32(e + E_LAYOUT_VBITS, (uint32_t)c->layout.v_bits);
   for (int a = 0; a < LM_KV_ARRAYS; a++) {
     put64(e + E_ARRAYS + 24 * a, c->arrays[a].offset);
     put64(e + E_ARRAYS + 24 * a + 8, c->arrays[a].bytes);
@@ -265,13 +270,27 @@ static int valid_quant(uint32_t bits, uint32_t group, uint32_t hd) {
          hd % group == 0;
 }
 
+/* A turboquant plan: key and value widths and a head dim the codec has, its fixed group, and
+ * no delayed start (only the affine kinds are delayed). */
+static lm_status parse_tq_plan(const uint8_t *e, const char *name, int i, lm_kv_spec *plan) {
+  uint32_t kb = get32(e + E_PLAN_BITS), g = get32(e + E_PLAN_GROUP), vb = get32(e + E_PLAN_VBITS);
+  lm_tq_params p;
+  if (kb > 8 || vb > 8 || g != LM_TQ_BLOCK || get64(e + E_QUANT_START) ||
+      lm_tq_params_init(&p, plan->head_dim, (int)kb, (int)vb))
+    return LM_ERRF(LM_ERR_CORRUPT,
+                   "%s: cache %d: bad turboquant plan k%u v%u group %u of head dim %d", name, i, kb,
+                   vb, g, plan->head_dim);
+  plan->bits = (int)kb, plan->group = (int)g, plan->v_bits = (int)vb;
+  return LM_OK;
+}
+
 /* One entry's plan, layout and geometry (no data bounds yet). */
 static lm_status parse_entry_specs(const uint8_t *e, const char *name, int i, int64_t n_tokens,
                                    lm_kv_state_cache *c) {
   uint32_t pk = get32(e + E_PLAN_KIND), lk = get32(e + E_LAYOUT_KIND), heads = get32(e + E_HEADS),
            hd = get32(e + E_HEAD_DIM), pend = get32(e + E_PENDING);
   uint64_t window = get64(e + E_WINDOW), qs = get64(e + E_QUANT_START);
-  if (pk > LM_KV_ROTATING_QUANT || lk > LM_KV_ROTATING_QUANT)
+  if (pk > LM_KV_TURBOQUANT || lk > LM_KV_TURBOQUANT)
     return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: unknown cache kind %u/%u", name, i, pk, lk);
   if (heads < 1 || heads > MAX_HEADS || hd < 1 || hd > MAX_HEAD_DIM)
     return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: geometry %u heads x %u out of range", name, i,
@@ -295,9 +314,13 @@ static lm_status parse_entry_specs(const uint8_t *e, const char *name, int i, in
       return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: bad quantization %u/%u of head dim %u", name, i,
                      get32(e + E_PLAN_BITS), get32(e + E_PLAN_GROUP), hd);
     c->plan.quant_start = (int64_t)qs;
+  } else if (lm_kv_kind_tq(c->plan.kind)) {
+    LM_TRY(parse_tq_plan(e, name, i, &c->plan));
   } else if (get32(e + E_PLAN_BITS) || get32(e + E_PLAN_GROUP) || qs) {
     return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: a plain plan with quantization fields", name, i);
   }
+  if (!lm_kv_kind_tq(c->plan.kind) && (get32(e + E_PLAN_VBITS) || get32(e + E_LAYOUT_VBITS)))
+    return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: value bits on a kind that has none", name, i);
   /* The layout is the plan itself, or (pending) its plain form until plan.quant_start. */
   int delayed = lm_kv_kind_quant(c->plan.kind) && c->plan.quant_start > 0;
   int plain_form = (lm_kv_kind)lk == (ring ? LM_KV_ROTATING_PLAIN : LM_KV_PLAIN);
@@ -312,12 +335,20 @@ static lm_status parse_entry_specs(const uint8_t *e, const char *name, int i, in
         get32(e + E_LAYOUT_GROUP) != (uint32_t)c->plan.group)
       return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: layout quantization differs from the plan's",
                      name, i);
+  } else if (lm_kv_kind_tq(c->layout.kind)) { /* never pending: the layout is the plan */
+    c->layout.bits = c->plan.bits, c->layout.group = c->plan.group;
+    c->layout.v_bits = c->plan.v_bits;
+    if (get32(e + E_LAYOUT_BITS) != (uint32_t)c->plan.bits ||
+        get32(e + E_LAYOUT_GROUP) != (uint32_t)c->plan.group ||
+        get32(e + E_LAYOUT_VBITS) != (uint32_t)c->plan.v_bits)
+      return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: layout quantization differs from the plan's",
+                     name, i);
   } else if (get32(e + E_LAYOUT_BITS) || get32(e + E_LAYOUT_GROUP)) {
     return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: a plain layout with quantization fields", name,
                    i);
   }
   c->dtype = dtype_of(get32(e + E_DTYPE));
-  if (lm_kv_kind_quant(c->layout.kind) ? get32(e + E_DTYPE) != 0 : c->dtype == LM_DT_COUNT)
+  if (lm_kv_kind_coded(c->layout.kind) ? get32(e + E_DTYPE) != 0 : c->dtype == LM_DT_COUNT)
     return LM_ERRF(LM_ERR_CORRUPT, "%s: cache %d: bad element type code %u", name, i,
                    get32(e + E_DTYPE));
   c->n = (int64_t)get64(e + E_N);
@@ -471,8 +502,8 @@ static lm_status plan_file(const lm_kv_set *kv, const int32_t *tokens, int64_t n
     e->plan = lm_kv_plan_spec(c);
     e->layout = lm_kv_layout_spec(c);
     e->has_pending = c->has_pending;
-    e->dtype = lm_kv_kind_quant(c->kind) ? LM_DT_COUNT : c->dtype;
-    if (!lm_kv_kind_quant(c->kind) && !dtype_code(c->dtype))
+    e->dtype = lm_kv_kind_coded(c->kind) ? LM_DT_COUNT : c->dtype;
+    if (!lm_kv_kind_coded(c->kind) && !dtype_code(c->dtype))
       return LM_ERRF(LM_ERR_UNSUPPORTED, "KV state: cache %d stores %s elements", i,
                      lm_dtype_name(c->dtype));
     e->n = n;

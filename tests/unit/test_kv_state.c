@@ -309,6 +309,17 @@ static void t_round_trip_quant(void **st) {
   round_trip(c, c->mq, specs, 10, 3);
 }
 
+/* TurboQuant on the full-attention caches (the rings stay plain). */
+static void t_round_trip_turboquant(void **st) {
+  ctx *c = *st;
+  lm_kv_spec specs[8];
+  plan(c->mq, "turboquant:8:3", 0, specs);
+  round_trip(c, c->mq, specs, 31, 4);
+  plan(c->mq, "turboquant:4:2", 0, specs);
+  round_trip(c, c->mq, specs, 9, 9);
+  assert_true(lm_kv_kind_tq(specs[2].kind));
+}
+
 /* --kv-quant-start: saved while still plain (pending), and after converting. */
 static void t_round_trip_delayed(void **st) {
   ctx *c = *st;
@@ -601,6 +612,8 @@ static void t_forged(void **st) {
   ROW(wr64(e2 + 40, 4), LM_ERR_CORRUPT, "bad ring window");
   ROW(wr32(e2 + 4, 8), LM_ERR_CORRUPT, "plain plan with quantization");
   ROW(wr32(e2 + 16, 8), LM_ERR_CORRUPT, "plain layout with quantization");
+  ROW(wr32(e2 + 224, 3), LM_ERR_CORRUPT, "value bits on a kind");
+  ROW(wr32(e0 + 228, 3), LM_ERR_CORRUPT, "value bits on a kind");
   ROW(wr32(e2 + 32, 1), LM_ERR_CORRUPT, "does not follow plan");
   ROW(wr32(e2 + 36, 7), LM_ERR_CORRUPT, "element type");
   ROW(wr64(e2 + 56, 8), LM_ERR_CORRUPT, "tokens in");
@@ -748,6 +761,7 @@ int main(void) {
                                      cmocka_unit_test(t_round_trip_plain),
                                      cmocka_unit_test(t_round_trip_quant),
                                      cmocka_unit_test(t_round_trip_delayed),
+                                     cmocka_unit_test(t_round_trip_turboquant),
                                      cmocka_unit_test(t_dtype_conversion),
                                      cmocka_unit_test(t_truncated),
                                      cmocka_unit_test(t_flipped),

@@ -2,8 +2,8 @@
  * (keys dequantized a tile at a time, values summed in the rotated domain, each output row
  * un-rotated once) against a reference that decodes the whole window eagerly and attends in
  * double; results independent of how a sequence is chunked (every read sees stored values);
- * trim and clones; the plan (--kv-quant turboquant:K:V on full-attention caches only) and its
- * refusals. */
+ * trim, clones and state files; the plan (--kv-quant turboquant:K:V on full-attention caches
+ * only) and its refusals; the state-file fields of the kind, checked by the parser. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "kv/batch.h"
 #include "kv/kv_snapshot.h"
+#include "kv/kv_state.h"
 #include "model/kv_plan.h"
 #include "util/tiny_model.h"
 
@@ -315,6 +316,88 @@ static void t_plan(void **st) {
   lm_model_free(m), lm_model_free(mp);
 }
 
+static uint32_t rd32(const uint8_t *p) {
+  return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void wr32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A state file of a turboquant cache restores every array byte for byte; its entry's fields
+ * are checked (the parser, header checksums off so that the edits need no resealing). */
+static void t_state(void **st) {
+  lm_backend *be = *st;
+  geom g = {128, 5, 2};
+  lm_kv_set *kv = new_set(be, g), *back;
+  float *out = malloc((size_t)(N * H * G * g.hd) * sizeof(float));
+  feed(be, kv, g, 9, 0, 41, MIXED, out);
+  uint8_t fp[LM_FINGERPRINT_BYTES] = {1, 2, 3};
+  int32_t ids[41] = {0}, *tok;
+  int64_t nt;
+  assert_int_equal(lm_kv_state_save(TMP "/tq.kvstate", fp, kv, ids, 41), LM_OK);
+  lm_kv_spec spec = tq_spec(g);
+  lm_kv_state_expect e = {.fingerprint = fp, .specs = &spec, .n_specs = 1};
+  lm_status s = lm_kv_state_load_ex(TMP "/tq.kvstate", &e, be, &back, &tok, &nt);
+  if (s) fprintf(stderr, "load: %s\n", lm_errmsg());
+  assert_int_equal(s, LM_OK);
+  assert_int_equal(nt, 41);
+  const lm_kv_cache *a = kv->caches[0], *b = back->caches[0];
+  const void *pa[5] = {a->k, a->v, a->ks, a->kb, a->vs}, *pb[5] = {b->k, b->v, b->ks, b->kb, b->vs};
+  for (int i = 0; i < 5; i++)
+    assert_memory_equal(pa[i], pb[i], (size_t)(41 * lm_kv_row_bytes(a, i)));
+  assert_null(b->vb);
+  /* another plan (other value bits) is refused by name */
+  lm_kv_spec other = tq_spec((geom){128, 5, 3});
+  lm_kv_set *no;
+  free(tok);
+  e.specs = &other;
+  assert_int_equal(lm_kv_state_load_ex(TMP "/tq.kvstate", &e, be, &no, &tok, &nt), LM_ERR_INVALID);
+  assert_non_null(strstr(lm_errmsg(), "kv:turboquant:5:2"));
+  /* forged entry fields */
+  FILE *f = fopen(TMP "/tq.kvstate", "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  size_t n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *good = malloc(n), *buf = malloc(n), *en = buf + 128;
+  assert_int_equal(fread(good, 1, n, f), n);
+  fclose(f);
+  static const struct {
+    int off;
+    uint32_t v;
+    const char *msg;
+  } rows[] = {{0, 5, "unknown cache kind"},
+              {4, 3, "bad turboquant plan"},
+              {8, 64, "bad turboquant plan"},
+              {224, 6, "bad turboquant plan"},
+              {224, 0, "bad turboquant plan"},
+              {228, 3, "layout quantization differs"},
+              {16, 4, "layout quantization differs"},
+              {36, 1, "element type"},
+              {32, 1, "does not follow plan"},
+              {28, 96, "bad turboquant plan"},
+              {240, 1, "reserved bytes"}};
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    memcpy(buf, good, n);
+    assert_int_not_equal(rd32(en + rows[i].off), rows[i].v);
+    wr32(en + rows[i].off, rows[i].v);
+    lm_kv_state_info *in = NULL;
+    s = lm_kv_state_parse(buf, n, "forged", LM_KV_STATE_VERIFY_DATA, &in);
+    if (s != LM_ERR_CORRUPT || !strstr(lm_errmsg(), rows[i].msg))
+      fprintf(stderr, "row %zu: got %s '%s', want '%s'\n", i, lm_status_name(s), lm_errmsg(),
+              rows[i].msg);
+    assert_int_equal(s, LM_ERR_CORRUPT);
+    assert_non_null(strstr(lm_errmsg(), rows[i].msg));
+    assert_null(in);
+  }
+  lm_kv_state_info *in = NULL;
+  assert_int_equal(lm_kv_state_parse(good, n, "good", LM_KV_STATE_VERIFY_ALL, &in), LM_OK);
+  lm_kv_state_info_free(in);
+  free(good), free(buf), free(out);
+  lm_kv_set_free(kv), lm_kv_set_free(back);
+}
+
 static int setup(void **st) {
   lm_backend *be;
   mkdir(LM_BUILD_DIR "/tmp", 0755);
@@ -334,10 +417,8 @@ static int teardown(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_attention),
-      cmocka_unit_test(t_trim_and_clone),
-      cmocka_unit_test(t_spec),
-      cmocka_unit_test(t_plan),
+      cmocka_unit_test(t_attention), cmocka_unit_test(t_trim_and_clone), cmocka_unit_test(t_spec),
+      cmocka_unit_test(t_plan),      cmocka_unit_test(t_state),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
