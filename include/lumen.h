@@ -229,7 +229,8 @@ typedef struct lm_engine_options {
   double memory_budget_gb; /* weights + workspace + KV caches; 0: 75% of RAM (kv_budget 0) */
   int prefix_cache;        /* finished sequences kept for prefix reuse (entries; default 4; 0 off);
                               their bytes count against kv_budget and are evicted first */
-  const char *kv_quant;    /* KV cache precision: NULL/"off", "4", "8", "config" */
+  const char *kv_quant;    /* KV cache precision: NULL/"off", "4", "8", "config",
+                              "turboquant[:K:V]" (full-attention caches) */
   int kv_group;            /* group of "4"/"8" (0: 64) */
   const char *kv_config;   /* "config": this kv_config.json (NULL: the checkpoint's) */
   int64_t kv_quant_start;  /* quantized caches stay plain until they hold this many tokens */

@@ -28,7 +28,7 @@ typedef struct alias {
 #define DEVICE_HINT "lumen runs on one device: --backend cuda or cpu"
 #define ONE_GPU_HINT "lumen runs on one GPU: --backend cuda"
 #define FLASH_HINT "lumen's attention is always fused; there is nothing to switch"
-#define KV_HINT "quantized KV caches are --kv-quant 4|8|config"
+#define KV_HINT "quantized KV caches are --kv-quant 4|8|config|turboquant:K:V"
 #define CHUNK_HINT "the prefill step is --chunk N"
 #define HF_HINT "download with `lumen get ORG/REPO`, then name the model ORG/REPO"
 #define CHAT_HINT "a conversation is `lumen chat MODEL`"

@@ -34,7 +34,8 @@ static const char *info_help =
     "left free. Running out of memory is reported with the sizes.\n"
     "\n"
     "  --json              machine-readable output\n"
-    "  --kv-quant MODE     the plan to show: off (default), 4, 8 or config (kv_config.json)\n"
+    "  --kv-quant MODE     the plan to show: off (default), 4, 8, config (kv_config.json) or\n"
+    "                      turboquant[:K:V]\n"
     "  --kv-group G        group of uniform 4/8-bit caches (default 64)\n"
     "  --backend B         cpu or cuda: also report the memory a session takes there\n"
     "  --ctx N             context to reserve with --backend (default 4096)\n"
@@ -206,16 +207,17 @@ static void print_text(const lm_model *m, const lm_kv_spec *specs) {
 
 /* Bytes per token of context (long context, rings full) for each --kv-quant choice. */
 static void print_choices(const lm_model *m, int group) {
-  static const char *modes[] = {"off", "8", "4", "config"};
+  static const char *modes[] = {"off", "8", "4", "turboquant", "config"};
   printf("\nKV bytes per token of long context, by --kv-quant (group %d):\n", group);
-  for (size_t i = 0; i < 4; i++) {
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
     lm_kv_spec specs[m->cfg.n_caches + 1];
     lm_kv_options o = {.mode = modes[i], .group = group};
     if (lm_model_kv_plan(m, &o, specs)) {
-      if (i < 3) printf("  %-6s  (not applicable: %s)\n", modes[i], lm_errmsg());
+      if (strcmp(modes[i], "config"))
+        printf("  %-10s  (not applicable: %s)\n", modes[i], lm_errmsg());
       continue; /* no kv_config.json: nothing to show */
     }
-    printf("  %-6s  %10lld bytes   at 32k tokens %10.2f MB\n", modes[i],
+    printf("  %-10s  %10lld bytes   at 32k tokens %10.2f MB\n", modes[i],
            (long long)kv_marginal(m, specs), (double)kv_bytes_at(m, specs, 32768) / 1e6);
   }
 }

@@ -24,7 +24,8 @@ static const char *kv_eval_help =
     "\n"
     "Feeds the comma-separated ids of FILE (prefill in chunks of C, default 64) with plain caches "
     "and\n"
-    "with --kv-quant 8, 4 and config (when MODEL_DIR has a kv_config.json), and prints for each "
+    "with --kv-quant 8, 4, turboquant:8:3, turboquant:8:4, turboquant:4:3 (where the full layers'\n"
+    "head dims allow) and config (when MODEL_DIR has a kv_config.json), and prints for each "
     "the mean\n"
     "KL(plain || quantized) over positions, argmax agreement and the KV bytes held at the end.\n"
     "  --backend B, --precision f32|fast|bf16 (default f32), --threads N as elsewhere\n"
@@ -125,30 +126,33 @@ int lm_cli_kv_eval(int argc, char **argv) {
   int rc = 1;
   if (!be || !ref || !got) goto done;
   lm_cli_progress pr;
-  lm_cli_progress_start(&pr, "kv-eval", 4.0 * (double)T, "tok");
+  static const char *modes[] = {
+      "8", "4", "turboquant:8:3", "turboquant:8:4", "turboquant:4:3", "config",
+  };
+  const int n_modes = (int)(sizeof modes / sizeof *modes);
+  lm_cli_progress_start(&pr, "kv-eval", (double)(n_modes + 1) * (double)T, "tok");
   if (run_plan(m, be, &(lm_kv_options){.mode = "off"}, ids, T, C, ref, &bytes, &pr)) {
     lm_cli_fail("plain caches");
     goto done;
   }
   lm_cli_progress_clear(&pr);
-  printf("%lld tokens, chunk %lld\n%-8s mean KL %-10s argmax %-9s KV bytes held\n%-8s %-18s %-16s "
-         "%lld\n",
+  printf("%lld tokens, chunk %lld\n%-15s mean KL %-10s argmax %-9s KV bytes held\n%-15s %-18s "
+         "%-16s %lld\n",
          (long long)T, (long long)C, "plan", "", "", "off", "0", "all", (long long)bytes);
   fflush(stdout);
-  static const char *modes[] = {"8", "4", "config"};
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < n_modes; i++) {
     pr.done = (double)(i + 1) * (double)T;
     if (run_plan(m, be, &(lm_kv_options){.mode = modes[i], .group = group}, ids, T, C, got, &bytes,
                  &pr)) {
       lm_cli_progress_clear(&pr);
-      if (i < 2) printf("%-8s failed: %s\n", modes[i], lm_errmsg());
+      if (strcmp(modes[i], "config")) printf("%-15s failed: %s\n", modes[i], lm_errmsg());
       continue;
     }
     double kl;
     int64_t agree;
     lm_logits_kl(ref, got, T, V, &kl, &agree);
     lm_cli_progress_clear(&pr);
-    printf("%-8s %-18.4g %lld/%-13lld %lld\n", modes[i], kl, (long long)agree, (long long)T,
+    printf("%-15s %-18.4g %lld/%-13lld %lld\n", modes[i], kl, (long long)agree, (long long)T,
            (long long)bytes);
     fflush(stdout);
   }
