@@ -5,7 +5,8 @@
  * differently, so "from scratch" feeds the same steps) and match a one-pass run to rounding.
  * Also: prefixes longer than the window (wrapped rings), cutting an entry back (plain caches,
  * unwrapped rings, and wrapped ones within their spare slots) and declining beyond, eviction by
- * bytes in LRU order, superseded entries, namespaces, a delayed quantization, bad arguments. */
+ * bytes in LRU order, superseded entries, namespaces, a delayed quantization, turboquant caches
+ * (handed only to sessions of the same plan), bad arguments. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -334,6 +335,43 @@ static void t_delayed_quant(void **st) {
   }
 }
 
+/* Turboquant full-attention caches: an entry restores into a session of the same plan and goes
+ * on bit for bit; a session of another plan (plain caches, other value bits) is never handed it. */
+static void t_turboquant(void **st) {
+  ctx *c = *st;
+  lm_kv_spec q[8], plain[8], other[8];
+  assert_int_equal(lm_model_kv_plan(c->mq, &(lm_kv_options){.mode = "turboquant:8:3"}, q), LM_OK);
+  assert_int_equal(lm_model_kv_plan(c->mq, &(lm_kv_options){.mode = "off"}, plain), LM_OK);
+  assert_int_equal(lm_model_kv_plan(c->mq, &(lm_kv_options){.mode = "turboquant:8:4"}, other),
+                   LM_OK);
+  const int b = 9;
+  lm_prompt_cache *pc;
+  assert_int_equal(lm_prompt_cache_create(1 << 20, 0, &pc), LM_OK);
+  lm_kv_set *kv = new_set(c, c->mq, q);
+  step(c, c->mq, kv, c->ids, 0, b, NULL);
+  assert_int_equal(lm_prompt_cache_insert(pc, NULL, c->ids, b, kv), LM_OK);
+  float *got = logits(c), *ref = logits(c);
+  step(c, c->mq, kv, c->ids, b, N, ref + b * c->V);
+  lm_kv_set_free(kv);
+  int64_t reused;
+  const lm_kv_spec *refused[2] = {plain, other};
+  for (int k = 0; k < 2; k++) {
+    kv = new_set(c, c->mq, refused[k]);
+    assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, N, N - 1, kv, &reused), LM_OK);
+    assert_int_equal(reused, 0);
+    lm_kv_set_free(kv);
+  }
+  kv = new_set(c, c->mq, q);
+  assert_int_equal(lm_prompt_cache_lookup(pc, NULL, c->ids, N, N - 1, kv, &reused), LM_OK);
+  assert_int_equal(reused, b);
+  assert_true(lm_kv_kind_tq(kv->caches[2]->kind));
+  step(c, c->mq, kv, c->ids, b, N, got + b * c->V);
+  assert_memory_equal(got + b * c->V, ref + b * c->V, (size_t)((N - b) * c->V) * sizeof(float));
+  lm_kv_set_free(kv);
+  free(got), free(ref);
+  lm_prompt_cache_free(pc);
+}
+
 static void t_bad_arguments(void **st) {
   ctx *c = *st;
   lm_prompt_cache *pc;
@@ -361,6 +399,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(t_reuse_exact),   cmocka_unit_test(t_cut_and_decline),
       cmocka_unit_test(t_eviction),      cmocka_unit_test(t_namespaces),
-      cmocka_unit_test(t_delayed_quant), cmocka_unit_test(t_bad_arguments)};
+      cmocka_unit_test(t_delayed_quant), cmocka_unit_test(t_turboquant),
+      cmocka_unit_test(t_bad_arguments)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
