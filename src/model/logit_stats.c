@@ -2,6 +2,7 @@
 #include "model/logit_stats.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 static int64_t argmax(const float *r, int64_t V) {
   int64_t a = 0;
@@ -43,6 +44,50 @@ void lm_logits_kl(const float *ref, const float *got, int64_t T, int64_t V, doub
   }
   *kl = sum;
   *agree = same;
+}
+
+int lm_logits_ref_init(lm_logits_ref *r, const float *ref, int64_t T, int64_t V) {
+  r->T = T, r->V = V;
+  r->lp = malloc((size_t)(T * V) * sizeof(double));
+  r->p = malloc((size_t)(T * V) * sizeof(double));
+  r->argmax = malloc((size_t)(T ? T : 1) * sizeof(int64_t));
+  if (!r->lp || !r->p || !r->argmax) return lm_logits_ref_free(r), -1;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; t++) {
+    const float *x = ref + t * V;
+    r->argmax[t] = argmax(x, V);
+    double z = log_sum_exp(x, V, x[r->argmax[t]]);
+    for (int64_t i = 0; i < V; i++) {
+      r->lp[t * V + i] = x[i] - z;
+      r->p[t * V + i] = exp(x[i] - z);
+    }
+  }
+  return 0;
+}
+
+void lm_logits_kl_ref(const lm_logits_ref *r, const float *got, double *kl, int64_t *agree) {
+  int64_t same = 0, V = r->V;
+  double sum = 0;
+#pragma omp parallel for schedule(static) reduction(+ : same) ordered
+  for (int64_t t = 0; t < r->T; t++) {
+    const float *g = got + t * V;
+    const double *lp = r->lp + t * V, *p = r->p + t * V;
+    int64_t ag = argmax(g, V);
+    double zg = log_sum_exp(g, V, g[ag]), k = 0;
+    for (int64_t i = 0; i < V; i++)
+      k += p[i] * (lp[i] - (g[i] - zg)); /* row_kl's terms, in its order */
+    same += r->argmax[t] == ag;
+#pragma omp ordered
+    sum += k / (double)r->T;
+  }
+  *kl = sum;
+  *agree = same;
+}
+
+void lm_logits_ref_free(lm_logits_ref *r) {
+  free(r->lp), free(r->p), free(r->argmax);
+  r->lp = r->p = NULL;
+  r->argmax = NULL;
 }
 
 double lm_logits_nll(const float *logits, const int32_t *next, int64_t T, int64_t V) {

@@ -66,7 +66,8 @@ static lm_status add_row(const lm_weight *w, const char *module, void *arg) {
 
 /* Quantizes row r's module with kind k, measures, and puts the original back. */
 static lm_status measure(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
-                         const float *ref, float *got, lm_qsweep *t, lm_qsweep_row *r, int k) {
+                         const lm_logits_ref *ref, float *got, lm_qsweep *t, lm_qsweep_row *r,
+                         int k) {
   lm_weight_payload p;
   double t0 = now();
   LM_TRY(lm_weight_payload_quantize(r->w, o->kinds[k].bits, o->kinds[k].group, &p));
@@ -85,7 +86,7 @@ static lm_status measure(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, l
   LM_TRY(s);
   double t4 = now();
   int64_t agree;
-  lm_logits_kl(ref, got, o->n_ids, m->cfg.vocab_size, &r->kl[k], &agree);
+  lm_logits_kl_ref(ref, got, &r->kl[k], &agree);
   t->s_quantize += t1 - t0;
   t->s_exchange += (t2 - t1) + (t4 - t3);
   t->s_forward += t3 - t2;
@@ -94,7 +95,7 @@ static lm_status measure(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, l
 }
 
 static lm_status sweep_rows(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_qsweep *t,
-                            lm_forward *f, const float *ref, float *got) {
+                            lm_forward *f, const lm_logits_ref *ref, float *got) {
   int64_t total = 0, done = 0;
   for (int i = 0; i < t->n_rows; i++)
     for (int k = 0; k < o->n_kinds; k++)
@@ -130,10 +131,14 @@ lm_status lm_quant_sweep(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, l
   lm_forward *f = NULL;
   if (!s && !got) s = LM_ERRF(LM_ERR_NOMEM, "out of memory for the calibration logits");
   if (!s) s = lm_forward_create(m, be, o->chunk, o->chunk, &f);
+  lm_logits_ref lr = {0};
   if (!s) s = calib_logits(m, be, o, f, ref);
-  if (!s) s = sweep_rows(m, be, o, out, f, ref, got);
-  lm_forward_free(f);
+  if (!s && lm_logits_ref_init(&lr, ref, o->n_ids, m->cfg.vocab_size))
+    s = LM_ERRF(LM_ERR_NOMEM, "out of memory for the reference distributions");
   free(ref);
+  if (!s) s = sweep_rows(m, be, o, out, f, &lr, got);
+  lm_logits_ref_free(&lr);
+  lm_forward_free(f);
   free(got);
   if (s) lm_qsweep_free(out);
   return s;
