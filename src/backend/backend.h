@@ -229,7 +229,7 @@ typedef struct lm_backend_ops {
                     size_t bytes); /* within the backend */
   /* makes a weight usable by this backend (copy, repack); sets w->backend; (optional) */
   lm_status (*prepare_weight)(lm_backend *be, lm_weight *w);
-  /* w's payload was exchanged (lm_model_exchange_weight): replace this backend's copy, so that
+  /* w's payload was exchanged (lm_exchange_weight): replace this backend's copy, so that
    * every later step reads the new payload; on an error the old copy stays. (optional: NULL
    * for a backend without prepare_weight, which reads weights in place) */
   lm_status (*refresh_weight)(lm_backend *be, lm_weight *w);

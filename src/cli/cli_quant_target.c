@@ -168,26 +168,24 @@ static int save_table(const lm_qsweep *t, const lm_qplan *p, double target, cons
                                           "params", (json_int_t)t->rows[i].params, "kl", kl,
                                           "bytes", by, "chosen", p->choice[i]));
   }
-  json_t *root = json_pack("{s:s,s:I,s:I,s:I,s:o,s:o,s:f,s:f,s:f}", "format", "lumen-quant-sweep-1",
-                           "calib_tokens", (json_int_t)t->calib_tokens, "fixed_params",
-                           (json_int_t)t->fixed_params, "fixed_bytes", (json_int_t)t->fixed_bytes,
-                           "kinds", kinds, "modules", mods, "target_bpw", target, "bpw", p->bpw,
-                           "predicted_kl", p->kl_sum);
+  json_t *root = json_pack("{s:s,s:I,s:o,s:o,s:f,s:f,s:f}", "format", "lumen-quant-sweep-1",
+                           "calib_tokens", (json_int_t)t->calib_tokens, "kinds", kinds, "modules",
+                           mods, "target_bpw", target, "bpw", p->bpw, "predicted_kl", p->kl_sum);
   int bad = !root || json_dump_file(root, path, JSON_INDENT(1));
   json_decref(root);
   if (bad) fprintf(stderr, "lumen quantize: --table %s: cannot write\n", path);
   return bad;
 }
 
-/* One module of a saved table onto row r (whose kinds are t's). */
+/* One module of a saved table onto row r (whose kinds are t's). Its bytes are not read: they
+ * are the model's (check_table). */
 static int load_row(json_t *mo, const lm_qsweep *t, lm_qsweep_row *r) {
   const char *name;
   json_int_t params;
-  json_t *kl, *by;
-  if (json_unpack(mo, "{s:s,s:I,s:o,s:o}", "module", &name, "params", &params, "kl", &kl, "bytes",
-                  &by) ||
-      !json_is_array(kl) || !json_is_array(by) || (int)json_array_size(kl) != t->n_kinds ||
-      (int)json_array_size(by) != t->n_kinds || strlen(name) >= sizeof r->module || params < 1)
+  json_t *kl;
+  if (json_unpack(mo, "{s:s,s:I,s:o}", "module", &name, "params", &params, "kl", &kl) ||
+      !json_is_array(kl) || (int)json_array_size(kl) != t->n_kinds ||
+      strlen(name) >= sizeof r->module || params < 1)
     return 1;
   memset(r, 0, sizeof *r);
   snprintf(r->module, sizeof r->module, "%s", name);
@@ -195,8 +193,7 @@ static int load_row(json_t *mo, const lm_qsweep *t, lm_qsweep_row *r) {
   for (int k = 0; k < t->n_kinds; k++) {
     json_t *v = json_array_get(kl, (size_t)k);
     r->kl[k] = json_is_null(v) ? -1 : json_number_value(v);
-    r->bytes[k] = json_integer_value(json_array_get(by, (size_t)k));
-    if ((!json_is_null(v) && (!json_is_number(v) || r->kl[k] < 0)) || r->bytes[k] < 0) return 1;
+    if (!json_is_null(v) && (!json_is_number(v) || r->kl[k] < 0)) return 1;
   }
   return 0;
 }
@@ -204,13 +201,13 @@ static int load_row(json_t *mo, const lm_qsweep *t, lm_qsweep_row *r) {
 static int load_table(const char *path, lm_qsweep *t) {
   json_error_t e;
   json_t *root = json_load_file(path, 0, &e), *kinds, *mods;
-  json_int_t ct, fp, fb;
+  json_int_t ct;
   memset(t, 0, sizeof *t);
   if (!root) return fprintf(stderr, "lumen quantize: --from-table %s: %s\n", path, e.text), 1;
-  int bad = json_unpack(root, "{s:I,s:I,s:I,s:o,s:o}", "calib_tokens", &ct, "fixed_params", &fp,
-                        "fixed_bytes", &fb, "kinds", &kinds, "modules", &mods) ||
-            !json_is_array(kinds) || !json_is_array(mods) || json_array_size(kinds) < 1 ||
-            json_array_size(kinds) > LM_QSWEEP_MAX_KINDS;
+  int bad =
+      json_unpack(root, "{s:I,s:o,s:o}", "calib_tokens", &ct, "kinds", &kinds, "modules", &mods) ||
+      !json_is_array(kinds) || !json_is_array(mods) || json_array_size(kinds) < 1 ||
+      json_array_size(kinds) > LM_QSWEEP_MAX_KINDS;
   t->n_kinds = bad ? 0 : (int)json_array_size(kinds);
   for (int k = 0; !bad && k < t->n_kinds; k++)
     bad = json_unpack(json_array_get(kinds, (size_t)k), "{s:i,s:i}", "bits", &t->kinds[k].bits,
@@ -221,7 +218,7 @@ static int load_table(const char *path, lm_qsweep *t) {
   bad |= !t->rows;
   for (int i = 0; !bad && i < t->n_rows; i++)
     bad = load_row(json_array_get(mods, (size_t)i), t, &t->rows[i]);
-  t->calib_tokens = ct, t->fixed_params = fp, t->fixed_bytes = fb;
+  t->calib_tokens = ct;
   json_decref(root);
   if (bad) {
     lm_qsweep_free(t);
@@ -246,16 +243,11 @@ static lm_status match_module(const lm_weight *w, const char *module, void *arg)
     lm_qsweep_row *r = &c->t->rows[i];
     if (strcmp(r->module, module)) continue;
     if (r->params != params) return LM_ERRF(LM_ERR_INVALID, "%s has another shape here", module);
-    for (int k = 0; k < c->t->n_kinds; k++) { /* the bytes are the model's, not the file's */
-      const lm_qkind *q = &c->t->kinds[k];
-      int fits = w->cols % q->group == 0 && (w->cols * q->bits) % 32 == 0;
-      r->bytes[k] = fits ? lm_weight_payload_bytes(w, q->bits, q->group) : 0;
-      if (!fits) r->kl[k] = -1;
-    }
+    lm_qsweep_row_kinds(r, w, c->t->kinds, c->t->n_kinds); /* the model's bytes, not the file's */
     c->found++;
     return LM_OK;
   }
-  if (!strstr(module, "router.proj")) c->missing = module;
+  c->missing = module;
   return LM_OK;
 }
 

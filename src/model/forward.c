@@ -61,9 +61,7 @@ lm_status lm_model_prepare_progress(lm_model *m, lm_backend *be,
   return lm_model_foreach_weight(m, prepare_one, &p);
 }
 
-lm_status lm_model_exchange_weight(lm_model *m, lm_backend *be, lm_weight *w,
-                                   lm_weight_payload *p) {
-  (void)m;
+lm_status lm_exchange_weight(lm_backend *be, lm_weight *w, lm_weight_payload *p) {
   if (be && be->ops->prepare_weight && !be->ops->refresh_weight)
     return LM_ERRF(LM_ERR_UNSUPPORTED,
                    "the %s backend keeps its own copy of the weights and cannot exchange one",

@@ -21,7 +21,7 @@ lm_status lm_model_prepare_progress(lm_model *m, lm_backend *be,
 /* Exchanges p into w (and w's payload out into p) where the backend reads it (refresh_weight
  * for a backend with its own copy): afterwards every forward on be sees the new payload. Errors
  * leave w as it was. */
-lm_status lm_model_exchange_weight(lm_model *m, lm_backend *be, lm_weight *w, lm_weight_payload *p);
+lm_status lm_exchange_weight(lm_backend *be, lm_weight *w, lm_weight_payload *p);
 
 lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_tokens,
                             int64_t max_logits, lm_forward **out);

@@ -533,7 +533,7 @@ lm_status lm_model_synth(const char *preset_path, int bits, int group, uint64_t 
 
 static lm_status free_owned_payload(lm_weight *w, void *arg) {
   (void)arg;
-  free(w->owned); /* a payload exchanged in (lm_model_exchange_weight) */
+  free(w->owned); /* a payload exchanged in (lm_exchange_weight) */
   w->owned = NULL;
   return LM_OK;
 }

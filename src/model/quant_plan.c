@@ -6,12 +6,11 @@
 
 #include "base/knapsack.h"
 
-/* The budget in bytes for the choosable rows. */
-static double budget_bytes(const lm_qsweep *t, double bpw) {
-  int64_t params = t->fixed_params;
+static int64_t total_params(const lm_qsweep *t) {
+  int64_t params = 0;
   for (int i = 0; i < t->n_rows; i++)
     params += t->rows[i].params;
-  return bpw * (double)params / 8.0 - (double)t->fixed_bytes;
+  return params;
 }
 
 /* Smallest bytes a row can take (-1: no kind fits). */
@@ -23,24 +22,28 @@ static int64_t min_bytes(const lm_qsweep *t, int r) {
 }
 
 static lm_status check_reachable(const lm_qsweep *t, double target, double budget) {
-  int64_t least = t->fixed_bytes, params = t->fixed_params;
+  int64_t least = 0;
   for (int i = 0; i < t->n_rows; i++) {
     int64_t b = min_bytes(t, i);
-    if (b < 0) return LM_ERRF(LM_ERR_INVALID, "%s: no candidate kind fits it", t->rows[i].module);
+    if (b < 0)
+      return LM_ERRF(LM_ERR_INVALID,
+                     "%s: none of the candidate kinds fits it (its width, or a width it is kept "
+                     "at: the MoE router takes 8 bits)",
+                     t->rows[i].module);
     least += b;
-    params += t->rows[i].params;
   }
-  if ((double)(least - t->fixed_bytes) > budget)
+  if ((double)least > budget)
     return LM_ERRF(LM_ERR_INVALID,
                    "--target-bpw %.3g is below the smallest plan of these kinds (%.3f bits per "
                    "weight)",
-                   target, 8.0 * (double)least / (double)params);
+                   target, 8.0 * (double)least / (double)total_params(t));
   return LM_OK;
 }
 
 lm_status lm_quant_plan(const lm_qsweep *t, double target_bpw, lm_qplan *out) {
   memset(out, 0, sizeof *out);
-  double budget = budget_bytes(t, target_bpw);
+  int64_t params = total_params(t);
+  double budget = target_bpw * (double)params / 8.0;
   LM_TRY(check_reachable(t, target_bpw, budget));
   int n = t->n_rows, nk = t->n_kinds;
   int64_t *cost = malloc((size_t)(n ? n : 1) * (size_t)nk * sizeof *cost);
@@ -64,14 +67,11 @@ lm_status lm_quant_plan(const lm_qsweep *t, double target_bpw, lm_qplan *out) {
     return LM_ERRF(LM_ERR_INVALID, "--target-bpw %.3g leaves no plan at this resolution",
                    target_bpw);
   LM_TRY(s);
-  int64_t params = t->fixed_params;
-  for (int i = 0; i < n; i++)
-    params += t->rows[i].params;
   *out = (lm_qplan){.choice = r.choice,
                     .kl_sum = r.value,
-                    .bytes = r.cost + t->fixed_bytes,
+                    .bytes = r.cost,
                     .unit = r.unit,
-                    .bpw = 8.0 * (double)(r.cost + t->fixed_bytes) / (double)params};
+                    .bpw = 8.0 * (double)r.cost / (double)params};
   return LM_OK;
 }
 

@@ -11,7 +11,7 @@ typedef struct lm_qplan {
   int *choice;   /* [n_rows]: an index into the sweep's kinds */
   double kl_sum; /* Σ of the chosen measured KLs (the additive prediction) */
   double bpw;    /* achieved bits per weight over every quantized module */
-  int64_t bytes; /* of the chosen modules plus the fixed ones */
+  int64_t bytes; /* of every module at its chosen kind */
   int64_t unit;  /* the byte unit of the program */
 } lm_qplan;
 

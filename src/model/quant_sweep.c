@@ -1,6 +1,7 @@
 /* quant_sweep.c — per-module sensitivity of a model to its quantization (see quant_sweep.h). */
 #include "model/quant_sweep.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +35,19 @@ typedef struct collect {
   int cap;
 } collect;
 
-/* A row per module a plan can choose for; the forced ones go to the fixed budget. */
+void lm_qsweep_row_kinds(lm_qsweep_row *r, const lm_weight *w, const lm_qkind *kinds, int n) {
+  int forced = lm_quantize_forced_bits(r->module);
+  for (int k = 0; k < n; k++) {
+    int fits = lm_weight_payload_fits(w, kinds[k].bits, kinds[k].group) &&
+               (!forced || kinds[k].bits == forced);
+    r->bytes[k] = fits ? lm_weight_payload_bytes(w, kinds[k].bits, kinds[k].group) : 0;
+    if (!fits) r->kl[k] = -1;
+  }
+}
+
+/* A row per module, its kinds' KLs to be measured. */
 static lm_status add_row(const lm_weight *w, const char *module, void *arg) {
   collect *c = arg;
-  int64_t params = (w->n_experts ? w->n_experts : 1) * w->rows * w->cols;
-  if (strstr(module, "router.proj")) { /* always 8 bits, as the converters write it */
-    c->t->fixed_params += params;
-    c->t->fixed_bytes += lm_weight_payload_bytes(w, 8, 64);
-    return LM_OK;
-  }
   if (c->t->n_rows == c->cap) {
     int cap = c->cap ? 2 * c->cap : 64;
     lm_qsweep_row *r = realloc(c->t->rows, (size_t)cap * sizeof *r);
@@ -54,13 +59,8 @@ static lm_status add_row(const lm_weight *w, const char *module, void *arg) {
   memset(r, 0, sizeof *r);
   snprintf(r->module, sizeof r->module, "%s", module);
   r->w = (lm_weight *)w; /* the model is the caller's to change (lm_quant_sweep takes it so) */
-  r->params = params;
-  for (int k = 0; k < c->o->n_kinds; k++) {
-    const lm_qkind *q = &c->o->kinds[k];
-    int fits = w->cols % q->group == 0 && (w->cols * q->bits) % 32 == 0;
-    r->kl[k] = fits ? 0 : -1;
-    r->bytes[k] = fits ? lm_weight_payload_bytes(w, q->bits, q->group) : 0;
-  }
+  r->params = (w->n_experts ? w->n_experts : 1) * w->rows * w->cols;
+  lm_qsweep_row_kinds(r, w, c->o->kinds, c->o->n_kinds);
   return LM_OK;
 }
 
@@ -72,7 +72,7 @@ static lm_status measure(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, l
   double t0 = now();
   LM_TRY(lm_weight_payload_quantize(r->w, o->kinds[k].bits, o->kinds[k].group, &p));
   double t1 = now();
-  lm_status s = lm_model_exchange_weight(m, be, r->w, &p);
+  lm_status s = lm_exchange_weight(be, r->w, &p);
   if (s) {
     lm_weight_payload_free(&p);
     return s;
@@ -80,13 +80,16 @@ static lm_status measure(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, l
   double t2 = now();
   s = calib_logits(m, be, o, f, got);
   double t3 = now();
-  lm_status back = lm_model_exchange_weight(m, be, r->w, &p); /* p: the candidate again */
+  lm_status back = lm_exchange_weight(be, r->w, &p); /* p: the candidate again */
   lm_weight_payload_free(&p);
   if (back) return back;
   LM_TRY(s);
   double t4 = now();
   int64_t agree;
   lm_logits_kl_ref(ref, got, &r->kl[k], &agree);
+  if (!isfinite(r->kl[k]))
+    return LM_ERRF(LM_ERR_STATE, "the model's logits are not finite with this module quantized");
+  if (r->kl[k] < 0) r->kl[k] = 0; /* rounding below an exact 0; negative KLs mark misfits */
   t->s_quantize += t1 - t0;
   t->s_exchange += (t2 - t1) + (t4 - t3);
   t->s_forward += t3 - t2;

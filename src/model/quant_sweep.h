@@ -1,7 +1,7 @@
 /* quant_sweep.h — what each module's quantization costs the model: for every quantizable
  * matrix and every candidate (bits, group), the mean KL of the model's next-token distributions
  * on calibration tokens against the model as loaded, with only that module quantized. Each
- * candidate is exchanged in (lm_model_exchange_weight), measured, and exchanged back, so the
+ * candidate is exchanged in (lm_exchange_weight), measured, and exchanged back, so the
  * model is loaded once. The table feeds lm_quant_plan (quant_plan.h). */
 #ifndef LM_MODEL_QUANT_SWEEP_H
 #define LM_MODEL_QUANT_SWEEP_H
@@ -28,10 +28,8 @@ typedef struct lm_qsweep_row {
 typedef struct lm_qsweep {
   lm_qkind kinds[LM_QSWEEP_MAX_KINDS];
   int n_kinds;
-  lm_qsweep_row *rows; /* the modules whose width a plan chooses */
+  lm_qsweep_row *rows; /* every quantizable module */
   int n_rows;
-  /* modules quantized whatever the plan (the MoE router at 8 bits): counted in the budget */
-  int64_t fixed_params, fixed_bytes;
   int64_t calib_tokens;
   /* where a measurement's time went, seconds summed over the sweep */
   double s_quantize, s_exchange, s_forward, s_kl;
@@ -51,5 +49,10 @@ typedef struct lm_qsweep_opts {
  * unquantized (the reference); its weights are as loaded again when this returns. */
 lm_status lm_quant_sweep(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_qsweep *out);
 void lm_qsweep_free(lm_qsweep *s);
+
+/* The bytes of each kind on row r for weight w, and kl = -1 for a kind that does not fit it (its
+ * width, or a module kept at a forced width: the MoE router takes 8-bit kinds only); the KL of a
+ * kind that fits is left as it is. */
+void lm_qsweep_row_kinds(lm_qsweep_row *r, const lm_weight *w, const lm_qkind *kinds, int n);
 
 #endif

@@ -99,12 +99,17 @@ static const lm_quantize_rule *rule_for(const lm_quantize_opts *o, const char *m
   return NULL;
 }
 
-void lm_quantize_module_kind(const lm_quantize_opts *o, const lm_weight *w, const char *module,
-                             int *bits, int *group) {
+int lm_quantize_forced_bits(const char *module) { return strstr(module, "router.proj") ? 8 : 0; }
+
+/* The (bits, group) a module gets under o (bits 0: kept bf16): the first matching rule, else the
+ * forced width or the default, and a width the group does not divide left alone, as mlx-lm
+ * does. */
+static void module_kind(const lm_quantize_opts *o, const lm_weight *w, const char *module,
+                        int *bits, int *group) {
   *bits = o->bits;
   *group = o->group;
   const lm_quantize_rule *r = rule_for(o, module);
-  if (strstr(module, "router.proj")) *bits = 8; /* the converters force the router to 8 bits */
+  if (lm_quantize_forced_bits(module)) *bits = lm_quantize_forced_bits(module);
   if (r) {
     *bits = r->bits;
     *group = r->group ? r->group : *group;
@@ -117,7 +122,7 @@ void lm_quantize_module_kind(const lm_quantize_opts *o, const lm_weight *w, cons
 static lm_status add_matrix(lm_st_writer *wr, q_plan *p, const lm_weight *w, const char *module,
                             const lm_quantize_opts *o) {
   int bits, group;
-  lm_quantize_module_kind(o, w, module, &bits, &group);
+  module_kind(o, w, module, &bits, &group);
   char full[300], name[320];
   snprintf(full, sizeof full, MLX_PREFIX "%s", module);
   int64_t nd = w->n_experts ? 3 : 2, shape[3] = {w->n_experts, w->rows, w->cols};

@@ -32,10 +32,9 @@ int lm_quantize_group_ok(int group);
 typedef lm_status (*lm_quant_module_fn)(const lm_weight *w, const char *module, void *arg);
 lm_status lm_quantize_foreach_module(const lm_model *m, lm_quant_module_fn fn, void *arg);
 
-/* The (bits, group) a module gets under o (bits 0: kept bf16): the first matching rule, the
- * router forced to 8 bits, and a width the group does not divide left alone, as mlx-lm does. */
-void lm_quantize_module_kind(const lm_quantize_opts *o, const lm_weight *w, const char *module,
-                             int *bits, int *group);
+/* The width the MLX converters force on a module whatever the defaults (8 for the MoE router),
+ * or 0. */
+int lm_quantize_forced_bits(const char *module);
 
 /* Writes out_dir (created if needed): model.safetensors, config.json, and copies of the
  * tokenizer / generation / chat-template files of the source. */

@@ -27,25 +27,23 @@ void lm_weight_quantize_row_bf16(const lm_weight *w, int64_t r, int bits, int gr
   }
 }
 
+int lm_weight_payload_fits(const lm_weight *w, int bits, int group) {
+  return bits >= 2 && bits <= 8 && bits != 7 && (group == 32 || group == 64 || group == 128) &&
+         w->cols % group == 0 && (w->cols * bits) % 32 == 0;
+}
+
 lm_status lm_weight_payload_quantize(const lm_weight *w, int bits, int group,
                                      lm_weight_payload *out) {
   memset(out, 0, sizeof *out);
-  if (bits < 2 || bits > 8 || bits == 7 || (group != 32 && group != 64 && group != 128))
-    return LM_ERRF(LM_ERR_INVALID, "%s: %d bits in groups of %d is not an MLX affine kind", w->name,
-                   bits, group);
-  if (w->cols % group || (w->cols * bits) % 32)
-    return LM_ERRF(LM_ERR_INVALID, "%s: %lld columns do not divide into groups of %d", w->name,
-                   (long long)w->cols, group);
+  if (!lm_weight_payload_fits(w, bits, group))
+    return LM_ERRF(LM_ERR_INVALID,
+                   "%s: %d bits in groups of %d is no MLX affine kind for %lld columns", w->name,
+                   bits, group, (long long)w->cols);
   int64_t rows = total_rows(w), cb = w->cols * bits / 8, ng = w->cols / group;
   size_t codes = (size_t)(rows * cb), sb = (size_t)(rows * ng) * 2;
   uint8_t *mem = malloc(codes + 2 * sb + 8); /* + 8: lm_affine_code reads 2 bytes at the end */
-  float *row = malloc((size_t)w->cols * sizeof(float));
-  if (!mem || !row) {
-    free(mem), free(row);
-    return LM_ERRF(LM_ERR_NOMEM, "out of memory quantizing %s", w->name);
-  }
+  if (!mem) return LM_ERRF(LM_ERR_NOMEM, "out of memory quantizing %s", w->name);
   uint16_t *s = (uint16_t *)(void *)(mem + codes), *b = s + rows * ng;
-  free(row);
   int ok = 1;
   /* rows are independent: a sweep quantizes embeddings of billions of weights at every kind */
 #pragma omp parallel reduction(&& : ok)
@@ -66,6 +64,7 @@ lm_status lm_weight_payload_quantize(const lm_weight *w, int bits, int group,
                              .bits = bits,
                              .group = group,
                              .sdtype = LM_DT_BF16,
+                             .expert_rows = w->rows,
                              .data = mem,
                              .scales = s,
                              .biases = b,
@@ -78,6 +77,7 @@ void lm_weight_payload_swap(lm_weight *w, lm_weight_payload *p) {
                            .bits = w->bits,
                            .group = w->group,
                            .sdtype = w->sdtype,
+                           .expert_rows = w->expert_rows,
                            .data = w->data,
                            .scales = w->scales,
                            .biases = w->biases,
@@ -86,6 +86,7 @@ void lm_weight_payload_swap(lm_weight *w, lm_weight_payload *p) {
   w->bits = p->bits;
   w->group = p->group;
   w->sdtype = p->sdtype;
+  w->expert_rows = p->expert_rows;
   w->data = p->data;
   w->scales = p->scales;
   w->biases = p->biases;
