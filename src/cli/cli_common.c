@@ -14,6 +14,7 @@
 #include "hub/hub_cache.h"
 #include "io/file_util.h"
 #include "model/forward.h"
+#include "text/tokenizer.h"
 #include "text/utf8.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -180,5 +181,17 @@ int lm_cli_read_text(const char *flag, const char *path, char **out) {
   }
   b[n] = '\0';
   *out = b;
+  return 0;
+}
+
+int lm_cli_encode_text(const char *verb, const char *model_dir, const char *text, int32_t **ids,
+                       int64_t *n) {
+  lm_tokenizer *tok = NULL;
+  size_t nn = 0;
+  lm_status s = lm_tokenizer_load(model_dir, &tok);
+  if (!s) s = lm_tokenizer_encode(tok, text, strlen(text), 1, ids, &nn);
+  lm_tokenizer_free(tok);
+  if (s) return fprintf(stderr, "lumen %s: %s\n", verb, lm_errmsg()), 1;
+  *n = (int64_t)nn;
   return 0;
 }

@@ -51,4 +51,10 @@ double lm_cli_now(void);
  * *out (malloc'ed, NUL-terminated). Prints "lumen: FLAG PATH: why" and returns 1 on failure. */
 int lm_cli_read_text(const char *flag, const char *path, char **out);
 
+/* Tokenizes text with the tokenizer of a model directory (its tokenizer.json and
+ * tokenizer_config.json), BOS first where the tokenizer adds one. Prints "lumen VERB: why" and
+ * returns 1 on failure. */
+int lm_cli_encode_text(const char *verb, const char *model_dir, const char *text, int32_t **ids,
+                       int64_t *n);
+
 #endif

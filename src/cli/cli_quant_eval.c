@@ -13,7 +13,6 @@
 #include "cli/cli_common.h"
 #include "model/forward.h"
 #include "model/logit_stats.h"
-#include "text/tokenizer.h"
 
 static const char *quant_eval_help =
     "usage: lumen quant-eval REF_DIR MODEL_DIR... (--text FILE | --ids-file FILE) [--tokens N]\n"
@@ -61,23 +60,12 @@ static float *model_logits(const char *dir, const int32_t *ids, int64_t T, int64
 
 static int read_tokens(const char *ref, const char *text, const char *idsf, int32_t **ids,
                        int64_t *n) {
-  FILE *f = fopen(text ? text : idsf, "rb");
-  if (!f) return fprintf(stderr, "lumen quant-eval: cannot open %s\n", text ? text : idsf), 1;
-  static char buf[1 << 22];
-  size_t len = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[len] = '\0';
-  if (idsf) return lm_cli_parse_ids(buf, ids, n);
-  char path[4200];
-  snprintf(path, sizeof path, "%s/tokenizer.json", ref);
-  lm_tokenizer *tok = NULL;
-  size_t nn = 0;
-  lm_status s = lm_tokenizer_load(path, &tok);
-  if (!s) s = lm_tokenizer_encode(tok, buf, len, 1, ids, &nn);
-  lm_tokenizer_free(tok);
-  if (s) return fprintf(stderr, "lumen quant-eval: %s\n", lm_errmsg()), 1;
-  *n = (int64_t)nn;
-  return 0;
+  char *buf;
+  if (lm_cli_read_text(text ? "--text" : "--ids-file", text ? text : idsf, &buf)) return 1;
+  int rc =
+      idsf ? lm_cli_parse_ids(buf, ids, n) : lm_cli_encode_text("quant-eval", ref, buf, ids, n);
+  free(buf);
+  return rc;
 }
 
 int lm_cli_quant_eval(int argc, char **argv) {

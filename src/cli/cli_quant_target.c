@@ -1,35 +1,13 @@
 /* cli_quant_target.c — the --target-bpw flow of `lumen quantize` (see cli_quant_target.h). */
 #include "cli/cli_quant_target.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
 #include "cli/cli_progress.h"
-#include "io/file_util.h"
 #include "model/quant_plan.h"
-#include "text/tokenizer.h"
-
-/* The whole of a regular file, NUL-terminated (*out: free). */
-static lm_status read_file(const char *path, size_t cap, char **out, size_t *len) {
-  FILE *f;
-  LM_TRY(lm_file_fopen_regular(path, &f));
-  char *buf = malloc(cap + 1);
-  size_t n = buf ? fread(buf, 1, cap + 1, f) : 0;
-  int err = ferror(f);
-  fclose(f);
-  if (!buf) return LM_ERRF(LM_ERR_NOMEM, "out of memory reading %s", path);
-  if (err || n > cap) {
-    free(buf);
-    return LM_ERRF(LM_ERR_IO, "%s: %s", path, err ? "read failed" : "too large");
-  }
-  buf[n] = '\0';
-  *out = buf;
-  *len = n;
-  return LM_OK;
-}
 
 /* "2,3,4" into v (at most cap); 0 on success, else prints the error. */
 static int parse_list(const char *flag, const char *s, int *v, int cap, int *n) {
@@ -68,16 +46,11 @@ static int parse_kinds(const lm_cli_qtarget *q, lm_qkind *k, int *nk) {
  * model's tokenizer and its BOS; the first calib_tokens of them. */
 static int calib_ids(const lm_model *m, const lm_cli_qtarget *q, int32_t **ids, int64_t *n) {
   char *text = NULL;
-  size_t len = 0;
-  lm_status s = LM_OK;
-  if (q->calib_ids || q->calib) {
-    s = read_file(q->calib_ids ? q->calib_ids : q->calib, 64 << 20, &text, &len);
-    if (s) return fprintf(stderr, "lumen quantize: %s\n", lm_errmsg()), 1;
-  }
+  const char *file = q->calib_ids ? q->calib_ids : q->calib;
+  if (file && lm_cli_read_text(q->calib_ids ? "--calib-ids" : "--calib", file, &text)) return 1;
+  int rc = 0;
   if (q->calib_ids) {
-    int rc = lm_cli_parse_ids(text, ids, n);
-    free(text);
-    if (rc) return 1;
+    rc = lm_cli_parse_ids(text, ids, n);
   } else if (!m->st) { /* a synthetic model has no tokenizer: seeded ids (a timing run) */
     if (!(*ids = malloc((size_t)q->calib_tokens * sizeof **ids)))
       return fprintf(stderr, "lumen quantize: out of memory\n"), 1;
@@ -85,18 +58,10 @@ static int calib_ids(const lm_model *m, const lm_cli_qtarget *q, int32_t **ids, 
       (*ids)[i] = (int32_t)(3 + (uint64_t)(i * 2654435761u) % (uint64_t)(m->cfg.vocab_size - 3));
     *n = q->calib_tokens;
   } else {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
-    lm_tokenizer *tok = NULL;
-    size_t nn = 0;
-    const char *t = text ? text : lm_cli_default_calib;
-    s = lm_tokenizer_load(path, &tok);
-    if (!s) s = lm_tokenizer_encode(tok, t, strlen(t), 1, ids, &nn);
-    lm_tokenizer_free(tok);
-    free(text);
-    if (s) return fprintf(stderr, "lumen quantize: calibration text: %s\n", lm_errmsg()), 1;
-    *n = (int64_t)nn;
+    rc = lm_cli_encode_text("quantize", m->dir, text ? text : lm_cli_default_calib, ids, n);
   }
+  free(text);
+  if (rc) return 1;
   for (int64_t i = 0; i < *n; i++)
     if ((*ids)[i] < 0 || (*ids)[i] >= m->cfg.vocab_size)
       return fprintf(stderr, "lumen quantize: calibration id %d is outside the vocabulary\n",
