@@ -202,6 +202,12 @@ typedef struct lm_argmax_args {
   lm_tensor ids, x;
 } lm_argmax_args;
 
+/* kl[i] = KL(softmax(ref row i) ‖ softmax(x row i)) over f32 logit rows [rows][V] (each row's
+ * max taken out, sums and logarithms in f64), stored as f32 [rows][1]. Outside steps. */
+typedef struct lm_logits_kl_args {
+  lm_tensor kl, x, ref;
+} lm_logits_kl_args;
+
 /* One step's op sequence as the forward issues it. A backend's run_step may call issue(), or
  * replay a plan (e.g. a CUDA graph) it captured from an earlier issue() with the same key:
  * owner, flags, the batch's shape and every cache's signature. So issue() must enqueue the
@@ -255,6 +261,10 @@ typedef struct lm_backend_ops {
   lm_status (*moe_route)(lm_backend *be, const lm_moe_route_args *a);
   lm_status (*moe_experts)(lm_backend *be, const lm_moe_experts_args *a);
   lm_status (*argmax)(lm_backend *be, const lm_argmax_args *a);
+  /* (optional) where the logits stay in device memory, so a measurement against a reference
+   * (lumen quantize's sweep) brings back a float per row instead of the rows; NULL: the
+   * caller downloads the rows and compares them on the host */
+  lm_status (*logits_kl)(lm_backend *be, const lm_logits_kl_args *a);
   /* steps (optional, between begin_step and end_step): NULL means the forward calls
    * st->issue itself. release_plans drops every plan of `owner` before it is freed. */
   lm_status (*run_step)(lm_backend *be, const lm_step_fn *st);

@@ -69,6 +69,14 @@ int lm_cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
   return 0;
 }
 
+const char *lm_cli_backend_name(const lm_cli_backend_opts *o) {
+  if (o->backend) return o->backend;
+#ifdef LM_HAVE_CUDA
+  if (lm_cuda_device_count() > 0) return "cuda"; /* default: the GPU when there is one */
+#endif
+  return "cpu";
+}
+
 lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_prec) {
   lm_precision prec = default_prec;
   if (o->precision) {
@@ -85,12 +93,8 @@ lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_pr
   }
   if (o->threads > 0) omp_set_num_threads(o->threads);
   lm_backend *be = NULL;
-  const char *name = o->backend;
-#ifdef LM_HAVE_CUDA
-  if (!name)
-    name = lm_cuda_device_count() > 0 ? "cuda" : "cpu"; /* default: the GPU when there is one */
-#endif
-  if (!name || !strcmp(name, "cpu")) {
+  const char *name = lm_cli_backend_name(o);
+  if (!strcmp(name, "cpu")) {
     if (lm_backend_cpu_create(prec, o->threads, &be)) lm_cli_fail("cpu backend");
     return be;
   }

@@ -18,6 +18,10 @@ typedef struct lm_cli_backend_opts {
   int threads;           /* 0: OpenMP default */
 } lm_cli_backend_opts;
 
+/* The backend lm_cli_backend would create: --backend as given, else "cuda" when a device is
+ * visible, else "cpu". */
+const char *lm_cli_backend_name(const lm_cli_backend_opts *o);
+
 /* Creates the backend the flags ask for; prints the error and returns NULL on failure.
  * default_prec is the verb's default precision. */
 lm_backend *lm_cli_backend(const lm_cli_backend_opts *o, lm_precision default_prec);

@@ -58,9 +58,9 @@ static void print_line(lm_cli_progress *p, double now, int final) {
   }
   if (p->total > 0 && r > 0) duration(eta, sizeof eta, (p->total - p->done) / r);
   if (p->total > 0)
-    fprintf(stderr, "%s%s: %3.0f%%  %s of %s  %s/s%s%s%s", p->tty ? "\r" : "", p->label,
+    fprintf(stderr, "%s%s: %3.0f%%  %s of %s  %s/s%s%s%s%s%s", p->tty ? "\r" : "", p->label,
             100.0 * p->done / p->total, done, total, rate, *eta ? "  ETA " : "", eta,
-            p->tty ? "\033[K" : "\n");
+            *p->note ? "  " : "", p->note, p->tty ? "\033[K" : "\n");
   else
     fprintf(stderr, "%s%s: %s  %s/s%s", p->tty ? "\r" : "", p->label, done, rate,
             p->tty ? "\033[K" : "\n");

@@ -13,7 +13,8 @@ typedef struct lm_cli_progress {
   double total;      /* 0: unknown (no percentage, no ETA) */
   double t0, last;   /* start, last print (monotonic seconds) */
   double done;
-  double after; /* seconds of silence before the first line */
+  double after;  /* seconds of silence before the first line */
+  char note[96]; /* printed after the ETA when set (what the time goes to, say) */
   int tty, shown, quiet;
 } lm_cli_progress;
 

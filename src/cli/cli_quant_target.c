@@ -72,11 +72,24 @@ static int calib_ids(const lm_model *m, const lm_cli_qtarget *q, int32_t **ids, 
   return 0;
 }
 
+/* The progress line of a sweep, with where its time has gone so far. */
+typedef struct sweep_ui {
+  lm_cli_progress pr;
+  const lm_qsweep *t;
+} sweep_ui;
+
 static void on_sweep(void *ctx, int64_t done, int64_t total, const char *module) {
-  lm_cli_progress *p = ctx;
+  sweep_ui *u = ctx;
+  const lm_qsweep *t = u->t;
   (void)module;
-  p->total = (double)total;
-  lm_cli_progress_update(p, (double)done);
+  double all = t->s_quantize + t->s_exchange + t->s_forward + t->s_kl;
+  if (all > 0)
+    snprintf(u->pr.note, sizeof u->pr.note,
+             "(quantizing %.0f%%, exchanging %.0f%%, forwards %.0f%%, KL %.0f%%)",
+             100 * t->s_quantize / all, 100 * t->s_exchange / all, 100 * t->s_forward / all,
+             100 * t->s_kl / all);
+  u->pr.total = (double)total;
+  lm_cli_progress_update(&u->pr, (double)done);
 }
 
 static int measure(lm_model *m, const lm_cli_qtarget *q, lm_qsweep *t) {
@@ -85,16 +98,20 @@ static int measure(lm_model *m, const lm_cli_qtarget *q, lm_qsweep *t) {
   int32_t *ids = NULL;
   int64_t n = 0;
   if (parse_kinds(q, kinds, &nk) || calib_ids(m, q, &ids, &n)) return free(ids), 1;
-  lm_backend *be = lm_cli_backend(&q->be, LM_PRECISION_F32);
+  /* CUDA's f32 path converts every bf16 weight for every product: its sweep of E4B takes
+   * hours; the fast path measures candidate and reference alike in bf16 */
+  lm_precision prec =
+      strcmp(lm_cli_backend_name(&q->be), "cuda") ? LM_PRECISION_F32 : LM_PRECISION_FAST;
+  lm_backend *be = lm_cli_backend(&q->be, prec);
   if (be && lm_cli_prepare(m, be)) { /* a device backend holds its own copy */
     fprintf(stderr, "lumen quantize: preparing the weights: %s\n", lm_errmsg());
     lm_backend_destroy(be);
     be = NULL;
   }
   if (!be) return free(ids), 1;
-  lm_cli_progress pr;
-  lm_cli_progress_start(&pr, "sensitivity", 0, "runs");
-  pr.after = 0; /* a sweep takes minutes: say so from the start */
+  sweep_ui ui = {.t = t};
+  lm_cli_progress_start(&ui.pr, "sensitivity", 0, "runs");
+  ui.pr.after = 0; /* a sweep takes minutes: say so from the start */
   double t0 = lm_cli_now();
   lm_qsweep_opts so = {.kinds = kinds,
                        .n_kinds = nk,
@@ -102,9 +119,9 @@ static int measure(lm_model *m, const lm_cli_qtarget *q, lm_qsweep *t) {
                        .n_ids = n,
                        .chunk = n,
                        .progress = on_sweep,
-                       .progress_ctx = &pr};
+                       .progress_ctx = &ui};
   lm_status s = lm_quant_sweep(m, be, &so, t);
-  lm_cli_progress_end(&pr);
+  lm_cli_progress_end(&ui.pr);
   lm_backend_destroy(be);
   free(ids);
   if (s) return fprintf(stderr, "lumen quantize: sensitivity: %s\n", lm_errmsg()), 1;

@@ -21,6 +21,12 @@ static int64_t tq_row_bytes(int64_t w, int k_bits, int v_bits, int a) {
   }
 }
 
+int lm_kv_tq_sig_ok(const char *sig) {
+  int k, v, end = 0;
+  if (sscanf(sig, "kv:turboquant:%d:%d%n", &k, &v, &end) != 2 || sig[end]) return 0;
+  return lm_tq_widths_ok(k, v);
+}
+
 int64_t lm_kv_row_bytes(const lm_kv_cache *c, int a) {
   int64_t w = (int64_t)c->n_kv_heads * c->head_dim;
   if (lm_kv_kind_tq(c->kind)) return tq_row_bytes(w, c->bits, c->v_bits, a);

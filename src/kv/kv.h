@@ -119,6 +119,10 @@ int64_t lm_kv_spec_bytes_per_token(const lm_kv_spec *spec, lm_dtype act);
 const char *lm_kv_spec_signature(const lm_kv_spec *spec, char *buf, size_t n);
 void lm_kv_free(lm_kv_cache *c);
 
+/* 1 if sig is "kv:turboquant:K:V" with widths the codec has (a backend's supports_cache; the
+ * head dim is checked when a cache is created). */
+int lm_kv_tq_sig_ok(const char *sig);
+
 /* "kv:plain", "kv:rotating-plain", ... written into buf (NUL-terminated). */
 const char *lm_kv_signature(const lm_kv_cache *c, char *buf, size_t n);
 /* Bytes stored per token held (keys + values). */

@@ -559,9 +559,12 @@ lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_
   return forward_step(f, b, logits_out, ids_out);
 }
 
-lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step,
-                          float *out) {
-  if (step < 1 || step > f->max_tokens || (out && step > f->max_logits))
+/* Feeds ids[0..n) in steps; each step's logits (when out or fn wants them) go to out, or stay
+ * on the backend for fn. */
+static lm_status feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step,
+                      float *out, lm_forward_rows_fn fn, void *ctx) {
+  int logits = out || fn;
+  if (step < 1 || step > f->max_tokens || (logits && step > f->max_logits))
     return LM_ERRF(LM_ERR_INVALID, "feed: step %lld does not fit this forward (max %lld tokens)",
                    (long long)step, (long long)f->max_tokens);
   int32_t pos[step], seq[step], rows[step];
@@ -579,9 +582,20 @@ lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int6
                   .seq = seq,
                   .n_seqs = 1,
                   .kv = &kv,
-                  .n_logits = out ? m : 0,
+                  .n_logits = logits ? m : 0,
                   .logit_rows = rows};
     LM_TRY(lm_forward_run(f, &b, out ? out + i * V : NULL));
+    if (fn) LM_TRY(fn(ctx, i, rows_of(f->ws.logits, m)));
   }
   return LM_OK;
+}
+
+lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step,
+                          float *out) {
+  return feed(f, kv, ids, n, step, out, NULL, NULL);
+}
+
+lm_status lm_forward_feed_rows(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n,
+                               int64_t step, lm_forward_rows_fn fn, void *ctx) {
+  return feed(f, kv, ids, n, step, NULL, fn, ctx);
 }

@@ -41,6 +41,12 @@ lm_status lm_forward_run_greedy(lm_forward *f, const lm_batch *b, float *logits_
  */
 lm_status lm_forward_feed(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n, int64_t step,
                           float *out);
+/* The same, keeping the logits in backend memory: after each step's `rows` positions (from
+ * `first`) fn gets their logits, a [rows][vocab] f32 tensor of the backend's that the next step
+ * overwrites (lumen quantize's sweep compares them there with logits_kl). */
+typedef lm_status (*lm_forward_rows_fn)(void *ctx, int64_t first, lm_tensor logits);
+lm_status lm_forward_feed_rows(lm_forward *f, lm_kv_set *kv, const int32_t *ids, int64_t n,
+                               int64_t step, lm_forward_rows_fn fn, void *ctx);
 
 /* Cache specs of a session for this model: one per donor layer (plain for full layers, a
  * ring of sliding_window for sliding layers). specs must hold m->cfg.n_caches entries. */

@@ -29,21 +29,33 @@ static double row_kl(const float *r, const float *g, int64_t V) {
   return k;
 }
 
+/* The mean of the rows' KLs, summed in position order (the same bits for any thread count). An
+ * `ordered` sum inside the parallel loop would serialize it: with static chunks each thread's
+ * first ordered step waits for the whole chunk before it. */
+static double mean_in_order(const double *k, int64_t T) {
+  double sum = 0;
+  for (int64_t t = 0; t < T; t++)
+    sum += k[t] / (double)T;
+  return sum;
+}
+
 void lm_logits_kl(const float *ref, const float *got, int64_t T, int64_t V, double *kl,
                   int64_t *agree) {
   int64_t same = 0;
-  double sum = 0;
-  /* rows in parallel, summed in position order: the same bits for any thread count */
-#pragma omp parallel for schedule(static) reduction(+ : same) ordered
+  double *k = malloc((size_t)(T ? T : 1) * sizeof(double));
+  if (!k) {
+    *kl = NAN, *agree = 0;
+    return;
+  }
+#pragma omp parallel for schedule(static) reduction(+ : same)
   for (int64_t t = 0; t < T; t++) {
     const float *r = ref + t * V, *g = got + t * V;
-    double k = row_kl(r, g, V);
+    k[t] = row_kl(r, g, V);
     same += argmax(r, V) == argmax(g, V);
-#pragma omp ordered
-    sum += k / (double)T;
   }
-  *kl = sum;
+  *kl = mean_in_order(k, T);
   *agree = same;
+  free(k);
 }
 
 int lm_logits_ref_init(lm_logits_ref *r, const float *ref, int64_t T, int64_t V) {
@@ -67,21 +79,25 @@ int lm_logits_ref_init(lm_logits_ref *r, const float *ref, int64_t T, int64_t V)
 
 void lm_logits_kl_ref(const lm_logits_ref *r, const float *got, double *kl, int64_t *agree) {
   int64_t same = 0, V = r->V;
-  double sum = 0;
-#pragma omp parallel for schedule(static) reduction(+ : same) ordered
+  double *k = malloc((size_t)(r->T ? r->T : 1) * sizeof(double));
+  if (!k) {
+    *kl = NAN, *agree = 0;
+    return;
+  }
+#pragma omp parallel for schedule(static) reduction(+ : same)
   for (int64_t t = 0; t < r->T; t++) {
     const float *g = got + t * V;
     const double *lp = r->lp + t * V, *p = r->p + t * V;
     int64_t ag = argmax(g, V);
-    double zg = log_sum_exp(g, V, g[ag]), k = 0;
+    double zg = log_sum_exp(g, V, g[ag]), kt = 0;
     for (int64_t i = 0; i < V; i++)
-      k += p[i] * (lp[i] - (g[i] - zg)); /* row_kl's terms, in its order */
+      kt += p[i] * (lp[i] - (g[i] - zg)); /* row_kl's terms, in its order */
+    k[t] = kt;
     same += r->argmax[t] == ag;
-#pragma omp ordered
-    sum += k / (double)r->T;
   }
-  *kl = sum;
+  *kl = mean_in_order(k, r->T);
   *agree = same;
+  free(k);
 }
 
 void lm_logits_ref_free(lm_logits_ref *r) {

@@ -6,7 +6,9 @@
 #include <stdint.h>
 
 /* Mean over T positions of KL(softmax(ref) ‖ softmax(got)) in nats, computed in f64, and the
- * number of positions whose argmax (lowest id on ties) agrees. ref, got: [T][V] logits. */
+ * number of positions whose argmax (lowest id on ties) agrees. ref, got: [T][V] logits. Rows
+ * run in parallel and are summed in position order (the same bits for any thread count); kl is
+ * NaN when T doubles of scratch cannot be had. */
 void lm_logits_kl(const float *ref, const float *got, int64_t T, int64_t V, double *kl,
                   int64_t *agree);
 

@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "kv/batch.h"
 #include "kv/kv.h"
+#include "model/logit_stats.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -556,6 +557,37 @@ static void t_argmax(void **state) {
   free(hx.data), free(hi.data), free(got), free(x);
 }
 
+/* logits_kl against the host's lm_logits_kl, row by row: strided rows of 262,144 logits (the
+ * Gemma vocabulary) at four distances from the reference (none, tiny, moderate, large); the f64
+ * tree sum differs from the host's left-to-right sum only in the last bits. bf16 rows are
+ * refused. */
+static void t_logits_kl(void **state) {
+  NEED_GPU(state);
+  const int64_t R = 4, V = 262144;
+  float *ref = rand_vec(R * V, 8.0f), *x = malloc((size_t)(R * V) * sizeof(float));
+  for (int64_t i = 0; i < R * V; i++) {
+    int64_t r = i / V;
+    x[i] = ref[i] + (r == 0 ? 0.0f : r == 1 ? 1e-3f * urand() : r == 2 ? 0.5f * urand() : urand());
+  }
+  dbuf dr = dput(e->gpu, R, V, LM_DT_F32, ref), dx = dput(e->gpu, R, V, LM_DT_F32, x),
+       dk = dput(e->gpu, R, 1, LM_DT_F32, NULL);
+  assert_int_equal(e->gpu->ops->logits_kl(e->gpu, &(lm_logits_kl_args){dk.t, dx.t, dr.t}), LM_OK);
+  float *got = dget(e->gpu, &dk);
+  for (int64_t r = 0; r < R; r++) {
+    double want;
+    int64_t agree;
+    lm_logits_kl(ref + r * V, x + r * V, 1, V, &want, &agree);
+    double err = fabs(got[r] - want);
+    printf("  logits_kl row %lld: %.6g (host %.6g)\n", (long long)r, (double)got[r], want);
+    assert_true(err <= 1e-5 * want + 1e-9);
+  }
+  dbuf d16 = dput(e->gpu, R, V, LM_DT_BF16, x);
+  assert_int_equal(e->gpu->ops->logits_kl(e->gpu, &(lm_logits_kl_args){dk.t, d16.t, dr.t}),
+                   LM_ERR_INVALID);
+  dfree(e->gpu, &dr), dfree(e->gpu, &dx), dfree(e->gpu, &dk), dfree(e->gpu, &d16);
+  free(ref), free(x), free(got);
+}
+
 /* x · Wᵀ for each weight layout the kernels distinguish, decode and prefill row counts. */
 static void t_matmul(void **state) {
   NEED_GPU(state);
@@ -1047,6 +1079,20 @@ static float *kv_values(int64_t rows, int64_t w, int group, float big, lm_dtype 
   return v;
 }
 
+/* K/V rows for TurboQuant caches: kv_values' group shapes at 32, except that a constant group
+ * becomes a ramp (the reference codec turns a constant key group into NaN, by design). */
+static float *tq_values(int64_t rows, int64_t w, lm_dtype act) {
+  float *v = kv_values(rows, w, 32, 4.0f, act);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t g = 0; g < w / 32; g++)
+      for (int i = 0; (r + g) % 8 == 0 && i < 32; i++) {
+        float *x = v + r * w + g * 32 + i;
+        *x += 0.03f * (float)i;
+        if (act == LM_DT_BF16) *x = lm_round_bf16(*x);
+      }
+  return v;
+}
+
 /* Stage rows: filled alike on both backends, so bytes neither writes compare too. */
 static uint8_t *bytes_filled(size_t n) {
   uint8_t *h = malloc(n);
@@ -1091,6 +1137,7 @@ static void expect_same_cache(lm_backend *gpu, const lm_kv_cache *hc, const lm_k
   static const char *names[LM_KV_ARRAYS] = {"K codes",  "V codes",  "K scales",
                                             "K biases", "V scales", "V biases"};
   for (int a = 0; a < LM_KV_ARRAYS && hc->bits; a++) {
+    if (!lm_kv_row_bytes(hc, a)) continue; /* turboquant has no sixth array */
     size_t n = (size_t)(held * lm_kv_row_bytes(hc, a));
     uint8_t *g = dbytes_get(gpu, ga[a], n);
     snprintf(w, sizeof w, "%s %s %s", what, s1, names[a]);
@@ -1185,8 +1232,10 @@ static void kvq_step(env *e, step_env *s, int T, int nh, int nkv, int hd, int64_
   lm_dtype act = e->gpu->act_dtype;
   int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, sld = lm_kv_stage_row_bound(kvd) + 5;
   size_t sbytes = (size_t)(T * sld + GUARD);
-  float *q = rand_vec(T * qd, 1.0f), *k = kv_values(T, kvd, group, 4.0f, act),
-        *v = kv_values(T, kvd, group, 4.0f, act);
+  /* group 0: TurboQuant rows (groups of 32, none constant) */
+  float *q = rand_vec(T * qd, 1.0f),
+        *k = group ? kv_values(T, kvd, group, 4.0f, act) : tq_values(T, kvd, act),
+        *v = group ? kv_values(T, kvd, group, 4.0f, act) : tq_values(T, kvd, act);
   lm_tensor hq = htensor(T, qd, q), hk = htensor(T, kvd, k), hv = htensor(T, kvd, v),
             ho = htensor(T, qd, NULL);
   dbuf dq = dput(e->gpu, T, qd, act, q), dk = dput(e->gpu, T, kvd, act, k),
@@ -1232,6 +1281,24 @@ static void kvq_step(env *e, step_env *s, int T, int nh, int nkv, int hd, int64_
   dfree(e->gpu, &dq), dfree(e->gpu, &dk), dfree(e->gpu, &dv);
 }
 
+/* kvq_step over the steps of t_attention (prefill chunks, decode with split keys, a chunk
+ * longer than its ring, ring wraps) for two sequences whose caches of one index are specs[0]
+ * and specs[1]. */
+static void kvq_steps(env *e, const lm_kv_spec *specs, int nh, int nkv, int hd, int64_t window,
+                      int group, const char *label) {
+  static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
+  step_env s;
+  step_env_init_strided(e, &s, 2, specs, 1, 1);
+  for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
+    int T = step_batch(&s, steps[st], 0);
+    if (!T) continue;
+    char what[160];
+    snprintf(what, sizeof what, "%s step %zu (T=%d)", label, st, T);
+    kvq_step(e, &s, T, nh, nkv, hd, window, group, what);
+  }
+  step_env_free(&s);
+}
+
 /* Attention over quantized caches read in place, with the append of staged codes, over the
  * steps of t_attention (prefill chunks, decode with split keys, a chunk longer than its ring,
  * ring wraps), GQA ratios 1..16, head dims 32..512, 4- and 8-bit codes, groups 32..128; in
@@ -1245,7 +1312,6 @@ static void t_kv_quant_attention(void **state) {
   } C[] = {{4, 1, 64, 0, 8, 32, 0}, {8, 2, 256, 0, 4, 64, 0},  {16, 1, 512, 0, 8, 128, 0},
            {4, 2, 32, 5, 4, 32, 0}, {8, 8, 256, 40, 8, 64, 1}, {2, 2, 128, 0, 4, 128, 1},
            {8, 1, 256, 0, 4, 32, 0}};
-  static const int steps[][2] = {{150, 70}, {1, 1}, {3, 0}, {0, 1}, {1, 1}, {17, 2}, {1, 1}};
   for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
     lm_kv_spec specs[2] = {{.kind = C[ci].window ? LM_KV_ROTATING_QUANT : LM_KV_QUANT,
                             .n_kv_heads = C[ci].nkv,
@@ -1259,18 +1325,49 @@ static void t_kv_quant_attention(void **state) {
                               .n_kv_heads = C[ci].nkv,
                               .head_dim = C[ci].hd,
                               .window = C[ci].window};
-    step_env s;
-    step_env_init_strided(e, &s, 2, specs, 1, 1);
-    for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
-      int T = step_batch(&s, steps[st], 0);
-      if (!T) continue;
-      char what[96];
-      snprintf(what, sizeof what, "kvq attention %d/%d x%d q%d/g%d%s win %lld step %zu (T=%d)",
-               C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].bits, C[ci].group, C[ci].mixed ? " +plain" : "",
-               (long long)C[ci].window, st, T);
-      kvq_step(e, &s, T, C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].window, C[ci].group, what);
-    }
-    step_env_free(&s);
+    char label[96];
+    snprintf(label, sizeof label, "kvq attention %d/%d x%d q%d/g%d%s win %lld", C[ci].nh, C[ci].nkv,
+             C[ci].hd, C[ci].bits, C[ci].group, C[ci].mixed ? " +plain" : "",
+             (long long)C[ci].window);
+    kvq_steps(e, specs, C[ci].nh, C[ci].nkv, C[ci].hd, C[ci].window, C[ci].group, label);
+  }
+}
+
+/* TurboQuant caches on the device: kv_stage's codes (stage rows) and every cache equal the
+ * CPU codec's bit for bit (tq_codec.c, itself bit-exact with the reference cases), attention
+ * (values summed rotated, each output row un-rotated once, with and without split keys) within
+ * the backends' tolerance, over prefill chunks and decode steps; head dims 64..512, every key
+ * width and value widths 2..5; in the mixed cases the second sequence's cache of the same
+ * index is plain (1) or affine 8-bit (2), so both encoders run in one step. */
+static void t_kv_tq_attention(void **state) {
+  NEED_GPU(state);
+  static const struct {
+    int nh, nkv, hd, kb, vb, mixed;
+  } C[] = {{4, 1, 64, 8, 3, 0},  {8, 2, 256, 4, 2, 0}, {16, 1, 512, 8, 4, 0},
+           {8, 8, 128, 5, 5, 1}, {8, 2, 512, 2, 3, 2}, {2, 2, 256, 8, 3, 0}};
+  for (size_t ci = 0; ci < sizeof C / sizeof *C; ci++) {
+    lm_kv_spec specs[2] = {{.kind = LM_KV_TURBOQUANT,
+                            .n_kv_heads = C[ci].nkv,
+                            .head_dim = C[ci].hd,
+                            .bits = C[ci].kb,
+                            .group = 32,
+                            .v_bits = C[ci].vb}};
+    specs[1] = specs[0];
+    if (C[ci].mixed == 1)
+      specs[1] = (lm_kv_spec){.kind = LM_KV_PLAIN, .n_kv_heads = C[ci].nkv, .head_dim = C[ci].hd};
+    if (C[ci].mixed == 2)
+      specs[1] = (lm_kv_spec){.kind = LM_KV_QUANT,
+                              .n_kv_heads = C[ci].nkv,
+                              .head_dim = C[ci].hd,
+                              .bits = 8,
+                              .group = 32};
+    char label[96];
+    snprintf(label, sizeof label, "tq attention %d/%d x%d k%dv%d%s", C[ci].nh, C[ci].nkv, C[ci].hd,
+             C[ci].kb, C[ci].vb,
+             C[ci].mixed == 1   ? " +plain"
+             : C[ci].mixed == 2 ? " +q8"
+                                : "");
+    kvq_steps(e, specs, C[ci].nh, C[ci].nkv, C[ci].hd, 0, 0, label);
   }
 }
 
@@ -1357,6 +1454,10 @@ static void t_bad_calls(void **state) {
   assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:quant:3:64"));
   assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:quant:8:16"));
   assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:rotating-quant:8:64x"));
+  assert_true(e->gpu->ops->supports_cache(e->gpu, "kv:turboquant:8:3"));
+  assert_true(e->gpu->ops->supports_cache(e->gpu, "kv:turboquant:2:5"));
+  assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:turboquant:8:8"));
+  assert_false(e->gpu->ops->supports_cache(e->gpu, "kv:turboquant:3:3"));
   { /* a stage row too small for a quantized cache's codes, scales and biases */
     lm_kv_spec spec = {
         .kind = LM_KV_QUANT, .n_kv_heads = 1, .head_dim = 64, .bits = 8, .group = 32};
@@ -1650,6 +1751,7 @@ int main(void) {
                                      BOTH(t_elementwise),
                                      BF16(t_elementwise),
                                      BOTH(t_argmax),
+                                     BOTH(t_logits_kl),
                                      BOTH(t_matmul),
                                      BF16(t_matmul),
                                      BOTH(t_step_ops),
@@ -1668,6 +1770,8 @@ int main(void) {
                                      BF16(t_kv_convert),
                                      BOTH(t_kv_quant_attention),
                                      BF16(t_kv_quant_attention),
+                                     BOTH(t_kv_tq_attention),
+                                     BF16(t_kv_tq_attention),
                                      BOTH(t_bad_calls)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -460,11 +460,56 @@ static void t_kv_plan(void **state) {
 #endif
 }
 
+/* TurboQuant caches on the device against the CPU: --kv-quant turboquant (k8v3) on the synthetic
+ * small model, turboquant:4:2 on the MoE one (k_eq_v full layers), both of head dim 128 on their
+ * full layers, f32 on both backends, in the three
+ * feeding modes; both encode the same rows the same way (test_cuda_ops checks the codes bit
+ * for bit), so they agree as the quantized fixtures do (mean KL <= 1e-3, at most two argmax
+ * flips). Then the decode with plans off and on is bit-identical. */
+static void t_kv_turboquant(void **state) {
+  (void)state;
+  NEED_GPU();
+  static const char *const modes[] = {"turboquant", "turboquant:4:2"};
+  int fails = 0;
+  for (int mi = 0; mi < 2; mi++) {
+    lm_model *m = synth(mi ? "kvtq-moe" : "kvtq", mi ? moe_cfg : small_cfg, 4, 64);
+    lm_kv_spec specs[m->cfg.n_caches + 1];
+    assert_int_equal(lm_model_kv_plan(m, &(lm_kv_options){.mode = modes[mi]}, specs), LM_OK);
+    int64_t T = 23, V = m->cfg.vocab_size;
+    int32_t ids[23];
+    ids_for(ids, T, V);
+    struct {
+      const char *mode;
+      int64_t prefill, chunk;
+    } fm[] = {{"prefill", T, T}, {"chunked", T, 5}, {"decode", T / 2, T / 2}};
+    for (size_t k = 0; k < 3; k++) {
+      lm_backend *cpu = make_backend(0, LM_PRECISION_F32);
+      float *ref = run_specs(m, cpu, specs, ids, T, fm[k].prefill, fm[k].chunk);
+      lm_backend_destroy(cpu);
+      lm_backend *be = make_backend(1, LM_PRECISION_F32);
+      float *got = run_specs(m, be, specs, ids, T, fm[k].prefill, fm[k].chunk);
+      lm_backend_destroy(be);
+      char what[96];
+      snprintf(what, sizeof what, "%s %s f32 vs cpu %s", mi ? "moe" : "small", modes[mi],
+               fm[k].mode);
+      fails += !check(what, ref, got, T, V, (bound){1e-3, (double)(T - 2)});
+      free(ref), free(got);
+    }
+#ifdef LM_HAVE_CUDA
+    char what[64];
+    snprintf(what, sizeof what, "kv plan %s bf16 %s", mi ? "moe" : "small", modes[mi]);
+    plans_identical(what, m, LM_PRECISION_FAST, specs, 20, 2);
+#endif
+    lm_model_free(m);
+  }
+  assert_int_equal(fails, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(t_plan),        cmocka_unit_test(t_synthetic),
       cmocka_unit_test(t_fixtures),    cmocka_unit_test(t_e4b),
       cmocka_unit_test(t_kv_fixtures), cmocka_unit_test(t_kv_quant_start),
-      cmocka_unit_test(t_kv_plan)};
+      cmocka_unit_test(t_kv_plan),     cmocka_unit_test(t_kv_turboquant)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "base/status.h"
-#include "kv/tq_codec.h"
+#include "kv/kv.h"
 
 static lm_status cpu_alloc(lm_backend *be, size_t bytes, void **ptr) {
   (void)be;
@@ -27,17 +27,11 @@ static lm_status cpu_memcpy(lm_backend *be, void *dst, const void *src, size_t b
   return LM_OK;
 }
 
-/* "kv:turboquant:K:V" with widths the codec has (the head dim was checked at creation). */
-static int tq_sig_ok(const char *sig) {
-  int k, v, end = 0;
-  if (sscanf(sig, "kv:turboquant:%d:%d%n", &k, &v, &end) != 2 || sig[end]) return 0;
-  return lm_tq_widths_ok(k, v);
-}
-
 static int cpu_supports_cache(lm_backend *be, const char *sig) {
   (void)be;
   return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain") ||
-         !strncmp(sig, "kv:quant:", 9) || !strncmp(sig, "kv:rotating-quant:", 18) || tq_sig_ok(sig);
+         !strncmp(sig, "kv:quant:", 9) || !strncmp(sig, "kv:rotating-quant:", 18) ||
+         lm_kv_tq_sig_ok(sig);
 }
 
 static lm_status cpu_begin_step(lm_backend *be, const lm_batch *b) {

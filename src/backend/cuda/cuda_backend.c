@@ -255,22 +255,67 @@ static int cuda_supports_cache(lm_backend *be, const char *sig) {
   (void)be;
   if (!strncmp(sig, "kv:quant:", 9)) return quant_sig_ok(sig + 9);
   if (!strncmp(sig, "kv:rotating-quant:", 18)) return quant_sig_ok(sig + 18);
-  return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain");
+  return !strcmp(sig, "kv:plain") || !strcmp(sig, "kv:rotating-plain") || lm_kv_tq_sig_ok(sig);
+}
+
+/* The device copy of the TurboQuant tables: per value width 2..5 a row of 32 centroids and
+ * one of 32 boundaries (floats), then the sign vectors of head dims 64, 128, 256, 512 (int8). */
+enum { TQ_ROW = 32, TQ_WIDTHS = 4, TQ_SIGNS_AT = 2 * TQ_WIDTHS * TQ_ROW * 4 };
+static const int tq_dims[] = {64, 128, 256, 512};
+
+static lm_status upload_tq_tables(lm_cuda_ctx *c) {
+  const size_t bytes = TQ_SIGNS_AT + 64 + 128 + 256 + 512;
+  uint8_t host[TQ_SIGNS_AT + 64 + 128 + 256 + 512] = {0};
+  float *f = (float *)host;
+  for (int v = 2; v <= 5; v++) {
+    lm_tq_params p;
+    LM_TRY(lm_tq_params_init(&p, 64, 8, v));
+    memcpy(f + (v - 2) * TQ_ROW, p.centroids, sizeof(float) << v);
+    memcpy(f + (TQ_WIDTHS + v - 2) * TQ_ROW, p.boundaries, sizeof(float) * ((1u << v) - 1));
+  }
+  size_t at = TQ_SIGNS_AT;
+  for (int i = 0; i < 4; i++) {
+    lm_tq_params p;
+    LM_TRY(lm_tq_params_init(&p, tq_dims[i], 8, 3));
+    memcpy(host + at, p.signs, (size_t)tq_dims[i]);
+    at += (size_t)tq_dims[i];
+  }
+  LM_TRY(lm_cuda_malloc(c, bytes, LM_CUDA_WORKSPACE, "turboquant tables", &c->tq_tables));
+  LM_CU(cudaMemcpy(c->tq_tables, host, bytes, cudaMemcpyHostToDevice));
+  return LM_OK;
+}
+
+/* The descriptor's table pointers for a TurboQuant cache (its widths and head dim are the
+ * codec's: kv.c created it). */
+static void tq_desc(const lm_cuda_ctx *c, const lm_kv_cache *kc, lm_cu_kvdesc *d) {
+  const uint8_t *t = c->tq_tables;
+  size_t at = TQ_SIGNS_AT;
+  for (int i = 0; i < 4 && tq_dims[i] != kc->head_dim; i++)
+    at += (size_t)tq_dims[i];
+  d->tq = 1;
+  d->v_bits = kc->v_bits;
+  d->head_dim = kc->head_dim;
+  d->tq_signs = (const int8_t *)(t + at);
+  d->tq_cent = (const float *)t + (kc->v_bits - 2) * TQ_ROW;
+  d->tq_bnd = (const float *)t + (TQ_WIDTHS + kc->v_bits - 2) * TQ_ROW;
 }
 
 lm_cu_kvdesc lm_cuda_kvdesc(const lm_kv_cache *kc) {
-  return (lm_cu_kvdesc){.k = kc->k,
-                        .v = kc->v,
-                        .n = kc->n,
-                        .window = kc->window,
-                        .slots = kc->slots,
-                        .ks = kc->ks,
-                        .kb = kc->kb,
-                        .vs = kc->vs,
-                        .vb = kc->vb,
-                        .bits = kc->bits,
-                        .group = kc->group,
-                        .quant = lm_kv_kind_quant(kc->kind)};
+  lm_cu_kvdesc d = {.k = kc->k,
+                    .v = kc->v,
+                    .n = kc->n,
+                    .window = kc->window,
+                    .slots = kc->slots,
+                    .ks = kc->ks,
+                    .kb = kc->kb,
+                    .vs = kc->vs,
+                    .vb = kc->vb,
+                    .bits = kc->bits,
+                    .group = kc->group,
+                    .quant = lm_kv_kind_quant(kc->kind),
+                    .head_dim = kc->head_dim};
+  if (lm_kv_kind_tq(kc->kind)) tq_desc(lm_cuda_of(kc->be), kc, &d);
+  return d;
 }
 
 static lm_status grow_step(lm_cuda_ctx *c, size_t need) {
@@ -435,6 +480,7 @@ static const lm_backend_ops lm_cuda_ops = {
     .kv_append = lm_cuda_kv_append,
     .moe_route = lm_cuda_moe_route,
     .moe_experts = lm_cuda_moe_experts,
+    .logits_kl = lm_cuda_logits_kl,
     .argmax = lm_cuda_argmax,
     .run_step = lm_cuda_run_step,
     .release_plans = lm_cuda_release_plans,
@@ -492,6 +538,7 @@ static lm_status cuda_init(lm_cuda_ctx *c, int device) {
                         "attention scratch", (void **)&c->attn_part));
   /* its tail holds the decode kernel's split counters, which must start at zero */
   LM_CU(cudaMemset(c->attn_part, 0, (size_t)c->attn_part_floats * sizeof(float)));
+  LM_TRY(upload_tq_tables(c));
   c->plans_on = 1;
   if (c->profile) {
     LM_TRY(lm_cuda_prof_begin(c));

@@ -69,6 +69,7 @@ typedef struct lm_cuda_ctx {
   size_t mm_scratch_bytes;
   float *attn_part; /* split-K attention partials */
   int64_t attn_part_floats;
+  void *tq_tables;            /* the TurboQuant codec's tables (lm_cuda_kvdesc points into them) */
   void *step_host, *step_dev; /* pinned staging and device copy of the step inputs */
   size_t step_cap;
   lm_cuda_step st;
@@ -133,6 +134,7 @@ lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a);
 lm_status lm_cuda_moe_route(lm_backend *be, const lm_moe_route_args *a);
 lm_status lm_cuda_moe_experts(lm_backend *be, const lm_moe_experts_args *a);
 lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a);
+lm_status lm_cuda_logits_kl(lm_backend *be, const lm_logits_kl_args *a);
 
 /* Profiling (cuda_profile.c): fills t with the op table, every op wrapped in timing. */
 void lm_cuda_profiled_ops(lm_backend_ops *t);

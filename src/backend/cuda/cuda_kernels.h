@@ -55,13 +55,20 @@ typedef struct lm_cu_w {
 
 /* The per-(sequence, cache) descriptor begin_step uploads: where the cache lives and how
  * many tokens it held when the step began. window > 0 marks a ring (slot = pos % window).
- * quant != 0 marks a quantized kind: k/v hold packed codes [slots][w*bits/8] (w = KV heads ×
- * head_dim) and ks, kb, vs, vb the bf16 scales and biases [slots][w/group]. */
+ * quant != 0 marks an MLX affine kind: k/v hold packed codes [slots][w*bits/8] (w = KV heads ×
+ * head_dim) and ks, kb, vs, vb the bf16 scales and biases [slots][w/group]. tq != 0 marks a
+ * TurboQuant cache (kv/tq_codec.h): k holds key codes [slots][w*bits/8], v value codes
+ * [slots][w*v_bits/8], ks / kb / vs the fp16 key scales, key zeros and value scales
+ * [slots][w/32]; its codec tables (device memory, the backend's) are tq_signs [head_dim],
+ * tq_cent [2^v_bits] and tq_bnd [2^v_bits - 1]. */
 typedef struct lm_cu_kvdesc {
   void *k, *v;
   int64_t n, window, slots;
   void *ks, *kb, *vs, *vb;
   int bits, group, quant;
+  int tq, v_bits, head_dim;
+  const int8_t *tq_signs;
+  const float *tq_cent, *tq_bnd;
 } lm_cu_kvdesc;
 
 /* ---- elementwise / row ops (k_rows.cu) ---- */
@@ -88,6 +95,8 @@ cudaError_t lm_cu_add(lm_cu_stream s, lm_cu_t out, lm_cu_t a, lm_cu_t b, float s
 cudaError_t lm_cu_softcap(lm_cu_stream s, lm_cu_t x, float cap);
 /* out[i] = x[rows[i]] for i < out.rows. */
 cudaError_t lm_cu_gather_rows(lm_cu_stream s, lm_cu_t out, lm_cu_t x, const int32_t *rows);
+/* kl[r*kl.ld] = KL(softmax(ref row r) ‖ softmax(x row r)) of f32 rows, in f64 (k_rows.cu). */
+cudaError_t lm_cu_logits_kl(lm_cu_stream s, lm_cu_t kl, lm_cu_t x, lm_cu_t ref);
 /* ids[r*ids.ld] = argmax of row r (lowest index on ties); ids is int32. */
 cudaError_t lm_cu_argmax(lm_cu_stream s, lm_cu_t ids, lm_cu_t x);
 /* Writes token t's K/V row into the cache of its sequence (kv[seq[t]*n_caches + cache]). */
@@ -246,6 +255,16 @@ cudaError_t lm_cu_kvq_append(lm_cu_stream s, lm_cu_t k_new, lm_cu_t v_new, lm_cu
  * values) into the quantized cache `to` (bits 4/8, group dividing w). */
 cudaError_t lm_cu_kvq_convert(lm_cu_stream s, const lm_cu_kvdesc *from, int dt,
                               const lm_cu_kvdesc *to, int64_t w, int64_t held);
+/* ---- TurboQuant KV caches (k_tq.cu) ----
+ * Encodes the K/V row of each token whose cache is TurboQuant (descriptor tq) into its stage
+ * row (kv.h's order: key codes, value codes, key scales, key zeros, value scales) exactly as
+ * kv/tq_codec.c does, and replaces the row in k_new/v_new by what a reader of the cache sees:
+ * the keys dequantized, the values still rotated (centroid × scale), rounded to their dtype.
+ * Appending the staged rows is lm_cu_kvq_append's; attention is lm_cu_kvq_attention's, which
+ * un-rotates the output rows of TurboQuant sequences. */
+cudaError_t lm_cu_tq_stage(lm_cu_stream s, lm_cu_t k_new, lm_cu_t v_new, lm_cu_t stage,
+                           const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *seq);
+
 /* lm_cu_attention's semantics, reading quantized caches in place (their head dim is a
  * multiple of the group, as kv.c requires; k/v 16-byte aligned): k_attention.cu. */
 cudaError_t lm_cu_kvq_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms);

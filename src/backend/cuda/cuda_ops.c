@@ -166,6 +166,21 @@ lm_status lm_cuda_gather_logit_rows(lm_backend *be, const lm_gather_args *a) {
   return LAUNCH(lm_cu_gather_rows(c->ks, out, lm_cuda_view(a->x), c->st.rows), "gather_logit_rows");
 }
 
+lm_status lm_cuda_logits_kl(lm_backend *be, const lm_logits_kl_args *a) {
+  lm_cuda_ctx *c = lm_cuda_of(be);
+  if (a->x.dtype != LM_DT_F32 || a->ref.dtype != LM_DT_F32 || a->kl.dtype != LM_DT_F32 ||
+      a->ref.rows < a->x.rows || a->ref.cols != a->x.cols || a->kl.rows < a->x.rows ||
+      a->kl.cols < 1)
+    return LM_ERRF(LM_ERR_INVALID,
+                   "CUDA logits_kl: f32 rows [%lld][%lld] against [%lld][%lld] into [%lld]",
+                   (long long)a->x.rows, (long long)a->x.cols, (long long)a->ref.rows,
+                   (long long)a->ref.cols, (long long)a->kl.rows);
+  if (c->batch) return LM_ERRF(LM_ERR_STATE, "CUDA logits_kl: called inside a step");
+  return LAUNCH(
+      lm_cu_logits_kl(c->ks, lm_cuda_view(a->kl), lm_cuda_view(a->x), lm_cuda_view(a->ref)),
+      "logits_kl");
+}
+
 lm_status lm_cuda_argmax(lm_backend *be, const lm_argmax_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   if (a->ids.dtype != LM_DT_I32 || a->ids.rows < a->x.rows || !float_act(a->x))
@@ -205,11 +220,16 @@ static lm_status check_attn(lm_backend *be, const lm_cuda_ctx *c, const lm_attn_
  * follow each sequence's own descriptor (kinds may differ across a batch: --kv-quant-start
  * converts each sequence's caches when that sequence reaches it). The choice follows the
  * cache signatures, which key the plans. */
-static int any_quant(const lm_batch *b, int cache) {
+static int any_kind(const lm_batch *b, int cache, int (*is)(lm_kv_kind)) {
   for (int32_t s = 0; s < b->n_seqs; s++)
-    if (lm_kv_kind_quant(b->kv[s]->caches[cache]->kind)) return 1;
+    if (is(b->kv[s]->caches[cache]->kind)) return 1;
   return 0;
 }
+/* Any affine-quantized (k_kvquant.cu's encoder), any TurboQuant (k_tq.cu's), any coded kind
+ * at all (the append of staged codes, attention's quantized loaders). */
+static int any_quant(const lm_batch *b, int cache) { return any_kind(b, cache, lm_kv_kind_quant); }
+static int any_tq(const lm_batch *b, int cache) { return any_kind(b, cache, lm_kv_kind_tq); }
+static int any_coded(const lm_batch *b, int cache) { return any_kind(b, cache, lm_kv_kind_coded); }
 
 /* A quantized cache the kernels can read: the layer's row width, kv.c's bits and groups, and
  * the alignment the attention loader's word loads rely on (cudaMalloc gives 256 bytes). */
@@ -225,10 +245,28 @@ static lm_status check_quant_cache(const lm_kv_cache *kc, int64_t kvw, const cha
   return LM_OK;
 }
 
+/* A TurboQuant cache the kernels can read: the codec's widths and head dims (the encoder's
+ * per-thread row holds 512 values), the layer's row width, fp16 planes on even addresses
+ * (codes are read byte by byte), and the backend's tables. */
+static lm_status check_tq_cache(const lm_kv_cache *kc, int64_t kvw, const char *op) {
+  const int hd = kc->head_dim;
+  int ok = lm_tq_widths_ok(kc->bits, kc->v_bits) &&
+           (hd == 64 || hd == 128 || hd == 256 || hd == 512) &&
+           (int64_t)kc->n_kv_heads * hd == kvw &&
+           ((uintptr_t)kc->ks | (uintptr_t)kc->kb | (uintptr_t)kc->vs) % 2 == 0 &&
+           lm_cuda_of(kc->be)->tq_tables;
+  if (!ok)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "CUDA %s: a turboquant k%d/v%d cache of %d heads x %d for rows of %lld", op,
+                   kc->bits, kc->v_bits, kc->n_kv_heads, hd, (long long)kvw);
+  return LM_OK;
+}
+
 static lm_status check_quant_caches(const lm_batch *b, int cache, int64_t kvw, const char *op) {
   for (int32_t s = 0; s < b->n_seqs; s++) {
     const lm_kv_cache *kc = b->kv[s]->caches[cache];
     if (lm_kv_kind_quant(kc->kind)) LM_TRY(check_quant_cache(kc, kvw, op));
+    if (lm_kv_kind_tq(kc->kind)) LM_TRY(check_tq_cache(kc, kvw, op));
   }
   return LM_OK;
 }
@@ -237,7 +275,7 @@ lm_status lm_cuda_attention(lm_backend *be, const lm_attn_args *a) {
   lm_cuda_ctx *c = lm_cuda_of(be);
   LM_TRY(lm_cuda_need_step(c, "attention"));
   LM_TRY(check_attn(be, c, a));
-  int quant = any_quant(c->batch, a->cache);
+  int quant = any_coded(c->batch, a->cache);
   if (quant)
     LM_TRY(
         check_quant_caches(c->batch, a->cache, (int64_t)a->n_kv_heads * a->head_dim, "attention"));
@@ -316,13 +354,17 @@ lm_status lm_cuda_kv_stage(lm_backend *be, const lm_kv_stage_args *a) {
   int64_t kvw;
   LM_TRY(lm_cuda_need_step(c, "kv_stage"));
   LM_TRY(check_kv_rows(be, c, a->cache, a->k_new, a->v_new, "kv_stage", &kvw));
-  if (!any_quant(c->batch, a->cache)) return LM_OK;
+  if (!any_coded(c->batch, a->cache)) return LM_OK;
   LM_TRY(check_quant_caches(c->batch, a->cache, kvw, "kv_stage"));
   LM_TRY(check_stage(c->batch, a->cache, a->stage, "kv_stage"));
-  return LAUNCH(lm_cu_kvq_stage(c->ks, step_rows(c, a->k_new), step_rows(c, a->v_new),
-                                lm_cuda_view(a->stage), c->st.kv, c->st.n_caches, a->cache,
-                                c->st.seq),
-                "kv_stage");
+  lm_cu_t kn = step_rows(c, a->k_new), vn = step_rows(c, a->v_new), st = lm_cuda_view(a->stage);
+  if (any_quant(c->batch, a->cache))
+    LM_TRY(LAUNCH(lm_cu_kvq_stage(c->ks, kn, vn, st, c->st.kv, c->st.n_caches, a->cache, c->st.seq),
+                  "kv_stage"));
+  if (any_tq(c->batch, a->cache))
+    LM_TRY(LAUNCH(lm_cu_tq_stage(c->ks, kn, vn, st, c->st.kv, c->st.n_caches, a->cache, c->st.seq),
+                  "kv_stage"));
+  return LM_OK;
 }
 
 lm_status lm_cuda_kv_convert(lm_backend *be, const lm_kv_convert_args *a) {
@@ -352,7 +394,7 @@ lm_status lm_cuda_kv_append(lm_backend *be, const lm_kv_append_args *a) {
   const lm_batch *b = c->batch;
   LM_TRY(check_kv_rows(be, c, a->cache, a->k_new, a->v_new, "kv_append", &kvw));
   lm_cu_t kn = step_rows(c, a->k_new), vn = step_rows(c, a->v_new);
-  if (any_quant(b, a->cache)) {
+  if (any_coded(b, a->cache)) {
     LM_TRY(check_quant_caches(b, a->cache, kvw, "kv_append"));
     LM_TRY(check_stage(b, a->cache, a->stage, "kv_append"));
     LM_TRY(LAUNCH(lm_cu_kvq_append(c->ks, kn, vn, lm_cuda_view(a->stage), c->st.kv, c->st.n_caches,

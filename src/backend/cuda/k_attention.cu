@@ -13,13 +13,15 @@
  * batch's shape, never on the context length, so a captured graph stays valid as caches grow.
  * The same kernel serves the quantized cache kinds (kv:quant, kv:rotating-quant; Q = true):
  * their key/value rows are dequantized while they are staged (load_quant_row), and the rest of
- * the kernel does not know the difference. Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4,
+ * the kernel does not know the difference. kv:turboquant too (tq_load_row): its values stay in
+ * the rotated domain, so each output row is un-rotated once at the end (tq_finish, or the
+ * combine kernel when the keys were split). Instances: head dims up to 32·NPL, NPL ∈ {1, 2, 4,
  * 8, 16}, each plain and quantized (10 kernels + 1 combine), and the decode kernels (below)
  * for plain caches and head dims 32..512 that are powers of two: one warp per head, or, where
  * 8 or 16 query heads share a KV head, a block per KV head staging K/V in shared memory. */
 #include <math.h>
 
-#include "backend/cuda/k_common.cuh"
+#include "backend/cuda/k_tq.cuh"
 
 using namespace lmcu;
 
@@ -75,6 +77,38 @@ __device__ __forceinline__ void load_quant_row(const lm_cu_kvdesc &d, int64_t kv
       kd[c0 + e] = __fadd_rn(__fmul_rn(sk, (float)qk), bk);
       vd[c0 + e] = __fadd_rn(__fmul_rn(sv, (float)qv), bv);
     }
+  }
+}
+
+/* The end of a block over a TurboQuant cache with one split (every thread calls it): each
+ * warp's normalized rows go to its own rows of the q tile, which no warp reads any more, are
+ * un-rotated there (the values were summed in the rotated domain) and stored. r0: the block
+ * row of the warp's first row. */
+template <int NPL>
+__device__ void tq_finish(const lm_cu_attn_p &p, float *xs, const int8_t *signs,
+                          const bool (&rv)[kRw], const float (&l)[kRw],
+                          const float (&acc)[kRw][NPL], int64_t tb, int r0, int G, int g,
+                          int lane) {
+  const int hd = p.head_dim;
+  __syncthreads(); /* every warp has scored its last tile */
+#pragma unroll
+  for (int j = 0; j < kRw; j++) {
+    const float inv = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+#pragma unroll
+    for (int c = 0; c < NPL; c++) {
+      const int dd = lane + 32 * c;
+      if (dd < hd) xs[j * hd + dd] = acc[j][c] * inv;
+    }
+  }
+  __syncwarp();
+  for (int j = 0; j < kRw; j++) {
+    if (!rv[j]) continue; /* uniform in the warp */
+    float *x = xs + j * hd;
+    tq_unrotate(x, hd, signs, lane, 32, [] { __syncwarp(); });
+    const int r = r0 + j;
+    const int64_t t = tb + r / G, h = (int64_t)g * G + r % G;
+    for (int dd = lane; dd < hd; dd += 32)
+      stt(p.out, t, h * hd + dd, x[dd]);
   }
 }
 
@@ -143,6 +177,10 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
         load_quant_row(d, kvw, src, g, hd, lane, kd, vd);
         continue;
       }
+      if (Q && j < nk && src >= 0 && d.tq) {
+        tq_load_row(d, kvw, src, g, hd, lane, kd, vd);
+        continue;
+      }
 #pragma unroll 4
       for (int dd = lane; dd < hd; dd += 32) {
         float kk = 0.0f, vv = 0.0f;
@@ -200,6 +238,11 @@ __global__ void __launch_bounds__(kThreads) k_attn(const lm_cu_attn_p p, int pas
       }
     }
   }
+  if (Q && d.tq && splits == 1) { /* block-uniform: un-rotate the rows, then store them */
+    tq_finish<NPL>(p, qs + warp * kRw * hd, d.tq_signs, rv, l, acc, tb, rbeg + warp * kRw, G, g,
+                   lane);
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kRw; j++) {
     if (!rv[j]) continue;
@@ -238,14 +281,24 @@ __global__ void __launch_bounds__(kThreads) k_attn_combine(const lm_cu_attn_p p,
     if (ls > 0.0f) L += ls * expf(pp[s * (hd + 2)] - M);
   }
   float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  const lm_cu_kvdesc &d = p.kv[(int64_t)p.seq[t] * p.n_caches + p.cache];
+  __shared__ float xs[LM_CU_ATTN_MAX_HD]; /* a TurboQuant row, un-rotated before it is stored */
   for (int dd = threadIdx.x; dd < hd; dd += kThreads) {
     float a = 0.0f;
     for (int s = 0; s < splits; s++) {
       const float *q = pp + s * (hd + 2);
       if (q[1] > 0.0f) a += q[2 + dd] * expf(q[0] - M);
     }
-    stt(p.out, t, h * hd + dd, a * inv);
+    if (d.tq)
+      xs[dd] = a * inv;
+    else
+      stt(p.out, t, h * hd + dd, a * inv);
   }
+  if (!d.tq) return; /* block-uniform */
+  __syncthreads();
+  tq_unrotate(xs, hd, d.tq_signs, threadIdx.x, kThreads, [] { __syncthreads(); });
+  for (int dd = threadIdx.x; dd < hd; dd += kThreads)
+    stt(p.out, t, h * hd + dd, xs[dd]);
 }
 
 /* ---- decode: one query token per sequence ---------------------------------------------------

@@ -1,5 +1,6 @@
 /* k_kvquant.cu — the quantized KV cache kinds (kv:quant, kv:rotating-quant) on the device:
- * the quantizer (kv_stage, kv_convert) and the append of staged codes. (Attention reads the
+ * the quantizer (kv_stage, kv_convert) and the append of staged codes, which also serves
+ * kv:turboquant (its encoder is k_tq.cu's). (Attention reads the
  * codes and bf16 scales/biases in place: k_attention.cu dequantizes each key/value row while
  * it is staged in shared memory, so the cache is never dequantized as a whole.)
  *
@@ -21,7 +22,7 @@
  * Attention over these kinds is k_attention.cu's general kernel with the quantized row loader. */
 #include <math.h>
 
-#include "backend/cuda/k_common.cuh"
+#include "backend/cuda/k_tq.cuh"
 
 using namespace lmcu;
 
@@ -110,7 +111,8 @@ __global__ void __launch_bounds__(kThreads)
               row + L.scales(which) + 2 * g, row + L.biases(which) + 2 * g, x.p);
 }
 
-/* One thread per byte of a quantized token's stage row, or per element of a plain one. */
+/* One thread per byte of a quantized (affine or TurboQuant) token's stage row, or per element
+ * of a plain one. */
 __global__ void __launch_bounds__(kThreads)
     k_kvq_append(lm_cu_t kn, lm_cu_t vn, lm_cu_t stage, const lm_cu_kvdesc *kv, int n_caches,
                  int cache, const int32_t *pos, const int32_t *seq) {
@@ -123,15 +125,30 @@ __global__ void __launch_bounds__(kThreads)
   if (d.window > 0 && t + d.window < kn.rows && seq[t + d.window] == seq[t]) return;
   if (slot < 0 || slot >= d.slots) return; /* begin_step refused such a step already */
   const int64_t w = kn.cols;
-  if (!d.quant) {
+  if (!d.quant && !d.tq) {
     if (j >= w) return;
     st(d.k, kn.dt, slot * w + j, ldt(kn, t, j));
     st(d.v, vn.dt, slot * w + j, ldt(vn, t, j));
     return;
   }
+  const uint8_t *srow = (const uint8_t *)stage.p + t * stage.ld;
+  if (d.tq) { /* key codes, value codes, then the three fp16 planes */
+    const TqLayout T(w, d.bits, d.v_bits);
+    if (j >= T.total()) return;
+    if (j < T.kc) {
+      ((uint8_t *)d.k)[slot * T.kc + j] = srow[j];
+    } else if (j < T.kc + T.vc) {
+      ((uint8_t *)d.v)[slot * T.vc + j - T.kc] = srow[j];
+    } else {
+      const int64_t r = j - T.kc - T.vc, a = r / T.sb; /* 0: K scales, 1: K zeros, 2: V scales */
+      uint8_t *dst = (uint8_t *)(a == 0 ? d.ks : a == 1 ? d.kb : d.vs);
+      dst[slot * T.sb + r % T.sb] = srow[j];
+    }
+    return;
+  }
   const Layout L(w, d.bits, d.group);
   if (j >= L.total()) return;
-  const uint8_t byte = ((const uint8_t *)stage.p)[t * stage.ld + j];
+  const uint8_t byte = srow[j];
   if (j < 2 * L.cb) {
     uint8_t *dst = (uint8_t *)(j < L.cb ? d.k : d.v);
     dst[slot * L.cb + j % L.cb] = byte;
@@ -178,7 +195,8 @@ cudaError_t lm_cu_kvq_append(lm_cu_stream s, lm_cu_t k_new, lm_cu_t v_new, lm_cu
                              const lm_cu_kvdesc *kv, int n_caches, int cache, const int32_t *pos,
                              const int32_t *seq) {
   if (k_new.rows <= 0) return cudaSuccess;
-  /* the largest stage row (8 bits, groups of 32), which also covers a plain row's elements */
+  /* the largest stage row (8 bits, groups of 32), which also covers a plain row's elements
+   * and a TurboQuant row (at most 13 bits and 3 fp16 planes per 32 values) */
   const int64_t w = k_new.cols, most = 2 * w + 4 * (w / kMinGroup) * 2;
   dim3 grid((unsigned)blocks_for(most, kThreads), (unsigned)k_new.rows);
   launch(k_kvq_append, grid, kThreads, 0, s, k_new, v_new, stage, kv, n_caches, cache, pos, seq);
