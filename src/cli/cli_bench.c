@@ -46,6 +46,8 @@ static const char *bench_help =
     "  --reps N            measured repetitions (default 3); --warmup N (default 1)\n"
     "  --backend B         cpu or cuda (default: cuda when built and a GPU is present);\n"
     "                      --precision f32|fast|bf16 (default fast); --threads N\n"
+    "  --kv-quant MODE     KV caches: off (default), 4, 8, config, or turboquant[:K:V] (full-\n"
+    "                      attention layers); --kv-group G for uniform 4/8-bit (default 64)\n"
     "  --state-tokens N    instead: prefill N tokens, save the cache set to a state file in\n"
     "                      $TMPDIR, restore it (page cache warm, then with the file's pages\n"
     "                      dropped), report file size and save/restore seconds, and check that\n"

@@ -28,8 +28,9 @@ static const char *generate_help =
     "  --json-schema FILE  the continuation is JSON that validates against this JSON Schema\n"
     "  --grammar FILE      the continuation follows this GBNF grammar; with either one the ids\n"
     "                   stop early when the grammar allows nothing more\n"
-    "  --kv-quant MODE  KV caches: off (default), 4, 8, or config (the checkpoint's\n"
-    "                   kv_config.json); --kv-group G (64); --kv-config FILE;\n"
+    "  --kv-quant MODE  KV caches: off (default), 4, 8, config (the checkpoint's\n"
+    "                   kv_config.json) or turboquant[:K:V] (full-attention layers);\n"
+    "                   --kv-group G (64); --kv-config FILE;\n"
     "                   --kv-quant-start N (quantized caches stay plain until N tokens)\n"
     "  --backend B      cpu (default); --precision f32|fast|bf16 (default f32); --threads N\n";
 

@@ -13,9 +13,9 @@
 
 namespace lmcu {
 
-constexpr int kTqBlock = 32;     /* LM_TQ_BLOCK */
-constexpr float kTqEps = 1e-8f;  /* LM_TQ_EPS */
-constexpr int kTqMaxDim = 512;   /* LM_TQ_MAX_DIM */
+constexpr int kTqBlock = 32;    /* LM_TQ_BLOCK */
+constexpr float kTqEps = 1e-8f; /* LM_TQ_EPS */
+constexpr int kTqMaxDim = 512;  /* LM_TQ_MAX_DIM */
 
 /* Bytes of one slot's planes (and of one token's stage row, the same order): key codes,
  * value codes, then three fp16 planes of w/32 values (key scales, key zeros, value scales). */
@@ -40,8 +40,8 @@ __device__ __forceinline__ uint64_t tq_word(const uint8_t *row, int64_t e0, int 
 /* A lane's share of the cached key and value rows of KV head g at `slot` (8 consecutive
  * elements per pass, inside one 32-group): keys (idx + zero) · scale, values in the rotated
  * domain, centroid[idx] · scale (lm_tq_key_decode, lm_tq_value_decode_rot). */
-__device__ __forceinline__ void tq_load_row(const lm_cu_kvdesc &d, int64_t kvw, int64_t slot,
-                                            int g, int hd, int lane, float *kd, float *vd) {
+__device__ __forceinline__ void tq_load_row(const lm_cu_kvdesc &d, int64_t kvw, int64_t slot, int g,
+                                            int hd, int lane, float *kd, float *vd) {
   const TqLayout L(kvw, d.bits, d.v_bits);
   const int64_t ng = kvw / kTqBlock, hoff = (int64_t)g * hd;
   const uint8_t *kc = (const uint8_t *)d.k + slot * L.kc + hoff * d.bits / 8;
