@@ -218,6 +218,8 @@ typedef struct lm_step_fn {
   const void *owner;     /* the issuer (model + workspace); its plans die with release_plans */
   const lm_batch *batch; /* the step's batch, as given to begin_step */
   int flags;             /* issuer bits that change the op sequence (part of the key) */
+  uint64_t variant;      /* what else selects the ops and their weights (the forward's adapter
+                          * set: a new value for every set attached); part of the key */
 } lm_step_fn;
 
 /* ---- the backend -------------------------------------------------------------------------- */

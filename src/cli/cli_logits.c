@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_adapter.h"
 #include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "model/forward.h"
@@ -27,29 +28,26 @@ static const char *logits_help =
     "rounded\n"
     "                    to bf16 where the CUDA fast path stores bf16, to study its numerics "
     "anywhere)\n"
-    "  --threads N       CPU threads (default: all)\n";
+    "  --threads N       CPU threads (default: all)\n"
+    "  --adapter P[@W]   apply the LoRA adapter in directory P (PEFT or mlx-lm) with weight W\n"
+    "                    (default 1); repeat to stack several\n";
 
 typedef struct logits_opts {
   const char *model, *ids, *out;
   int64_t prefill, chunk;
   lm_cli_backend_opts be;
   lm_kv_options kv;
+  lm_cli_adapters ad;
 } logits_opts;
 
 static int parse(int argc, char **argv, logits_opts *o) {
-  static const struct option lo[] = {{"ids", 1, 0, 'i'},
-                                     {"prefill", 1, 0, 'p'},
-                                     {"chunk", 1, 0, 'c'},
-                                     {"out", 1, 0, 'o'},
-                                     {"backend", 1, 0, 'b'},
-                                     {"precision", 1, 0, 'P'},
-                                     {"threads", 1, 0, 't'},
-                                     {"help", 0, 0, 'h'},
-                                     {"kv-quant", 1, 0, 'q'},
-                                     {"kv-group", 1, 0, 'g'},
-                                     {"kv-config", 1, 0, 'K'},
-                                     {"kv-quant-start", 1, 0, 'S'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {{"ids", 1, 0, 'i'},       {"prefill", 1, 0, 'p'},
+                                     {"chunk", 1, 0, 'c'},     {"out", 1, 0, 'o'},
+                                     {"backend", 1, 0, 'b'},   {"precision", 1, 0, 'P'},
+                                     {"threads", 1, 0, 't'},   {"help", 0, 0, 'h'},
+                                     {"kv-quant", 1, 0, 'q'},  {"kv-group", 1, 0, 'g'},
+                                     {"kv-config", 1, 0, 'K'}, {"kv-quant-start", 1, 0, 'S'},
+                                     {"adapter", 1, 0, 'A'},   {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->prefill = o->chunk = -1;
   int c;
@@ -67,6 +65,9 @@ static int parse(int argc, char **argv, logits_opts *o) {
     case 'g': o->kv.group = atoi(optarg); break;
     case 'K': o->kv.config_path = optarg; break;
     case 'S': o->kv.quant_start = atoll(optarg); break;
+    case 'A':
+      if (lm_cli_adapters_add(&o->ad, optarg)) return 2;
+      break;
     case 'h': fputs(logits_help, stdout); return 0;
     default: return lm_cli_flag_error(c, argc, argv, lo);
     }
@@ -99,7 +100,7 @@ static int run(const logits_opts *o, lm_model *m, lm_backend *be, const int32_t 
     return 1;
   }
   if (lm_model_kv_plan(m, &o->kv, specs) || lm_kv_set_create(be, specs, m->cfg.n_caches, &kv) ||
-      lm_forward_create(m, be, C, C, &f)) {
+      lm_forward_create(m, be, C, C, &f) || lm_forward_set_adapters(f, o->ad.set, o->ad.n)) {
     lm_cli_fail(NULL);
     goto done;
   }
@@ -150,8 +151,9 @@ int lm_cli_logits(int argc, char **argv) {
     lm_backend_destroy(be);
     be = NULL;
   }
-  int rc = (m && be) ? run(&o, m, be, ids, T) : 1;
+  int rc = (m && be && !lm_cli_adapters_load(&o.ad, m)) ? run(&o, m, be, ids, T) : 1;
   lm_backend_destroy(be);
+  lm_cli_adapters_free(&o.ad); /* after the backend: its copies of the adapters go with it */
   lm_model_free(m);
   free(ids);
   return rc;

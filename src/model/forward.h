@@ -27,6 +27,12 @@ lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_token
                             int64_t max_logits, lm_forward **out);
 void lm_forward_free(lm_forward *f);
 
+/* Applies the adapters set[0..n) (stacked: their deltas add) to every step from now on, or
+ * none when n is 0; each is prepared for the forward's backend. The adapters must outlive
+ * their use here (until another call or lm_forward_free). */
+typedef struct lm_lora lm_lora;
+lm_status lm_forward_set_adapters(lm_forward *f, lm_lora *const *set, int n);
+
 /* Runs the batch: validates it, reserves cache room, runs every layer, and copies the logits
  * of the batch's logit rows to logits_out [n_logits][vocab] (host, f32; may be NULL). */
 lm_status lm_forward_run(lm_forward *f, const lm_batch *b, float *logits_out);

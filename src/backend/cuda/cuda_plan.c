@@ -83,8 +83,9 @@ static char *plan_key(const lm_cuda_ctx *c, const lm_step_fn *st) {
   size_t cap = 128 + (size_t)b->n_seqs * (size_t)c->st.n_caches * PLAN_SIG_MAX, n = 0;
   char *k = malloc(cap);
   if (!k) return NULL;
-  n += (size_t)snprintf(k, cap, "%p/%d/T%d/L%d/S%d/t%d/m%d:", st->owner, st->flags, b->n_tokens,
-                        b->n_logits, b->n_seqs, c->st.n_tiles, c->st.max_tile);
+  n += (size_t)snprintf(k, cap, "%p/%d/%llu/T%d/L%d/S%d/t%d/m%d:", st->owner, st->flags,
+                        (unsigned long long)st->variant, b->n_tokens, b->n_logits, b->n_seqs,
+                        c->st.n_tiles, c->st.max_tile);
   for (int32_t s = 0; s < b->n_seqs; s++)
     for (int i = 0; i < c->st.n_caches; i++) {
       char sig[PLAN_SIG_MAX - 1];

@@ -1,0 +1,67 @@
+/* lora.h — LoRA adapters over a loaded model, in the two formats people train them in:
+ *   PEFT:   adapter_config.json + adapter_model.safetensors, lora_A [r][in] and lora_B [out][r]
+ *           per module, scale lora_alpha / r (rsLoRA: lora_alpha / sqrt(r)), with rank_pattern /
+ *           alpha_pattern overrides per module;
+ *   mlx-lm: adapter_config.json + adapters.safetensors, lora_a [in][r] and lora_b [r][out], one
+ *           `scale` for every module.
+ * An adapter is kept as two dense f32 matrices per adapted module, A [r][in] and B [out][r] with
+ * the module's scale and the caller's weight folded into B, so the forward applies it as the
+ * residual y = W x + B (A x) (two products, the second accumulating) and the base weights are
+ * never rewritten. The modules lumen adapts are each layer's attention and MLP projections
+ * (q, k, v, o, gate, up, down) and the per-layer-input gate and projection. Anything else is
+ * refused with the cause named: DoRA, modules_to_save, trained biases, embedding or expert
+ * targets, a module the model does not have, shapes that disagree with the base. */
+#ifndef LM_MODEL_LORA_H
+#define LM_MODEL_LORA_H
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+/* The modules of a layer an adapter may target, in the order the forward meets them. */
+typedef enum lm_lora_kind {
+  LM_LORA_Q = 0,
+  LM_LORA_K,
+  LM_LORA_V,
+  LM_LORA_O,
+  LM_LORA_GATE,
+  LM_LORA_UP,
+  LM_LORA_DOWN,
+  LM_LORA_PLE_GATE,
+  LM_LORA_PLE_PROJ,
+  LM_LORA_KINDS
+} lm_lora_kind;
+
+typedef struct lm_lora_module {
+  int layer;
+  lm_lora_kind kind;
+  int rank;
+  float scale;       /* the module's own (alpha / r, or the mlx-lm scale), before the weight */
+  lm_weight a, b;    /* dense f32: a [rank][in], b [out][rank] times scale × weight */
+  float *a_data, *b_data;
+} lm_lora_module;
+
+typedef struct lm_lora {
+  char *dir;
+  const char *format; /* "peft" or "mlx-lm" */
+  float weight;       /* the caller's multiplier (stacking), folded into every b */
+  int max_rank;
+  int n_mods;
+  lm_lora_module *mods;
+} lm_lora;
+
+/* Loads the adapter in dir for model m (its format from the files present) with weight w. */
+lm_status lm_lora_load(const lm_model *m, const char *dir, float weight, lm_lora **out);
+void lm_lora_free(lm_lora *l);
+
+/* Makes the adapter's matrices usable by be (prepare_weight where the backend has one). */
+lm_status lm_lora_prepare(lm_lora *l, lm_backend *be);
+
+/* The module of l adapting (layer, kind), or NULL. */
+const lm_lora_module *lm_lora_find(const lm_lora *l, int layer, lm_lora_kind kind);
+
+/* Splits "PATH@WEIGHT" (the CLI's --adapter): the path into dir (NUL-terminated) and the weight
+ * (1 when absent). What follows the last @ is the weight when it is a finite number, else part
+ * of the path. LM_ERR_INVALID for an empty or too long path. */
+lm_status lm_lora_parse_arg(const char *arg, char *dir, size_t n, float *weight);
+
+#endif
