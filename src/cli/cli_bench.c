@@ -19,6 +19,7 @@
 #include "cli/cli_progress.h"
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
+#include "cli/cli_adapter.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
 #ifdef LM_HAVE_CUDA
@@ -55,6 +56,10 @@ static const char *bench_help =
     "  --verify-tokens N   also time steps of 1 + N tokens of one sequence at each context (the\n"
     "                      shape of a speculative verification: N drafts rejected, the context\n"
     "                      growing by one a step) and their cost in one-token steps\n"
+    "  --adapter P[@W]     apply the LoRA adapter in directory P (PEFT or mlx-lm) with weight W;\n"
+    "                      repeat to stack several\n"
+    "  --adapter-rank R    also a random adapter of rank R on every attention and MLP\n"
+    "                      projection (what an adapter costs a step, on a --preset model)\n"
     "  --json              one JSON object on stdout\n";
 
 typedef struct bench_opts {
@@ -65,28 +70,19 @@ typedef struct bench_opts {
   lm_kv_options kv;
   uint64_t seed;
   lm_cli_backend_opts be;
+  lm_cli_adapters ad; /* --adapter, and the --adapter-rank one */
+  int adapter_rank;
 } bench_opts;
 
 static int parse(int argc, char **argv, bench_opts *o) {
-  static const struct option lo[] = {{"preset", 1, 0, 'p'},
-                                     {"bits", 1, 0, 'b'},
-                                     {"group", 1, 0, 'g'},
-                                     {"seed", 1, 0, 's'},
-                                     {"prompt", 1, 0, 'P'},
-                                     {"context", 1, 0, 'c'},
-                                     {"decode-tokens", 1, 0, 'n'},
-                                     {"reps", 1, 0, 'r'},
-                                     {"warmup", 1, 0, 'w'},
-                                     {"backend", 1, 0, 'B'},
-                                     {"precision", 1, 0, 'x'},
-                                     {"threads", 1, 0, 't'},
-                                     {"json", 0, 0, 'j'},
-                                     {"help", 0, 0, 'h'},
-                                     {"state-tokens", 1, 0, 'S'},
-                                     {"kv-quant", 1, 0, 'q'},
-                                     {"kv-group", 1, 0, 'G'},
-                                     {"verify-tokens", 1, 0, 'V'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"preset", 1, 0, 'p'},        {"bits", 1, 0, 'b'},         {"group", 1, 0, 'g'},
+      {"seed", 1, 0, 's'},          {"prompt", 1, 0, 'P'},       {"context", 1, 0, 'c'},
+      {"decode-tokens", 1, 0, 'n'}, {"reps", 1, 0, 'r'},         {"warmup", 1, 0, 'w'},
+      {"backend", 1, 0, 'B'},       {"precision", 1, 0, 'x'},    {"threads", 1, 0, 't'},
+      {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},         {"state-tokens", 1, 0, 'S'},
+      {"kv-quant", 1, 0, 'q'},      {"kv-group", 1, 0, 'G'},     {"verify-tokens", 1, 0, 'V'},
+      {"adapter", 1, 0, 'A'},       {"adapter-rank", 1, 0, 'R'}, {0, 0, 0, 0}};
   *o = (bench_opts){.bits = 4,
                     .group = 64,
                     .reps = 3,
@@ -116,6 +112,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
     case 'q': o->kv.mode = optarg; break;
     case 'G': o->kv.group = atoi(optarg); break;
     case 'V': o->verify = atoi(optarg); break;
+    case 'A':
+      if (lm_cli_adapters_add(&o->ad, optarg)) return 2;
+      break;
+    case 'R': o->adapter_rank = atoi(optarg); break;
     case 'h': fputs(bench_help, stdout); return 0;
     default: return lm_cli_flag_error(c, argc, argv, lo);
     }
@@ -123,8 +123,14 @@ static int parse(int argc, char **argv, bench_opts *o) {
   if (optind < argc) o->model = argv[optind++];
   if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 ||
       o->decode_tokens < 1 || o->state_tokens < 0 || o->verify < 0 ||
-      o->verify > LM_SPEC_MAX_TOKENS) {
+      o->verify > LM_SPEC_MAX_TOKENS || o->adapter_rank < 0 ||
+      (o->adapter_rank && o->ad.n == LM_CLI_MAX_ADAPTERS)) {
     fputs(bench_help, stderr);
+    return 2;
+  }
+  if (o->state_tokens && (o->ad.n || o->adapter_rank)) {
+    fprintf(stderr, "lumen bench: --state-tokens does not take adapters (state files are not "
+                    "keyed by an adapter set)\n");
     return 2;
   }
   return -1;
@@ -262,6 +268,18 @@ static double probe_now(lm_backend *be, const bench_opts *o) {
   return lm_cpu_read_bandwidth_passes(o->be.threads, LM_BENCH_PROBE_PASSES).best;
 }
 
+/* A forward with the bench's adapters attached. */
+static lm_status bench_forward(const lm_model *m, lm_backend *be, const bench_opts *o,
+                               int64_t max_tokens, int64_t max_logits, lm_forward **f) {
+  LM_TRY(lm_forward_create(m, be, max_tokens, max_logits, f));
+  lm_status s = lm_forward_set_adapters(*f, o->ad.set, o->ad.n);
+  if (s) {
+    lm_forward_free(*f);
+    *f = NULL;
+  }
+  return s;
+}
+
 /* Median seconds of o->decode_tokens steps of t tokens (1: decode; more: verification) after a
  * prefill of ctx tokens, over o->reps runs after o->warmup; -1 on failure. *probe: the best
  * probe pass taken around the measured runs (0 where the backend has none). */
@@ -270,7 +288,7 @@ static double time_steps(const lm_model *m, const lm_kv_spec *specs, lm_backend 
                          lm_cli_progress *prog, int *runs, double *probe) {
   lm_forward *fp = NULL, *fd = NULL;
   lm_kv_set *kv = NULL;
-  if (lm_forward_create(m, be, ctx, 1, &fp) || lm_forward_create(m, be, t, t, &fd)) {
+  if (bench_forward(m, be, o, ctx, 1, &fp) || bench_forward(m, be, o, t, t, &fd)) {
     lm_forward_free(fp);
     return -1;
   }
@@ -458,6 +476,16 @@ int lm_cli_bench(int argc, char **argv) {
   }
   fprintf(stderr, "bench: model ready in %.1f s: %.2f B parameters, %.2f GB of weights\n",
           lm_cli_now() - t0, (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9);
+  if (lm_cli_adapters_load(&o.ad, m)) goto done;
+  if (o.adapter_rank) {
+    if (lm_lora_synth(m, o.adapter_rank, o.seed, &o.ad.set[o.ad.n])) {
+      lm_cli_fail("--adapter-rank");
+      goto done;
+    }
+    fprintf(stderr, "bench: a random rank-%d adapter on %d modules\n", o.adapter_rank,
+            o.ad.set[o.ad.n]->n_mods);
+    o.ad.n++;
+  }
   if (!(be = lm_cli_backend(&o.be, LM_PRECISION_FAST))) goto done;
   t0 = lm_cli_now();
   if (lm_cli_prepare(m, be)) { /* device backends upload the weights once */
@@ -506,7 +534,7 @@ int lm_cli_bench(int argc, char **argv) {
                         (double)(np + nc * (o.verify ? 2 : 1)) * (o.warmup + o.reps), "runs");
   for (int64_t i = 0; i < np; i++) {
     lm_forward *f = NULL;
-    if (plist[i] < 1 || lm_forward_create(m, be, plist[i], 1, &f)) {
+    if (plist[i] < 1 || bench_forward(m, be, &o, plist[i], 1, &f)) {
       lm_cli_fail("prefill workspace");
       goto done;
     }
@@ -609,6 +637,7 @@ done:
   free(vj);
   free(specs);
   lm_backend_destroy(be);
+  lm_cli_adapters_free(&o.ad);
   lm_model_free(m);
   free(ids);
   free(plist);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "io/safetensors.h"
 #include "model/lora_config.h"
 #include "tensor/dtype.h"
@@ -49,7 +50,8 @@ static lm_status parse_name(const char *name, int peft, lora_name *out) {
                    peft ? "PEFT" : "mlx-lm");
   const char *base = name;
   if (peft && !strncmp(base, "base_model.model.", 17)) base += 17, n -= 17;
-  if (n >= sizeof out->module) return LM_ERRF(LM_ERR_CORRUPT, "adapter tensor %s: name too long", name);
+  if (n >= sizeof out->module)
+    return LM_ERRF(LM_ERR_CORRUPT, "adapter tensor %s: name too long", name);
   memcpy(out->module, base, n);
   out->module[n] = 0;
   const char *l = NULL;
@@ -77,8 +79,8 @@ static lm_status parse_name(const char *name, int peft, lora_name *out) {
  * of a KV-shared layer, v of a k_eq_v layer). */
 static const lm_weight *base_of(const lm_model *m, int layer, lm_lora_kind k) {
   const lm_layer_weights *L = &m->layers[layer];
-  const lm_weight *w[LM_LORA_KINDS] = {&L->q,   &L->k,  &L->v,        &L->o,       &L->gate,
-                                       &L->up,  &L->down, &L->ple_gate, &L->ple_proj};
+  const lm_weight *w[LM_LORA_KINDS] = {&L->q,  &L->k,    &L->v,        &L->o,       &L->gate,
+                                       &L->up, &L->down, &L->ple_gate, &L->ple_proj};
   return w[k]->data ? w[k] : NULL;
 }
 
@@ -142,10 +144,18 @@ static lm_status build_module(const lm_model *m, const lm_lora_cfg *c, const pen
   for (int64_t i = 0; i < bo; i++)
     for (int64_t j = 0; j < r; j++)
       out->b_data[i * r + j] = elem(B, c->peft ? i * r + j : j * bo + i) * scale * weight;
-  out->a = (lm_weight){.name = "lora_A", .rows = r, .cols = in, .expert_rows = r,
-                       .dtype = LM_DT_F32, .data = out->a_data};
-  out->b = (lm_weight){.name = "lora_B", .rows = bo, .cols = r, .expert_rows = bo,
-                       .dtype = LM_DT_F32, .data = out->b_data};
+  out->a = (lm_weight){.name = "lora_A",
+                       .rows = r,
+                       .cols = in,
+                       .expert_rows = r,
+                       .dtype = LM_DT_F32,
+                       .data = out->a_data};
+  out->b = (lm_weight){.name = "lora_B",
+                       .rows = bo,
+                       .cols = r,
+                       .expert_rows = bo,
+                       .dtype = LM_DT_F32,
+                       .data = out->b_data};
   return LM_OK;
 }
 
@@ -213,6 +223,57 @@ lm_status lm_lora_load(const lm_model *m, const char *dir, float weight, lm_lora
   lm_st_close(st);
   lm_lora_cfg_free(&c);
   if (s) return lm_lora_free(l), lm_err_prefix(s, "adapter %s", dir);
+  *out = l;
+  return LM_OK;
+}
+
+/* Module (layer, kind) of rank r with values from the counter generator. */
+static lm_status synth_module(const lm_weight *w, int layer, lm_lora_kind k, int r, uint64_t seed,
+                              lm_lora_module *out) {
+  out->layer = layer, out->kind = k, out->rank = r, out->scale = 1.0f;
+  out->a_data = malloc((size_t)(r * w->cols) * sizeof(float));
+  out->b_data = malloc((size_t)(w->rows * r) * sizeof(float));
+  if (!out->a_data || !out->b_data) return LM_ERRF(LM_ERR_NOMEM, "out of memory for an adapter");
+  float sa = 1.0f / sqrtf((float)w->cols), sb = 0.01f;
+  uint64_t stream = (uint64_t)layer * LM_LORA_KINDS + (uint64_t)k;
+  for (int64_t i = 0; i < r * w->cols; i++)
+    out->a_data[i] = sa * (2.0f * lm_rng_uniform(seed, 2 * stream, (uint64_t)i) - 1.0f);
+  for (int64_t i = 0; i < w->rows * r; i++)
+    out->b_data[i] = sb * (2.0f * lm_rng_uniform(seed, 2 * stream + 1, (uint64_t)i) - 1.0f);
+  out->a = (lm_weight){.name = "lora_A",
+                       .rows = r,
+                       .cols = w->cols,
+                       .expert_rows = r,
+                       .dtype = LM_DT_F32,
+                       .data = out->a_data};
+  out->b = (lm_weight){.name = "lora_B",
+                       .rows = w->rows,
+                       .cols = r,
+                       .expert_rows = w->rows,
+                       .dtype = LM_DT_F32,
+                       .data = out->b_data};
+  return LM_OK;
+}
+
+lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **out) {
+  *out = NULL;
+  if (rank < 1 || rank > 4096) return LM_ERRF(LM_ERR_INVALID, "adapter rank %d (1..4096)", rank);
+  lm_lora *l = calloc(1, sizeof *l);
+  int64_t L = m->cfg.n_layers;
+  if (l) l->mods = calloc((size_t)(L * 7), sizeof *l->mods);
+  if (!l || !l->mods || !(l->dir = strdup("(synthetic)"))) {
+    lm_lora_free(l);
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory");
+  }
+  l->format = "synthetic", l->weight = 1.0f, l->max_rank = rank;
+  lm_status s = LM_OK;
+  for (int layer = 0; layer < L && !s; layer++)
+    for (int k = LM_LORA_Q; k <= LM_LORA_DOWN && !s; k++) {
+      const lm_weight *w = base_of(m, layer, (lm_lora_kind)k);
+      if (!w || ((k == LM_LORA_K || k == LM_LORA_V) && m->cfg.layers[layer].kv_shared)) continue;
+      s = synth_module(w, layer, (lm_lora_kind)k, rank, seed, &l->mods[l->n_mods++]);
+    }
+  if (s) return lm_lora_free(l), s;
   *out = l;
   return LM_OK;
 }

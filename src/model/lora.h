@@ -35,8 +35,8 @@ typedef struct lm_lora_module {
   int layer;
   lm_lora_kind kind;
   int rank;
-  float scale;       /* the module's own (alpha / r, or the mlx-lm scale), before the weight */
-  lm_weight a, b;    /* dense f32: a [rank][in], b [out][rank] times scale × weight */
+  float scale;    /* the module's own (alpha / r, or the mlx-lm scale), before the weight */
+  lm_weight a, b; /* dense f32: a [rank][in], b [out][rank] times scale × weight */
   float *a_data, *b_data;
 } lm_lora_module;
 
@@ -52,6 +52,10 @@ typedef struct lm_lora {
 /* Loads the adapter in dir for model m (its format from the files present) with weight w. */
 lm_status lm_lora_load(const lm_model *m, const char *dir, float weight, lm_lora **out);
 void lm_lora_free(lm_lora *l);
+
+/* A random adapter of rank r on every attention and MLP projection of m (benchmarks: lumen
+ * bench --adapter-rank), scale 1; the values come from seed. */
+lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **out);
 
 /* Makes the adapter's matrices usable by be (prepare_weight where the backend has one). */
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be);

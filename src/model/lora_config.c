@@ -35,8 +35,9 @@ static lm_status refuse_peft(const json_t *root, const char *dir) {
                    dir);
   if ((v = json_object_get(root, "bias")) && json_is_string(v) &&
       strcmp(json_string_value(v), "none"))
-    return LM_ERRF(LM_ERR_UNSUPPORTED, "adapter %s: trained biases (bias: \"%s\") are not supported",
-                   dir, json_string_value(v));
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "adapter %s: trained biases (bias: \"%s\") are not supported", dir,
+                   json_string_value(v));
   if ((v = json_object_get(root, "lora_bias")) && json_is_true(v))
     return LM_ERRF(LM_ERR_UNSUPPORTED, "adapter %s: lora_bias (a bias on lora_B) is not supported",
                    dir);
@@ -94,8 +95,9 @@ lm_status lm_lora_cfg_load(const char *dir, lm_lora_cfg *c, char *weights, size_
   char path[1100];
   snprintf(path, sizeof path, "%s/adapter_config.json", dir);
   if (!exists(path))
-    return LM_ERRF(LM_ERR_NOT_FOUND, "adapter %s: no adapter_config.json (a PEFT or mlx-lm "
-                                     "adapter directory holds one)",
+    return LM_ERRF(LM_ERR_NOT_FOUND,
+                   "adapter %s: no adapter_config.json (a PEFT or mlx-lm "
+                   "adapter directory holds one)",
                    dir);
   LM_TRY(lm_json_load_file(path, 0, &c->root));
   if (!json_is_object(c->root)) {
@@ -132,8 +134,8 @@ static const char *pattern_key(const json_t *pat, const char *module) {
     snprintf(re, sizeof re, "(.*\\.)?(%s)$", key);
     int err;
     PCRE2_SIZE at;
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED, &err,
-                                     &at, NULL);
+    pcre2_code *code =
+        pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED, &err, &at, NULL);
     if (!code) continue;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
     int rc = md ? pcre2_match(code, (PCRE2_SPTR)module, strlen(module), 0, 0, md, NULL) : -1;

@@ -11,12 +11,12 @@
 #include "base/status.h"
 
 typedef struct lm_lora_cfg {
-  int peft;               /* 1: PEFT, 0: mlx-lm */
-  json_t *root;           /* the parsed file */
-  double alpha;           /* PEFT lora_alpha */
-  int64_t r;              /* PEFT r */
-  int rslora;             /* PEFT use_rslora */
-  double scale;           /* mlx-lm lora_parameters.scale */
+  int peft;                                   /* 1: PEFT, 0: mlx-lm */
+  json_t *root;                               /* the parsed file */
+  double alpha;                               /* PEFT lora_alpha */
+  int64_t r;                                  /* PEFT r */
+  int rslora;                                 /* PEFT use_rslora */
+  double scale;                               /* mlx-lm lora_parameters.scale */
   const json_t *rank_pattern, *alpha_pattern; /* PEFT; borrowed from root, may be NULL */
 } lm_lora_cfg;
 

@@ -28,6 +28,7 @@
 #include "model/forward.h"
 #include "model/kv_plan.h"
 #include "util/fixture.h"
+#include "util/lora_fixture.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -505,11 +506,26 @@ static void t_kv_turboquant(void **state) {
   assert_int_equal(fails, 0);
 }
 
+/* The PEFT-made LoRA fixtures (lora_fixture.h) on the device, f32. */
+static void t_lora_fixtures(void **state) {
+  (void)state;
+  NEED_GPU();
+  lm_backend *be = make_backend(1, LM_PRECISION_F32);
+  int checked = 0, fails = lm_fx_lora_check_all(FIXTURES, be, &checked);
+  lm_backend_destroy(be);
+  if (!checked) {
+    printf("  no LoRA fixtures under %s: skipped\n", FIXTURES);
+    skip();
+  }
+  assert_int_equal(fails, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_plan),        cmocka_unit_test(t_synthetic),
-      cmocka_unit_test(t_fixtures),    cmocka_unit_test(t_e4b),
-      cmocka_unit_test(t_kv_fixtures), cmocka_unit_test(t_kv_quant_start),
-      cmocka_unit_test(t_kv_plan),     cmocka_unit_test(t_kv_turboquant)};
+      cmocka_unit_test(t_plan),         cmocka_unit_test(t_synthetic),
+      cmocka_unit_test(t_fixtures),     cmocka_unit_test(t_e4b),
+      cmocka_unit_test(t_kv_fixtures),  cmocka_unit_test(t_kv_quant_start),
+      cmocka_unit_test(t_kv_plan),      cmocka_unit_test(t_kv_turboquant),
+      cmocka_unit_test(t_lora_fixtures)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

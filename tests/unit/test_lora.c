@@ -26,9 +26,12 @@
 #include "model/forward.h"
 #include "model/lora.h"
 #include "tensor/dtype.h"
+#include "util/lora_fixture.h"
 
 #define TINY LM_SOURCE_DIR "/models/lumen-tiny-kjv"
 #define TMP LM_BUILD_DIR "/tmp/test_lora"
+#define FIXTURES                                                                                   \
+  (getenv("LUMEN_FIXTURES") ? getenv("LUMEN_FIXTURES") : LM_SOURCE_DIR "/tests/fixtures")
 
 static uint64_t rng = 99;
 static float urand(void) {
@@ -91,8 +94,7 @@ static void write_adapter(const char *dir, int mlx, const target *t, int n, lm_d
   int nb = 0;
   for (int i = 0; i < n; i++) {
     /* shapes of the layer named, or of layer 1 for a layer the model lacks (a refusal case) */
-    const lm_weight *bw =
-        base_w(t[i].layer < g_m->cfg.n_layers ? t[i].layer : 1, t[i].shape_kind);
+    const lm_weight *bw = base_w(t[i].layer < g_m->cfg.n_layers ? t[i].layer : 1, t[i].shape_kind);
     int64_t r = t[i].rank, in = bw->cols, out = bw->rows;
     for (int ab = 0; ab < 2; ab++) {
       int64_t rows = ab ? out : r, cols = ab ? r : in;
@@ -138,23 +140,30 @@ static void write_adapter(const char *dir, int mlx, const target *t, int n, lm_d
 static const int32_t ids[] = {2, 40, 300, 17, 988, 5, 77, 1200, 64, 3, 451, 9, 2200, 18, 600, 31};
 #define T ((int64_t)(sizeof ids / sizeof *ids))
 
-/* Logits of ids in chunks of `chunk` with the adapters set[0..n) attached. */
-static float *run(lm_backend *be, lm_lora *const *set, int n, int64_t chunk) {
-  int64_t V = g_m->cfg.vocab_size;
-  float *out = malloc((size_t)(T * V) * sizeof(float));
+/* Logits of ids[0..T) of model m: the first P in chunks of `chunk`, the rest one by one, with
+ * the adapters set[0..n) attached. */
+static float *run_model(lm_model *m, lm_backend *be, lm_lora *const *set, int n, const int32_t *tok,
+                        int64_t T_, int64_t P, int64_t chunk) {
+  int64_t V = m->cfg.vocab_size;
+  float *out = malloc((size_t)(T_ * V) * sizeof(float));
   lm_forward *f;
-  assert_int_equal(lm_forward_create(g_m, be, T, T, &f), LM_OK);
+  assert_int_equal(lm_forward_create(m, be, chunk, chunk, &f), LM_OK);
   lm_status s = lm_forward_set_adapters(f, set, n);
   if (s) fprintf(stderr, "%s\n", lm_errmsg());
   assert_int_equal(s, LM_OK);
-  lm_kv_spec specs[g_m->cfg.n_caches + 1];
-  lm_model_kv_specs(g_m, specs);
+  lm_kv_spec specs[m->cfg.n_caches + 1];
+  lm_model_kv_specs(m, specs);
   lm_kv_set *kv;
-  assert_int_equal(lm_kv_set_create(be, specs, g_m->cfg.n_caches, &kv), LM_OK);
-  assert_int_equal(lm_forward_feed(f, kv, ids, T, chunk, out), LM_OK);
+  assert_int_equal(lm_kv_set_create(be, specs, m->cfg.n_caches, &kv), LM_OK);
+  assert_int_equal(lm_forward_feed(f, kv, tok, P, chunk, out), LM_OK);
+  if (T_ > P) assert_int_equal(lm_forward_feed(f, kv, tok + P, T_ - P, 1, out + P * V), LM_OK);
   lm_kv_set_free(kv);
   lm_forward_free(f);
   return out;
+}
+
+static float *run(lm_backend *be, lm_lora *const *set, int n, int64_t chunk) {
+  return run_model(g_m, be, set, n, ids, T, T, chunk);
 }
 
 /* The model with each target's weight replaced by W + Σ scale·B·A (dense f32, formed here). */
@@ -254,7 +263,8 @@ static void t_residual_equals_merged(void **state) {
   float *ref = run(be, NULL, 0, T);
   merge_out(&mg);
   int64_t n = T * g_m->cfg.vocab_size;
-  double e1 = max_rel(got, ref, n), e2 = max_rel(got_chunked, ref, n), moved = max_rel(base, ref, n);
+  double e1 = max_rel(got, ref, n), e2 = max_rel(got_chunked, ref, n),
+         moved = max_rel(base, ref, n);
   printf("  adapter vs merged: %.3g (one pass), %.3g (chunks of 3); base vs merged %.3g\n", e1, e2,
          moved);
   assert_true(moved > 1e-2); /* the adapter changes the model */
@@ -351,15 +361,16 @@ static void t_patterns(void **state) {
   make_target(&t[0], 2, LM_LORA_O, 2);
   make_target(&t[1], 3, LM_LORA_O, 4);
   make_target(&t[2], 5, LM_LORA_Q, 4);
-  write_adapter(TMP "/pat", 0, t, 3, LM_DT_F32,
-                "{\"r\": 4, \"lora_alpha\": 8, \"rank_pattern\": {\"layers.2.self_attn.o_proj\": "
-                "2}, \"alpha_pattern\": {\"o_proj\": 1, \"language_model\\\\.layers\\\\.5\\\\..*\": 32}}",
-                NULL);
+  write_adapter(
+      TMP "/pat", 0, t, 3, LM_DT_F32,
+      "{\"r\": 4, \"lora_alpha\": 8, \"rank_pattern\": {\"layers.2.self_attn.o_proj\": "
+      "2}, \"alpha_pattern\": {\"o_proj\": 1, \"language_model\\\\.layers\\\\.5\\\\..*\": 32}}",
+      NULL);
   lm_lora *l;
   lm_status s = lm_lora_load(g_m, TMP "/pat", 3.0f, &l);
   if (s) fprintf(stderr, "%s\n", lm_errmsg());
   assert_int_equal(s, LM_OK);
-  assert_float_equal(lm_lora_find(l, 2, LM_LORA_O)->scale, 0.5f, 0); /* alpha 1 / r 2 */
+  assert_float_equal(lm_lora_find(l, 2, LM_LORA_O)->scale, 0.5f, 0);  /* alpha 1 / r 2 */
   assert_float_equal(lm_lora_find(l, 3, LM_LORA_O)->scale, 0.25f, 0); /* alpha 1 / r 4 */
   assert_float_equal(lm_lora_find(l, 5, LM_LORA_Q)->scale, 8.0f, 0);  /* alpha 32 / r 4 */
   const lm_lora_module *q = lm_lora_find(l, 5, LM_LORA_Q);
@@ -407,8 +418,8 @@ static void t_refusals(void **state) {
        "base_model.model.model.language_model.embed_tokens.lora_embedding_A", 0, 0, 0,
        LM_ERR_UNSUPPORTED, "embedding"},
       {"expert", "{\"r\": 4, \"lora_alpha\": 8}",
-       "base_model.model.model.language_model.layers.1.experts.gate_up_proj.lora_A.weight", 0, 0,
-       0, LM_ERR_UNSUPPORTED, "experts"},
+       "base_model.model.model.language_model.layers.1.experts.gate_up_proj.lora_A.weight", 0, 0, 0,
+       LM_ERR_UNSUPPORTED, "experts"},
       {"layer", "{\"r\": 4, \"lora_alpha\": 8}", NULL, 0, 40, 0, LM_ERR_INVALID, "10 layers"},
       {"shape", "{\"r\": 4, \"lora_alpha\": 8}", NULL, 0, 0, 1, LM_ERR_INVALID, "do not fit"},
       {"lone", "{\"r\": 4, \"lora_alpha\": 8}",
@@ -438,9 +449,23 @@ static void t_refusals(void **state) {
   free(t[0].a), free(t[0].b), free(big[0].a), free(big[0].b);
 }
 
+/* The PEFT-made fixtures (lora_fixture.h), CPU f32. */
+static void t_fixtures(void **state) {
+  (void)state;
+  lm_backend *be;
+  assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
+  int checked = 0, fails = lm_fx_lora_check_all(FIXTURES, be, &checked);
+  lm_backend_destroy(be);
+  if (!checked) {
+    printf("  no LoRA fixtures under %s: skipped\n", FIXTURES);
+    skip();
+  }
+  assert_int_equal(fails, 0);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(t_residual_equals_merged), cmocka_unit_test(t_stacked),
-      cmocka_unit_test(t_patterns), cmocka_unit_test(t_refusals)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(t_residual_equals_merged),
+                                     cmocka_unit_test(t_stacked), cmocka_unit_test(t_patterns),
+                                     cmocka_unit_test(t_refusals), cmocka_unit_test(t_fixtures)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -70,6 +70,29 @@ int lm_fx_bound(const char *dir, const char *key, double *kl_max, double *argmax
   return ok ? 0 : -1;
 }
 
+int lm_fx_lora(const char *dir, char *base, size_t n, lm_fx_adapter *ad, int max) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/meta.json", dir);
+  json_t *j = json_load_file(p, 0, NULL);
+  json_t *b = json_object_get(j, "base"), *a = json_object_get(j, "adapters");
+  int k = -1;
+  if (json_is_string(b) && json_is_array(a) && (int)json_array_size(a) <= max) {
+    snprintf(base, n, "%s/%s", dir, json_string_value(b));
+    for (k = 0; k < (int)json_array_size(a); k++) {
+      json_t *e = json_array_get(a, (size_t)k), *pa = json_object_get(e, "path"),
+             *w = json_object_get(e, "weight");
+      if (!json_is_string(pa)) {
+        k = -1;
+        break;
+      }
+      snprintf(ad[k].path, sizeof ad[k].path, "%s/%s", dir, json_string_value(pa));
+      ad[k].weight = json_is_number(w) ? (float)json_number_value(w) : 1.0f;
+    }
+  }
+  json_decref(j);
+  return k;
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }

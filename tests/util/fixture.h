@@ -19,6 +19,15 @@ int lm_fx_has_weights(const char *dir);
 /* meta.json's tolerance.<key> ("bf16", "fp32"): mean_kl_max and argmax_agree_min. 0 when the
  * fixture has that bound, -1 otherwise. */
 int lm_fx_bound(const char *dir, const char *key, double *kl_max, double *argmax_min);
+/* A LoRA fixture (tools/oracle/gen_lora_fixtures.py): meta.json's base checkpoint folder and its
+ * adapters (folders and weights, at most max), as paths joined to dir. Returns the number of
+ * adapters, or -1 when dir is not one. */
+typedef struct lm_fx_adapter {
+  char path[1024];
+  float weight;
+} lm_fx_adapter;
+int lm_fx_lora(const char *dir, char *base, size_t n, lm_fx_adapter *ad, int max);
+
 /* Names of the fixture folders under dir holding a file `marker`, sorted; returns the count. */
 int lm_fx_list(const char *dir, const char *marker, char ***names);
 void lm_fx_free_list(char **names, int n);
