@@ -1,6 +1,7 @@
 /* cli_common.c — shared CLI helpers. */
 #include "cli/cli_common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -197,5 +198,30 @@ int lm_cli_encode_text(const char *verb, const char *model_dir, const char *text
   lm_tokenizer_free(tok);
   if (s) return fprintf(stderr, "lumen %s: %s\n", verb, lm_errmsg()), 1;
   *n = (int64_t)nn;
+  return 0;
+}
+
+/* 1 when dir holds anything (a missing directory is empty). */
+static int not_empty(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return errno != ENOENT;
+  struct dirent *e;
+  int any = 0;
+  while (!any && (e = readdir(d)))
+    any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  return any;
+}
+
+int lm_cli_check_out_dir(const char *verb, const char *src, const char *out, int force) {
+  struct stat a, b;
+  if (!stat(src, &a) && !stat(out, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    return fprintf(stderr, "lumen %s: OUT_DIR %s is the source directory\n", verb, out), 2;
+  if (!stat(out, &b) && !S_ISDIR(b.st_mode))
+    return fprintf(stderr, "lumen %s: %s exists and is not a directory\n", verb, out), 2;
+  if (!force && not_empty(out))
+    return fprintf(stderr, "lumen %s: %s is not empty (give --force to write into it)\n", verb,
+                   out),
+           2;
   return 0;
 }

@@ -61,4 +61,9 @@ int lm_cli_read_text(const char *flag, const char *path, char **out);
 int lm_cli_encode_text(const char *verb, const char *model_dir, const char *text, int32_t **ids,
                        int64_t *n);
 
+/* The output directory of a converting verb: not the source, and not a non-empty directory
+ * unless force (a mistyped OUT_DIR must not replace someone's checkpoint). 0, or 2 after
+ * printing why. */
+int lm_cli_check_out_dir(const char *verb, const char *src, const char *out, int force);
+
 #endif

@@ -78,33 +78,6 @@ static int check_kind(const lm_quantize_opts *o) {
   return 0;
 }
 
-/* 1 when dir holds anything (a missing directory is empty). */
-static int not_empty(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return errno != ENOENT;
-  struct dirent *e;
-  int any = 0;
-  while (!any && (e = readdir(d)))
-    any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-  closedir(d);
-  return any;
-}
-
-/* The output must not be the source, and writes into a non-empty directory only with --force:
- * a mistyped OUT_DIR must not replace someone's checkpoint. */
-static int check_out(const char *src, const char *out, int force) {
-  struct stat a, b;
-  if (!stat(src, &a) && !stat(out, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-    return fprintf(stderr, "lumen quantize: OUT_DIR %s is the source directory\n", out), 2;
-  if (!stat(out, &b) && !S_ISDIR(b.st_mode))
-    return fprintf(stderr, "lumen quantize: %s exists and is not a directory\n", out), 2;
-  if (!force && not_empty(out))
-    return fprintf(stderr, "lumen quantize: %s is not empty (give --force to write into it)\n",
-                   out),
-           2;
-  return 0;
-}
-
 /* --target-bpw and its flags against the manual ones. */
 static int check_target(const lm_cli_qtarget *q, int manual) {
   if (q->bpw <= 0) {
@@ -225,7 +198,7 @@ int lm_cli_quantize(int argc, char **argv) {
   }
   if (qt.preset) return measure_preset(&qt, optind == argc);
   if (optind != argc - 2) return fputs(quantize_help, stderr), 2;
-  if (check_kind(&o) || check_out(argv[optind], argv[optind + 1], force) ||
+  if (check_kind(&o) || lm_cli_check_out_dir("quantize", argv[optind], argv[optind + 1], force) ||
       check_target(&qt, manual))
     return 2;
   o.rules = rules;

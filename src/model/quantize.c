@@ -232,23 +232,6 @@ static lm_status add_layer(lm_st_writer *wr, q_plan *p, const lm_model *m, int l
   return LM_OK;
 }
 
-static lm_status copy_file(const char *src_dir, const char *dst_dir, const char *name) {
-  char a[4096], b[4096];
-  snprintf(a, sizeof a, "%s/%s", src_dir, name);
-  snprintf(b, sizeof b, "%s/%s", dst_dir, name);
-  FILE *in = fopen(a, "rb");
-  if (!in) return LM_OK; /* optional file */
-  FILE *out = fopen(b, "wb");
-  lm_status s = out ? LM_OK : LM_ERRF(LM_ERR_IO, "%s: cannot write", b);
-  char buf[65536];
-  size_t n;
-  while (!s && (n = fread(buf, 1, sizeof buf, in)) > 0)
-    if (fwrite(buf, 1, n, out) != n) s = LM_ERRF(LM_ERR_IO, "%s: write failed", b);
-  fclose(in);
-  if (out && fclose(out) && !s) s = LM_ERRF(LM_ERR_IO, "%s: write failed", b);
-  return s;
-}
-
 static lm_status write_config(const lm_model *m, const char *out_dir, const lm_quantize_opts *o,
                               json_t *overrides) {
   char path[4096];
@@ -266,6 +249,41 @@ static lm_status write_config(const lm_model *m, const char *out_dir, const lm_q
                     : LM_OK;
   json_decref(cfg);
   return s;
+}
+
+static lm_status copy_file(const char *src_dir, const char *dst_dir, const char *name) {
+  char a[4096], b[4096];
+  snprintf(a, sizeof a, "%s/%s", src_dir, name);
+  snprintf(b, sizeof b, "%s/%s", dst_dir, name);
+  FILE *in = fopen(a, "rb");
+  if (!in) return LM_OK; /* optional file */
+  FILE *out = fopen(b, "wb");
+  lm_status s = out ? LM_OK : LM_ERRF(LM_ERR_IO, "%s: cannot write", b);
+  char buf[65536];
+  size_t n;
+  while (!s && (n = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, n, out) != n) s = LM_ERRF(LM_ERR_IO, "%s: write failed", b);
+  fclose(in);
+  if (out && fclose(out) && !s) s = LM_ERRF(LM_ERR_IO, "%s: write failed", b);
+  return s;
+}
+
+lm_status lm_model_copy_side_files(const char *src_dir, const char *dst_dir, int with_config) {
+  /* the tokenizer, the templates, the generation defaults, the KV-cache plan (--kv-quant config) */
+  static const char *files[] = {"config.json",
+                                "tokenizer.json",
+                                "tokenizer_config.json",
+                                "generation_config.json",
+                                "chat_template.jinja",
+                                "chat_template.json",
+                                "special_tokens_map.json",
+                                "kv_config.json",
+                                "tokenizer.model",
+                                "processor_config.json",
+                                "preprocessor_config.json"};
+  for (size_t i = with_config ? 0 : 1; i < sizeof files / sizeof *files; i++)
+    LM_TRY(copy_file(src_dir, dst_dir, files[i]));
+  return LM_OK;
 }
 
 int lm_quantize_bits_ok(int bits) { return bits >= 2 && bits <= 8 && bits != 7; }
@@ -295,15 +313,8 @@ lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_qua
   if (!s) s = lm_st_writer_write(wr, path);
   if (!s && o->progress) o->progress(o->progress_ctx, m->cfg.n_layers + 1, m->cfg.n_layers + 1);
   if (!s) s = write_config(m, out_dir, o, p.overrides);
-  /* everything but the weights and config.json that describes the checkpoint: the tokenizer, the
-   * templates, the generation defaults, the KV-cache plan (--kv-quant config) */
-  static const char *extra[] = {"tokenizer.json",         "tokenizer_config.json",
-                                "generation_config.json", "chat_template.jinja",
-                                "chat_template.json",     "special_tokens_map.json",
-                                "kv_config.json",         "tokenizer.model",
-                                "processor_config.json",  "preprocessor_config.json"};
-  for (size_t i = 0; !s && i < sizeof extra / sizeof *extra; i++)
-    s = copy_file(m->dir, out_dir, extra[i]);
+  /* everything but the weights and config.json that describes the checkpoint */
+  if (!s) s = lm_model_copy_side_files(m->dir, out_dir, 0);
   lm_st_writer_free(wr);
   for (int i = 0; i < p.n; i++)
     free(p.items[i]);

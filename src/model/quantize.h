@@ -40,4 +40,9 @@ int lm_quantize_forced_bits(const char *module);
  * tokenizer / generation / chat-template files of the source. */
 lm_status lm_model_quantize(const lm_model *m, const char *out_dir, const lm_quantize_opts *o);
 
+/* Copies what a checkpoint holds besides its weights (the tokenizer, templates, generation
+ * defaults, kv_config.json; config.json too when with_config) from src_dir to dst_dir; files
+ * the source lacks are skipped. */
+lm_status lm_model_copy_side_files(const char *src_dir, const char *dst_dir, int with_config);
+
 #endif

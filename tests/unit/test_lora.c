@@ -22,9 +22,12 @@
 #include <sys/stat.h>
 
 #include "base/status.h"
+#include "io/safetensors.h"
 #include "io/st_writer.h"
 #include "model/forward.h"
+#include "model/logit_stats.h"
 #include "model/lora.h"
+#include "model/lora_merge.h"
 #include "tensor/dtype.h"
 #include "util/lora_fixture.h"
 
@@ -449,6 +452,59 @@ static void t_refusals(void **state) {
   free(t[0].a), free(t[0].b), free(big[0].a), free(big[0].b);
 }
 
+/* merge-lora into the bf16 embedded model and into its 4-bit copy: the merged checkpoint has
+ * the base's tensors (names, dtypes, shapes) and loads; the bf16 merge gives the runtime
+ * adapter's logits up to bf16 rounding of the merged weights, the 4-bit one up to quantizing
+ * them again (far closer to the adapter than the base is). */
+static void t_merge(void **state) {
+  (void)state;
+  static const char *bases[2] = {TINY, LM_SOURCE_DIR "/models/lumen-tiny-kjv-4bit"};
+  target t[3];
+  make_target(&t[0], 1, LM_LORA_Q, 4);
+  make_target(&t[1], 3, LM_LORA_GATE, 4);
+  make_target(&t[2], 8, LM_LORA_DOWN, 4);
+  write_adapter(TMP "/merge_src", 0, t, 3, LM_DT_F32, peft_cfg, NULL);
+  lm_backend *be;
+  assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
+  for (int q = 0; q < 2; q++) {
+    lm_model *m, *mm;
+    assert_int_equal(lm_model_load(bases[q], &m), LM_OK);
+    lm_lora *l;
+    assert_int_equal(lm_lora_load(m, TMP "/merge_src", 1.0f, &l), LM_OK);
+    const char *out = q ? TMP "/merged4" : TMP "/merged";
+    lm_status s = lm_lora_merge(m, &l, 1, out);
+    if (s) fprintf(stderr, "%s\n", lm_errmsg());
+    assert_int_equal(s, LM_OK);
+    assert_int_equal(lm_model_load(out, &mm), LM_OK);
+    assert_int_equal(lm_st_count(mm->st), lm_st_count(m->st));
+    for (size_t i = 0; i < lm_st_count(m->st); i++) {
+      const lm_st_tensor *a = lm_st_at(m->st, i), *b = lm_st_find(mm->st, a->name);
+      assert_non_null(b);
+      assert_int_equal(a->dtype, b->dtype);
+      assert_memory_equal(a->shape, b->shape, sizeof a->shape);
+    }
+    assert_int_equal(mm->quant.present, m->quant.present);
+    float *rt = run_model(m, be, &l, 1, ids, T, T, T),
+          *mg = run_model(mm, be, NULL, 0, ids, T, T, T),
+          *bs = run_model(m, be, NULL, 0, ids, T, T, T);
+    double k_merged, k_base;
+    int64_t agree;
+    lm_logits_kl(rt, mg, T, m->cfg.vocab_size, &k_merged, &agree);
+    lm_logits_kl(rt, bs, T, m->cfg.vocab_size, &k_base, &agree);
+    printf("  merge into %s: KL(adapter || merged) %.3g, KL(adapter || base) %.3g\n",
+           q ? "4-bit" : "bf16", k_merged, k_base);
+    assert_true(k_base > 0.05);
+    assert_true(q ? k_merged < 0.05 * k_base : k_merged < 1e-4);
+    free(rt), free(mg), free(bs);
+    lm_lora_free(l);
+    lm_model_free(mm);
+    lm_model_free(m);
+  }
+  lm_backend_destroy(be);
+  for (int i = 0; i < 3; i++)
+    free(t[i].a), free(t[i].b);
+}
+
 /* The PEFT-made fixtures (lora_fixture.h), CPU f32. */
 static void t_fixtures(void **state) {
   (void)state;
@@ -465,7 +521,10 @@ static void t_fixtures(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(t_residual_equals_merged),
-                                     cmocka_unit_test(t_stacked), cmocka_unit_test(t_patterns),
-                                     cmocka_unit_test(t_refusals), cmocka_unit_test(t_fixtures)};
+                                     cmocka_unit_test(t_stacked),
+                                     cmocka_unit_test(t_patterns),
+                                     cmocka_unit_test(t_refusals),
+                                     cmocka_unit_test(t_merge),
+                                     cmocka_unit_test(t_fixtures)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

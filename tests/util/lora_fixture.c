@@ -51,9 +51,9 @@ static int check_one(const char *name, const char *dir, lm_backend *be) {
     float *got = feed(m, be, set, na, tok, T, mode ? T / 2 : T);
     lm_fx_cmp c = got ? lm_fx_compare(ref, got, T, m->cfg.vocab_size) : (lm_fx_cmp){0};
     int ok = got && c.max_abs_diff <= 1e-3 * c.max_abs_ref && c.argmax_agree == T;
-    printf("  %-20s %-5s %-14s max|d|=%.3g (bound %.3g) argmax %lld/%lld %s\n", name,
-           be->ops->name, mode ? "prefill+decode" : "one pass", c.max_abs_diff,
-           1e-3 * c.max_abs_ref, (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
+    printf("  %-20s %-5s %-14s max|d|=%.3g (bound %.3g) argmax %lld/%lld %s\n", name, be->ops->name,
+           mode ? "prefill+decode" : "one pass", c.max_abs_diff, 1e-3 * c.max_abs_ref,
+           (long long)c.argmax_agree, (long long)T, ok ? "ok" : "FAIL");
     fails += !ok;
     free(got);
   }
