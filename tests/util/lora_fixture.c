@@ -40,6 +40,7 @@ static int check_one(const char *name, const char *dir, lm_backend *be) {
   int32_t *tok = NULL;
   float *ref = NULL;
   lm_status s = lm_model_load(base, &m);
+  if (!s) s = lm_model_prepare(m, be); /* a device backend holds its own copy */
   for (int k = 0; !s && k < na; k++)
     s = lm_lora_load(m, ad[k].path, ad[k].weight, &set[k]);
   int64_t T = s ? 0 : lm_fx_load(dir, m->cfg.vocab_size, &tok, &ref);
