@@ -245,6 +245,13 @@ typedef struct lm_engine_options {
    * speculative "draft" verify; it shares the backend, with caches of its own per request (not
    * counted in kv_budget). NULL: none. */
   const char *draft_model;
+  /* LoRA adapters (directories of PEFT or mlx-lm adapters) applied to every request, stacked:
+   * adapter i with weight adapter_weights[i] (NULL: 1 each); at most 8. Sessions' KV state files
+   * are refused while adapters are on (they are not keyed by them); the prefix cache is the
+   * engine's own, so nothing is reused across adapter sets. */
+  const char *const *adapters;
+  const float *adapter_weights;
+  int n_adapters;
 } lm_engine_options;
 
 /* Defaults as documented above. */

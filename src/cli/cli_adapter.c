@@ -37,3 +37,17 @@ void lm_cli_adapters_free(lm_cli_adapters *a) {
     a->set[i] = NULL;
   }
 }
+
+int lm_cli_adapters_engine(lm_cli_adapters *a, lm_engine_options *eo) {
+  for (int i = 0; i < a->n; i++) {
+    if (lm_lora_parse_arg(a->arg[i], a->dir[i], sizeof a->dir[i], &a->weight[i])) {
+      fprintf(stderr, "lumen: %s\n", lm_errmsg());
+      return 2;
+    }
+    a->dirs[i] = a->dir[i];
+  }
+  eo->adapters = a->n ? a->dirs : NULL;
+  eo->adapter_weights = a->n ? a->weight : NULL;
+  eo->n_adapters = a->n;
+  return 0;
+}

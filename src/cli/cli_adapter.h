@@ -3,6 +3,7 @@
 #ifndef LM_CLI_ADAPTER_H
 #define LM_CLI_ADAPTER_H
 
+#include "lumen.h"
 #include "model/lora.h"
 
 #define LM_CLI_MAX_ADAPTERS 8
@@ -10,7 +11,10 @@
 typedef struct lm_cli_adapters {
   const char *arg[LM_CLI_MAX_ADAPTERS];
   int n;
-  lm_lora *set[LM_CLI_MAX_ADAPTERS]; /* loaded by lm_cli_adapters_load */
+  lm_lora *set[LM_CLI_MAX_ADAPTERS];   /* loaded by lm_cli_adapters_load */
+  char dir[LM_CLI_MAX_ADAPTERS][4096]; /* the arguments split (lm_cli_adapters_engine) */
+  const char *dirs[LM_CLI_MAX_ADAPTERS];
+  float weight[LM_CLI_MAX_ADAPTERS];
 } lm_cli_adapters;
 
 /* Records one --adapter argument; 2 (after printing why) when there are too many. */
@@ -19,5 +23,8 @@ int lm_cli_adapters_add(lm_cli_adapters *a, const char *arg);
  * printing the error (nothing stays loaded). */
 int lm_cli_adapters_load(lm_cli_adapters *a, const lm_model *m);
 void lm_cli_adapters_free(lm_cli_adapters *a);
+/* Points the engine options at the recorded adapters (their directories and weights, which a
+ * keeps); 0, or 2 after printing why an argument is malformed. */
+int lm_cli_adapters_engine(lm_cli_adapters *a, lm_engine_options *eo);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_adapter.h"
 #include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "cli/cli_spec.h"
@@ -32,7 +33,9 @@ static const char *generate_help =
     "                   kv_config.json) or turboquant[:K:V] (full-attention layers);\n"
     "                   --kv-group G (64); --kv-config FILE;\n"
     "                   --kv-quant-start N (quantized caches stay plain until N tokens)\n"
-    "  --backend B      cpu (default); --precision f32|fast|bf16 (default f32); --threads N\n";
+    "  --backend B      cpu (default); --precision f32|fast|bf16 (default f32); --threads N\n"
+    "  --adapter DIR[@W] apply the LoRA adapter in DIR (PEFT or mlx-lm) with weight W (1);\n"
+    "                   repeat to stack several\n";
 
 /* What one generation prints: the ids, and per step its drafts and the tokens it gave. */
 typedef struct gen_out {
@@ -125,7 +128,7 @@ static int generate(lm_engine *e, const int32_t *ids, int64_t T, int64_t n, cons
   return rc;
 }
 
-enum { O_JSON = 0x100, O_SPEC, O_SPEC_TOKENS, O_KVQ, O_KVG, O_KVC, O_KVS };
+enum { O_JSON = 0x100, O_SPEC, O_SPEC_TOKENS, O_KVQ, O_KVG, O_KVC, O_KVS, O_ADAPTER };
 
 /* A count flag's value (>= lo), or -1 after printing why not. */
 static int64_t count_arg(const char *flag, const char *arg, int64_t lo) {
@@ -139,16 +142,25 @@ static int64_t count_arg(const char *flag, const char *arg, int64_t lo) {
 }
 
 int lm_cli_generate(int argc, char **argv) {
-  static const struct option lo[] = {
-      {"ids", 1, 0, 'i'},         {"tokens", 1, 0, 'n'},
-      {"backend", 1, 0, 'b'},     {"precision", 1, 0, 'P'},
-      {"threads", 1, 0, 't'},     {"grammar", 1, 0, 'g'},
-      {"json-schema", 1, 0, 'j'}, {"json", 0, 0, O_JSON},
-      {"spec", 1, 0, O_SPEC},     {"spec-tokens", 1, 0, O_SPEC_TOKENS},
-      {"kv-quant", 1, 0, O_KVQ},  {"kv-group", 1, 0, O_KVG},
-      {"kv-config", 1, 0, O_KVC}, {"kv-quant-start", 1, 0, O_KVS},
-      {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+  static const struct option lo[] = {{"ids", 1, 0, 'i'},
+                                     {"tokens", 1, 0, 'n'},
+                                     {"backend", 1, 0, 'b'},
+                                     {"precision", 1, 0, 'P'},
+                                     {"threads", 1, 0, 't'},
+                                     {"grammar", 1, 0, 'g'},
+                                     {"json-schema", 1, 0, 'j'},
+                                     {"json", 0, 0, O_JSON},
+                                     {"spec", 1, 0, O_SPEC},
+                                     {"spec-tokens", 1, 0, O_SPEC_TOKENS},
+                                     {"kv-quant", 1, 0, O_KVQ},
+                                     {"kv-group", 1, 0, O_KVG},
+                                     {"kv-config", 1, 0, O_KVC},
+                                     {"kv-quant-start", 1, 0, O_KVS},
+                                     {"adapter", 1, 0, O_ADAPTER},
+                                     {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
   const char *ids_s = NULL, *grammar_file = NULL, *schema_file = NULL;
+  lm_cli_adapters ad = {0};
   int64_t n = 16;
   int json = 0;
   lm_cli_spec spec = {0};
@@ -187,6 +199,9 @@ int lm_cli_generate(int argc, char **argv) {
       if ((x = count_arg("--kv-quant-start", optarg, 0)) < 0) return 2;
       eo.kv_quant_start = x;
       break;
+    case O_ADAPTER:
+      if (lm_cli_adapters_add(&ad, optarg)) return 2;
+      break;
     case 'h':
       fputs(generate_help, stdout);
       lm_cli_spec_help(stdout);
@@ -195,6 +210,7 @@ int lm_cli_generate(int argc, char **argv) {
     }
   }
   if (n < 1) return fprintf(stderr, "lumen generate: -n must be at least 1\n"), 2;
+  if (lm_cli_adapters_engine(&ad, &eo)) return 2;
   if (optind != argc - 1 || !ids_s) return fputs(generate_help, stderr), 2;
   if (grammar_file && schema_file)
     return fprintf(stderr, "lumen generate: --grammar and --json-schema cannot be used together\n"),

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "cli/cli.h"
+#include "cli/cli_adapter.h"
 #include "cli/cli_args.h"
 #include "cli/cli_progress.h"
 #include "cli/cli_common.h"
@@ -97,6 +98,8 @@ static const char *const usage =
     "                           or turboquant[:K:V] (full-attention layers; K 2/4/5/8, V 2-5)\n"
     "  --kv-group G             group size of --kv-quant 4/8 (64); --kv-config FILE for --kv-quant "
     "config\n"
+    "  --adapter DIR[@W]        a LoRA adapter (PEFT or mlx-lm) on every request, weight W (1);\n"
+    "                           repeat to stack several\n"
     "  --backend B              cpu or cuda (default: cuda when a GPU is present); --precision "
     "f32|fast|bf16; --threads N\n"
     "  --preset FILE            synthetic model of this config.json-shaped geometry (with "
@@ -135,7 +138,8 @@ enum {
   O_NOWEB,
   O_CORS,
   O_SPEC,
-  O_SPEC_TOKENS
+  O_SPEC_TOKENS,
+  O_ADAPTER
 };
 
 #define MAX_IDS 16
@@ -151,6 +155,7 @@ typedef struct serve_opts {
   int bits;
   unsigned long long wseed;
   lm_cli_spec spec;
+  lm_cli_adapters ad;
 } serve_opts;
 
 static int num(const char *flag, const char *arg, double lo, double hi, double *out) {
@@ -214,6 +219,7 @@ static int handle(serve_opts *o, int c, const char *arg) {
   case O_NOWEB: o->so.no_webui = 1; return 0;
   case O_SPEC: return lm_cli_spec_source(&o->spec, arg);
   case O_SPEC_TOKENS: return lm_cli_spec_tokens(&o->spec, arg);
+  case O_ADAPTER: return lm_cli_adapters_add(&o->ad, arg);
   case O_KVQ: o->so.kv_quant = arg; return 0;
   case O_KVC: o->so.kv_config = arg; return 0;
   case O_BACKEND: o->so.backend = arg; return 0;
@@ -264,9 +270,10 @@ static int parse(serve_opts *o, int argc, char **argv, int *done) {
                           {"cors", 1, 0, O_CORS},
                           {"spec", 1, 0, O_SPEC},
                           {"spec-tokens", 1, 0, O_SPEC_TOKENS},
+                          {"adapter", 1, 0, O_ADAPTER},
                           {"verbose", 0, 0, 'v'},
                           {"help", 0, 0, 'h'}};
-  int n = 35;
+  int n = 36;
   if (lm_cli_sampling_options(lo, n, 64) < 0) return 2;
   *done = 0;
   optind = 1;
@@ -394,6 +401,10 @@ static int serve(serve_opts *o, const sigset_t *set) {
   o->so.model_dir = dir;
   o->so.speculative = o->spec.source;
   o->so.draft_model = o->spec.draft;
+  lm_engine_options eo_ad;
+  if (lm_cli_adapters_engine(&o->ad, &eo_ad)) goto done;
+  o->so.adapters = eo_ad.adapters, o->so.adapter_weights = eo_ad.adapter_weights;
+  o->so.n_adapters = eo_ad.n_adapters;
   o->so.speculative_tokens = o->spec.source ? lm_cli_spec_engine_tokens(&o->spec) : o->spec.tokens;
   o->so.sampling = &samp;
   /* served as every --model-id, and always as the model's own name */

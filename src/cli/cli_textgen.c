@@ -39,7 +39,8 @@ enum {
   OPT_GRAMMAR,
   OPT_JSON_SCHEMA,
   OPT_SPEC,
-  OPT_SPEC_TOKENS
+  OPT_SPEC_TOKENS,
+  OPT_ADAPTER
 };
 
 void lm_cli_textgen_opts_init(lm_cli_textgen_opts *o) {
@@ -77,6 +78,9 @@ void lm_cli_textgen_help(FILE *f) {
       "                           then reuses the saved tokens it begins with\n"
       "  --save-state FILE        save the session (caches, tokens) after the response (atomic "
       "write)\n"
+      "  --adapter DIR[@W]        apply the LoRA adapter in DIR (PEFT or mlx-lm) with weight W "
+      "(1);\n"
+      "                           repeat to stack several (not with --save-state/--load-state)\n"
       "  -v, --verbose            print the seed, the sampling settings and the stop reason on "
       "stderr\n",
       f);
@@ -118,6 +122,7 @@ static int handle_opt(lm_cli_textgen_opts *o, int c, const char *arg) {
   case OPT_JSON_SCHEMA: o->schema_file = arg; return 0;
   case OPT_SPEC: return lm_cli_spec_source(&o->spec, arg);
   case OPT_SPEC_TOKENS: return lm_cli_spec_tokens(&o->spec, arg);
+  case OPT_ADAPTER: return lm_cli_adapters_add(&o->ad, arg);
   case 'v': o->verbose = 1; return 0;
   case 'n':
     return lm_cli_sampling_handle(&o->samp, lm_cli_sampling_opt("max-tokens"), arg) == 1 ? 0 : 2;
@@ -152,10 +157,11 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
                           {"grammar", 1, 0, OPT_GRAMMAR},
                           {"json-schema", 1, 0, OPT_JSON_SCHEMA},
                           {"spec", 1, 0, OPT_SPEC},
-                          {"spec-tokens", 1, 0, OPT_SPEC_TOKENS}};
+                          {"spec-tokens", 1, 0, OPT_SPEC_TOKENS},
+                          {"adapter", 1, 0, OPT_ADAPTER}};
   int c;
   *done = 0;
-  if (lm_cli_sampling_options(lo, 23, 64) < 0) { /* the table outgrew lo */
+  if (lm_cli_sampling_options(lo, 24, 64) < 0) { /* the table outgrew lo */
     *done = 1;
     return fputs("lumen: internal error: too many flags\n", stderr), 2;
   }
@@ -180,6 +186,11 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
       *done = 1;
       return 2;
     }
+  }
+  lm_engine_options unused;
+  if (lm_cli_adapters_engine(&o->ad, &unused)) { /* splits PATH@WEIGHT once, here */
+    *done = 1;
+    return 2;
   }
   return 0;
 }
@@ -218,6 +229,9 @@ static int make_engine(lm_cli_textgen *t) {
   eo.kv_quant_start = o->kv_quant_start;
   eo.speculative_tokens = lm_cli_spec_engine_tokens(&o->spec);
   eo.draft_model = o->spec.draft;
+  eo.adapters = o->ad.n ? o->ad.dirs : NULL;
+  eo.adapter_weights = o->ad.n ? o->ad.weight : NULL;
+  eo.n_adapters = o->ad.n;
   lm_cli_progress pr;
   lm_cli_progress_start(&pr, "loading the weights", 0, "B");
   eo.on_load = lm_cli_progress_cb;

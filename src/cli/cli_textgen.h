@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "cli/cli_adapter.h"
 #include "cli/cli_common.h"
 #include "cli/cli_sampling.h"
 #include "cli/cli_spec.h"
@@ -29,6 +30,7 @@ typedef struct lm_cli_textgen_opts {
   const char *chat_template;              /* --chat-template FILE: instead of the checkpoint's */
   const char *grammar_file, *schema_file; /* --grammar FILE (GBNF), --json-schema FILE */
   lm_cli_spec spec;                       /* --spec, --spec-tokens */
+  lm_cli_adapters ad;                     /* --adapter */
   int verbose;
 } lm_cli_textgen_opts;
 

@@ -61,6 +61,8 @@ struct lm_engine {
   int32_t *stop_sorted;       /* the checkpoint's stop ids, sorted (constraints read them) */
   int32_t n_stop;
   struct lm_spec_draft *draft; /* lm_engine_options.draft_model, loaded (NULL: none) */
+  struct lm_lora *lora[8];     /* lm_engine_options.adapters, loaded */
+  int n_lora;
 };
 
 #endif

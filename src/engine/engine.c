@@ -11,6 +11,7 @@
 #include "engine/spec_draft.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
+#include "model/lora.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -69,6 +70,10 @@ static lm_status check_options(const lm_engine_options *o) {
   if (o->speculative_tokens < 0 || o->speculative_tokens > LM_SPEC_MAX_TOKENS)
     return LM_ERRF(LM_ERR_INVALID, "speculative tokens must be 0..%d (got %d)", LM_SPEC_MAX_TOKENS,
                    o->speculative_tokens);
+  if (o->n_adapters < 0 || o->n_adapters > 8 || (o->n_adapters && !o->adapters))
+    return LM_ERRF(LM_ERR_INVALID, "adapters: 0..8 directories (got %d)", o->n_adapters);
+  for (int i = 0; i < o->n_adapters; i++)
+    if (!o->adapters[i]) return LM_ERRF(LM_ERR_INVALID, "adapter %d: no directory", i);
   return LM_OK;
 }
 
@@ -137,6 +142,18 @@ static void plan_summary(const lm_engine *e, char *buf, size_t n) {
   }
 }
 
+/* The adapters of the options, loaded onto the checkpoint's model (the scheduler's forward
+ * prepares them for the backend when it attaches them). */
+static lm_status load_adapters(lm_engine *e, const lm_engine_options *o) {
+  for (int i = 0; i < o->n_adapters; i++) {
+    float w = o->adapter_weights ? o->adapter_weights[i] : 1.0f;
+    LM_TRY(lm_lora_load(e->ck->m, o->adapters[i], w, &e->lora[i]));
+    e->n_lora = i + 1;
+  }
+  e->o.adapters = NULL, e->o.adapter_weights = NULL; /* the caller's strings are not kept */
+  return LM_OK;
+}
+
 static lm_status start_sched(lm_engine *e, int64_t budget) {
   const lm_checkpoint *ck = e->ck;
   lm_sched_opts so = {.parallel = e->o.parallel,
@@ -152,7 +169,9 @@ static lm_status start_sched(lm_engine *e, int64_t budget) {
                       .keep_special = ck->keep,
                       .n_keep_special = ck->n_keep,
                       .spec_tokens = e->o.speculative_tokens,
-                      .draft = e->draft};
+                      .draft = e->draft,
+                      .lora = e->lora,
+                      .n_lora = e->n_lora};
   LM_TRY(lm_sched_create(ck->m, e->be, ck->tok, &so, &e->sched));
   return lm_sched_start(e->sched);
 }
@@ -234,6 +253,7 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
   if (!s) s = make_constraints(e);
   if (!s && o->draft_model)
     s = lm_spec_draft_open(o->draft_model, e->be, ck->m, e->o.chunk, &e->draft);
+  if (!s) s = load_adapters(e, o);
   if (!s) s = start_sched(e, budget);
   if (s) {
     lm_engine_free(e);
@@ -251,6 +271,8 @@ void lm_engine_free(lm_engine *e) {
   lm_grammar_cache_free(e->grammars); /* grammars still held by requests live on */
   free(e->stop_sorted);
   lm_backend_destroy(e->be);
+  for (int i = 0; i < e->n_lora; i++) /* after the backend: its copies go with it */
+    lm_lora_free(e->lora[i]);
   free(e->specs);
   free(e->kv_quant);
   free(e->kv_config);

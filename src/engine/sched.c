@@ -212,6 +212,7 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   if (!st && o->prompt_cache > 0)
     st = lm_prompt_cache_create(o->kv_budget, o->prompt_cache, &s->pc);
   if (!st) st = lm_forward_create(m, be, s->max_step, s->max_rows, &s->fw);
+  if (!st) st = lm_forward_set_adapters(s->fw, o->lora, o->n_lora);
   /* the CPU backend's forward already keeps every core busy: its masks stay in the sampling */
   if (!st && strcmp(be->ops->name, "cpu") != 0) {
     s->prep_cons = calloc((size_t)o->parallel, sizeof *s->prep_cons);
@@ -974,6 +975,7 @@ static lm_status do_logits(lm_sched *s, sched_cmd *c) {
   int64_t V = s->m->cfg.vocab_size;
   lm_status st = lm_kv_set_create(s->be, s->specs, s->m->cfg.n_caches, &kv);
   if (!st) st = lm_forward_create(s->m, s->be, C, C, &f);
+  if (!st) st = lm_forward_set_adapters(f, s->o.lora, s->o.n_lora);
   if (!st) st = lm_forward_feed(f, kv, c->ids, P, C, c->out);
   if (!st && c->n > P) st = lm_forward_feed(f, kv, c->ids + P, c->n - P, 1, c->out + P * V);
   lm_forward_free(f);
@@ -981,10 +983,20 @@ static lm_status do_logits(lm_sched *s, sched_cmd *c) {
   return st;
 }
 
+/* A state file records the model's fingerprint, not the adapters the caches were made with:
+ * saving or loading one under adapters could hand a session another model's caches. */
+static lm_status no_state_with_adapters(const char *what) {
+  return LM_ERRF(LM_ERR_UNSUPPORTED,
+                 "%s state: KV state files are not keyed by LoRA adapters; run without --adapter "
+                 "to use them",
+                 what);
+}
+
 lm_status lm_sched_save_state(lm_sched *s, const int32_t *ids, int64_t n, const char *path,
                               int64_t *saved) {
   if (saved) *saved = 0;
   if (!path || n < 1 || !ids) return LM_ERRF(LM_ERR_INVALID, "save state: no path or no tokens");
+  if (s->o.n_lora) return no_state_with_adapters("save");
   sched_cmd c = {.run = do_save, .ids = ids, .n = n, .path = path};
   LM_TRY(command(s, &c));
   if (saved) *saved = c.got_n;
@@ -995,6 +1007,7 @@ lm_status lm_sched_load_state(lm_sched *s, const char *path, int32_t **ids, int6
   if (ids) *ids = NULL;
   if (n) *n = 0;
   if (!path) return LM_ERRF(LM_ERR_INVALID, "load state: no path");
+  if (s->o.n_lora) return no_state_with_adapters("load");
   sched_cmd c = {.run = do_load, .path = path};
   LM_TRY(command(s, &c));
   if (ids)

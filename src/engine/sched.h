@@ -87,6 +87,8 @@ typedef struct lm_sched_opts {
   int32_t n_keep_special;
   int spec_tokens; /* the most drafts a job may verify per step (0: jobs do not speculate) */
   struct lm_spec_draft *draft; /* the draft model jobs with spec_draft use (borrowed), or NULL */
+  struct lm_lora *const *lora; /* adapters on every step (borrowed), and their count */
+  int n_lora;
 } lm_sched_opts;
 
 /* The public counters (lumen.h) are the scheduler's. */

@@ -58,7 +58,9 @@ static lm_status merge_module(lm_lora *const *set, int n, const lm_weight *w, in
     return LM_ERRF(LM_ERR_UNSUPPORTED, "merge-lora: %s is not a .weight tensor", w->name);
   for (int i = 0; i < 3; i++)
     snprintf(out->names[i], sizeof out->names[i], "%.*s%s", (int)(len - 7), w->name,
-             i == 0 ? ".weight" : i == 1 ? ".scales" : ".biases");
+             i == 0   ? ".weight"
+             : i == 1 ? ".scales"
+                      : ".biases");
   int64_t rb = lm_weight_row_bytes(w), ng = w->bits ? w->cols / w->group : 0;
   size_t ss = w->bits ? lm_dtype_size(w->sdtype) : 0;
   if (w->dtype != LM_DT_F32 && w->dtype != LM_DT_BF16 && w->dtype != LM_DT_F16 && !w->bits)
@@ -115,8 +117,8 @@ static lm_status add_tensors(const lm_model *m, lm_st_writer *wr, const merged *
     const lm_st_tensor *t = lm_st_at(m->st, i);
     int which = 0;
     const merged *x = find(mg, n, t->name, &which);
-    LM_TRY(lm_st_writer_add(wr, t->name, t->dtype, t->ndim, t->shape,
-                            x ? x->data[which] : t->data));
+    LM_TRY(
+        lm_st_writer_add(wr, t->name, t->dtype, t->ndim, t->shape, x ? x->data[which] : t->data));
   }
   return LM_OK;
 }
@@ -141,9 +143,9 @@ lm_status lm_lora_merge(const lm_model *m, lm_lora *const *set, int n, const cha
   snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
   size_t shards;
   if (!s)
-    s = lm_st_file_count(m->st) > 1 ? lm_st_writer_write_sharded(wr, out_dir, (uint64_t)5 << 30,
-                                                                 &shards)
-                                    : lm_st_writer_write(wr, path);
+    s = lm_st_file_count(m->st) > 1
+            ? lm_st_writer_write_sharded(wr, out_dir, (uint64_t)5 << 30, &shards)
+            : lm_st_writer_write(wr, path);
   /* the layout is the base's: its config.json describes the merged checkpoint as it is */
   if (!s) s = lm_model_copy_side_files(m->dir, out_dir, 1);
   lm_st_writer_free(wr);

@@ -74,6 +74,9 @@ static lm_status make_engine(lm_server *s) {
   eo.on_load_ctx = o->on_load_ctx;
   eo.speculative_tokens = o->speculative_tokens;
   eo.draft_model = o->draft_model;
+  eo.adapters = o->adapters;
+  eo.adapter_weights = o->adapter_weights;
+  eo.n_adapters = o->n_adapters;
   LM_TRY(lm_engine_create(s->ck, &eo, &s->e));
   lm_engine_describe(s->e, &s->ei);
   return o->speculative ? check_speculative(s) : LM_OK;

@@ -68,6 +68,10 @@ typedef struct lm_server_opts {
   const char *speculative;
   int speculative_tokens;
   const char *draft_model; /* lm_engine_options.draft_model (--spec draft:DIR) */
+  /* lm_engine_options.adapters: LoRA adapters on every request (--adapter) */
+  const char *const *adapters;
+  const float *adapter_weights;
+  int n_adapters;
 } lm_server_opts;
 
 void lm_server_opts_init(lm_server_opts *o);

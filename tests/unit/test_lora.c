@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "base/status.h"
+#include "lumen.h"
 #include "io/safetensors.h"
 #include "io/st_writer.h"
 #include "model/forward.h"
@@ -505,6 +506,47 @@ static void t_merge(void **state) {
     free(t[i].a), free(t[i].b);
 }
 
+/* The engine with adapters (what run, chat, generate and serve take with --adapter): its
+ * logits are the forward's with the adapter attached, bit for bit; KV state files are refused
+ * (they are not keyed by adapters); a missing adapter fails the engine's creation. */
+static void t_engine(void **state) {
+  (void)state;
+  target t[2];
+  make_target(&t[0], 2, LM_LORA_Q, 4);
+  make_target(&t[1], 5, LM_LORA_UP, 4);
+  write_adapter(TMP "/eng", 0, t, 2, LM_DT_F32, peft_cfg, NULL);
+  lm_checkpoint *ck;
+  assert_int_equal(lm_checkpoint_open(TINY, &ck), LM_OK);
+  lm_engine_options eo;
+  lm_engine_options_init(&eo);
+  eo.backend = "cpu", eo.precision = "f32", eo.kv_budget = -1;
+  const char *dirs[2] = {TMP "/eng", TMP "/nope"};
+  float w[1] = {0.75f};
+  eo.adapters = dirs, eo.adapter_weights = w, eo.n_adapters = 1;
+  lm_engine *e;
+  assert_int_equal(lm_engine_create(ck, &eo, &e), LM_OK);
+  int64_t n = T * g_m->cfg.vocab_size;
+  float *got = malloc((size_t)n * sizeof(float));
+  assert_int_equal(lm_engine_logits(e, ids, T, T, T, got), LM_OK);
+  lm_backend *be;
+  assert_int_equal(lm_backend_cpu_create(LM_PRECISION_F32, 0, &be), LM_OK);
+  lm_lora *l;
+  assert_int_equal(lm_lora_load(g_m, TMP "/eng", 0.75f, &l), LM_OK);
+  float *want = run(be, &l, 1, T);
+  assert_memory_equal(got, want, (size_t)n * sizeof(float));
+  assert_int_equal(lm_engine_save_state(e, ids, T, TMP "/s.lmkv", NULL), LM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(lm_errmsg(), "adapters"));
+  lm_engine_free(e);
+  eo.n_adapters = 2, eo.adapter_weights = NULL;
+  assert_int_equal(lm_engine_create(ck, &eo, &e), LM_ERR_NOT_FOUND);
+  lm_checkpoint_free(ck);
+  lm_lora_free(l);
+  lm_backend_destroy(be);
+  free(got), free(want);
+  for (int i = 0; i < 2; i++)
+    free(t[i].a), free(t[i].b);
+}
+
 /* The PEFT-made fixtures (lora_fixture.h), CPU f32. */
 static void t_fixtures(void **state) {
   (void)state;
@@ -525,6 +567,7 @@ int main(void) {
                                      cmocka_unit_test(t_patterns),
                                      cmocka_unit_test(t_refusals),
                                      cmocka_unit_test(t_merge),
+                                     cmocka_unit_test(t_engine),
                                      cmocka_unit_test(t_fixtures)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
