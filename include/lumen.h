@@ -247,8 +247,8 @@ typedef struct lm_engine_options {
   const char *draft_model;
   /* LoRA adapters (directories of PEFT or mlx-lm adapters) applied to every request, stacked:
    * adapter i with weight adapter_weights[i] (NULL: 1 each); at most 8. Sessions' KV state files
-   * are refused while adapters are on (they are not keyed by them); the prefix cache is the
-   * engine's own, so nothing is reused across adapter sets. */
+   * are refused while adapters are on (they are not keyed by them), and so is speculative
+   * decoding; the prefix cache is the engine's own, so nothing is reused across adapter sets. */
   const char *const *adapters;
   const float *adapter_weights;
   int n_adapters;

@@ -288,7 +288,12 @@ void lm_lora_free(lm_lora *l) {
 }
 
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be) {
-  for (int i = 0; be->ops->prepare_weight && i < l->n_mods; i++) {
+  if (!be->ops->prepare_weight) return LM_OK; /* the backend reads the matrices in place */
+  if (l->prepared && l->prepared != be)
+    return LM_ERRF(LM_ERR_INVALID, "adapter %s: its matrices live on another %s backend", l->dir,
+                   be->ops->name);
+  l->prepared = be;
+  for (int i = 0; i < l->n_mods; i++) {
     if (!l->mods[i].a.backend) LM_TRY(be->ops->prepare_weight(be, &l->mods[i].a));
     if (!l->mods[i].b.backend) LM_TRY(be->ops->prepare_weight(be, &l->mods[i].b));
   }

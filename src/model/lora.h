@@ -47,6 +47,7 @@ typedef struct lm_lora {
   int max_rank;
   int n_mods;
   lm_lora_module *mods;
+  lm_backend *prepared; /* the device backend holding its copies (lm_lora_prepare), or NULL */
 } lm_lora;
 
 /* Loads the adapter in dir for model m (its format from the files present) with weight w. */
@@ -57,7 +58,9 @@ void lm_lora_free(lm_lora *l);
  * bench --adapter-rank), scale 1; the values come from seed. */
 lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **out);
 
-/* Makes the adapter's matrices usable by be (prepare_weight where the backend has one). */
+/* Makes the adapter's matrices usable by be (prepare_weight where the backend has one). A
+ * backend that keeps its own copies holds the adapter's: attaching it to another such backend
+ * is LM_ERR_INVALID (load the adapter again for that one). */
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be);
 
 /* The module of l adapting (layer, kind), or NULL. */

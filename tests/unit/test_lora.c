@@ -508,7 +508,8 @@ static void t_merge(void **state) {
 
 /* The engine with adapters (what run, chat, generate and serve take with --adapter): its
  * logits are the forward's with the adapter attached, bit for bit; KV state files are refused
- * (they are not keyed by adapters); a missing adapter fails the engine's creation. */
+ * (they are not keyed by adapters), and so is speculative decoding; a missing adapter fails the
+ * engine's creation. */
 static void t_engine(void **state) {
   (void)state;
   target t[2];
@@ -537,6 +538,10 @@ static void t_engine(void **state) {
   assert_int_equal(lm_engine_save_state(e, ids, T, TMP "/s.lmkv", NULL), LM_ERR_UNSUPPORTED);
   assert_non_null(strstr(lm_errmsg(), "adapters"));
   lm_engine_free(e);
+  eo.speculative_tokens = 2; /* verification's exactness is not established through adapters */
+  assert_int_equal(lm_engine_create(ck, &eo, &e), LM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(lm_errmsg(), "speculative"));
+  eo.speculative_tokens = 0;
   eo.n_adapters = 2, eo.adapter_weights = NULL;
   assert_int_equal(lm_engine_create(ck, &eo, &e), LM_ERR_NOT_FOUND);
   lm_checkpoint_free(ck);
