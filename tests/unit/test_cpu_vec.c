@@ -131,8 +131,9 @@ static void t_position_free(void **st) {
   }
 }
 
-/* dots and axpys against plain loops (float sums in another order: a relative 1e-5), and a
- * key's score the same whichever of a tile's places it takes. */
+/* dots and axpys against plain loops (float sums in another order: a relative 1e-5), a key's
+ * score the same whichever of a tile's places it takes, and the two-head forms (dots2, axpys2)
+ * giving each head the bits of its own call. */
 static void t_attention_loops(void **st) {
   (void)st;
   const lm_cpu_vec *t[3];
@@ -167,6 +168,24 @@ static void t_attention_loops(void **st) {
         want += (double)p[j] * kv[j][d];
       assert_true(fabs(acc[d] - want) < 1e-5);
     }
+    if (!t[i]->dots2) continue;
+    /* two heads at once: each head's bits are those of its own call */
+    static float q1[HD], accb[HD], acc2a[HD], acc2b[HD];
+    float p1[NK], sa[NK], sb[NK], s1b[NK];
+    fill(q1, HD, -1.0f, 1.0f, 7);
+    for (int j = 0; j < NK; j++)
+      p1[j] = 0.03f * (float)(NK - j);
+    t[i]->dots2(q, q1, k, NK, HD, 0.5f, sa, sb);
+    t[i]->dots(q1, k, NK, HD, 0.5f, s1b);
+    assert_memory_equal(sa, s, sizeof s);
+    assert_memory_equal(sb, s1b, sizeof sb);
+    memcpy(acc2a, acc0, sizeof acc2a);
+    memcpy(acc2b, acc0, sizeof acc2b);
+    memcpy(accb, acc0, sizeof accb);
+    t[i]->axpys2(acc2a, 0.75f, p, acc2b, 0.5f, p1, k, NK, HD);
+    t[i]->axpys(accb, 0.5f, p1, k, NK, HD);
+    assert_memory_equal(acc2a, acc, sizeof acc);
+    assert_memory_equal(acc2b, accb, sizeof accb);
   }
 }
 

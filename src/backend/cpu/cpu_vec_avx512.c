@@ -203,11 +203,118 @@ LM_AVX512 static void axpys_512(float *acc, float r, const float *p, const float
   }
 }
 
+/* dots_512 for two heads over the same keys: each key vector is loaded once for both, and each
+ * head's chains are dots_512's (four keys at a time, then lm_dot512), so its scores are the
+ * bits of its own call. */
+LM_AVX512 static void dots2_512(const float *q0, const float *q1, const float *const *k, int n,
+                                int hd, float scale, float *s0, float *s1) {
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float *k0 = k[j], *k1 = k[j + 1], *k2 = k[j + 2], *k3 = k[j + 3];
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) {
+      __m512 qa = _mm512_loadu_ps(q0 + d), qb = _mm512_loadu_ps(q1 + d);
+      __m512 v0 = _mm512_loadu_ps(k0 + d), v1 = _mm512_loadu_ps(k1 + d);
+      __m512 v2 = _mm512_loadu_ps(k2 + d), v3 = _mm512_loadu_ps(k3 + d);
+      a0 = _mm512_fmadd_ps(qa, v0, a0);
+      b0 = _mm512_fmadd_ps(qb, v0, b0);
+      a1 = _mm512_fmadd_ps(qa, v1, a1);
+      b1 = _mm512_fmadd_ps(qb, v1, b1);
+      a2 = _mm512_fmadd_ps(qa, v2, a2);
+      b2 = _mm512_fmadd_ps(qb, v2, b2);
+      a3 = _mm512_fmadd_ps(qa, v3, a3);
+      b3 = _mm512_fmadd_ps(qb, v3, b3);
+    }
+    if (d < hd) {
+      __mmask16 m = lm_mask16(hd - d);
+      __m512 qa = _mm512_maskz_loadu_ps(m, q0 + d), qb = _mm512_maskz_loadu_ps(m, q1 + d);
+      __m512 v0 = _mm512_maskz_loadu_ps(m, k0 + d), v1 = _mm512_maskz_loadu_ps(m, k1 + d);
+      __m512 v2 = _mm512_maskz_loadu_ps(m, k2 + d), v3 = _mm512_maskz_loadu_ps(m, k3 + d);
+      a0 = _mm512_fmadd_ps(qa, v0, a0);
+      b0 = _mm512_fmadd_ps(qb, v0, b0);
+      a1 = _mm512_fmadd_ps(qa, v1, a1);
+      b1 = _mm512_fmadd_ps(qb, v1, b1);
+      a2 = _mm512_fmadd_ps(qa, v2, a2);
+      b2 = _mm512_fmadd_ps(qb, v2, b2);
+      a3 = _mm512_fmadd_ps(qa, v3, a3);
+      b3 = _mm512_fmadd_ps(qb, v3, b3);
+    }
+    s0[j] = _mm512_reduce_add_ps(a0) * scale;
+    s0[j + 1] = _mm512_reduce_add_ps(a1) * scale;
+    s0[j + 2] = _mm512_reduce_add_ps(a2) * scale;
+    s0[j + 3] = _mm512_reduce_add_ps(a3) * scale;
+    s1[j] = _mm512_reduce_add_ps(b0) * scale;
+    s1[j + 1] = _mm512_reduce_add_ps(b1) * scale;
+    s1[j + 2] = _mm512_reduce_add_ps(b2) * scale;
+    s1[j + 3] = _mm512_reduce_add_ps(b3) * scale;
+  }
+  for (; j < n; j++) {
+    s0[j] = lm_dot512(q0, k[j], hd) * scale;
+    s1[j] = lm_dot512(q1, k[j], hd) * scale;
+  }
+}
+
+/* axpys_512 for two heads over the same values: each value vector is loaded once for both, and
+ * each head's accumulator takes exactly axpys_512's steps (64 columns in four registers, then
+ * masked 16-column tails). */
+LM_AVX512 static void axpys2_512(float *acc0, float r0, const float *p0, float *acc1, float r1,
+                                 const float *p1, const float *const *v, int n, int hd) {
+  __m512 ra = _mm512_set1_ps(r0), rb = _mm512_set1_ps(r1);
+  int d = 0;
+  for (; d + 64 <= hd; d += 64) {
+    __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d), ra);
+    __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d + 16), ra);
+    __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d + 32), ra);
+    __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d + 48), ra);
+    __m512 b0 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d), rb);
+    __m512 b1 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d + 16), rb);
+    __m512 b2 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d + 32), rb);
+    __m512 b3 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d + 48), rb);
+    for (int j = 0; j < n; j++) {
+      __m512 pa = _mm512_set1_ps(p0[j]), pb = _mm512_set1_ps(p1[j]);
+      const float *vj = v[j] + d;
+      __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16);
+      __m512 v2 = _mm512_loadu_ps(vj + 32), v3 = _mm512_loadu_ps(vj + 48);
+      a0 = _mm512_fmadd_ps(pa, v0, a0);
+      b0 = _mm512_fmadd_ps(pb, v0, b0);
+      a1 = _mm512_fmadd_ps(pa, v1, a1);
+      b1 = _mm512_fmadd_ps(pb, v1, b1);
+      a2 = _mm512_fmadd_ps(pa, v2, a2);
+      b2 = _mm512_fmadd_ps(pb, v2, b2);
+      a3 = _mm512_fmadd_ps(pa, v3, a3);
+      b3 = _mm512_fmadd_ps(pb, v3, b3);
+    }
+    _mm512_storeu_ps(acc0 + d, a0);
+    _mm512_storeu_ps(acc0 + d + 16, a1);
+    _mm512_storeu_ps(acc0 + d + 32, a2);
+    _mm512_storeu_ps(acc0 + d + 48, a3);
+    _mm512_storeu_ps(acc1 + d, b0);
+    _mm512_storeu_ps(acc1 + d + 16, b1);
+    _mm512_storeu_ps(acc1 + d + 32, b2);
+    _mm512_storeu_ps(acc1 + d + 48, b3);
+  }
+  for (; d < hd; d += 16) {
+    __mmask16 m = lm_mask16(hd - d);
+    __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc0 + d), ra);
+    __m512 b = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc1 + d), rb);
+    for (int j = 0; j < n; j++) {
+      __m512 vj = _mm512_maskz_loadu_ps(m, v[j] + d);
+      a = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), vj, a);
+      b = _mm512_fmadd_ps(_mm512_set1_ps(p1[j]), vj, b);
+    }
+    _mm512_mask_storeu_ps(acc0 + d, m, a);
+    _mm512_mask_storeu_ps(acc1 + d, m, b);
+  }
+}
+
 const lm_cpu_vec lm_cpu_vec_avx512 = {.name = "avx512",
                                       .geglu = geglu_512,
                                       .softcap = softcap_512,
                                       .dots = dots_512,
                                       .exps = exps_512,
                                       .softmax_tile = softmax_tile_512,
-                                      .axpys = axpys_512};
+                                      .axpys = axpys_512,
+                                      .dots2 = dots2_512,
+                                      .axpys2 = axpys2_512};
 #endif
