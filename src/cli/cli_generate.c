@@ -210,7 +210,8 @@ int lm_cli_generate(int argc, char **argv) {
     }
   }
   if (n < 1) return fprintf(stderr, "lumen generate: -n must be at least 1\n"), 2;
-  if (lm_cli_adapters_engine(&ad, &eo)) return 2;
+  if (lm_cli_adapters_parse(&ad)) return 2;
+  lm_cli_adapters_options(&ad, &eo);
   if (optind != argc - 1 || !ids_s) return fputs(generate_help, stderr), 2;
   if (grammar_file && schema_file)
     return fprintf(stderr, "lumen generate: --grammar and --json-schema cannot be used together\n"),

@@ -401,10 +401,10 @@ static int serve(serve_opts *o, const sigset_t *set) {
   o->so.model_dir = dir;
   o->so.speculative = o->spec.source;
   o->so.draft_model = o->spec.draft;
-  lm_engine_options eo_ad;
-  if (lm_cli_adapters_engine(&o->ad, &eo_ad)) goto done;
-  o->so.adapters = eo_ad.adapters, o->so.adapter_weights = eo_ad.adapter_weights;
-  o->so.n_adapters = eo_ad.n_adapters;
+  if (lm_cli_adapters_parse(&o->ad)) goto done;
+  o->so.adapters = o->ad.n ? o->ad.dirs : NULL;
+  o->so.adapter_weights = o->ad.n ? o->ad.weight : NULL;
+  o->so.n_adapters = o->ad.n;
   o->so.speculative_tokens = o->spec.source ? lm_cli_spec_engine_tokens(&o->spec) : o->spec.tokens;
   o->so.sampling = &samp;
   /* served as every --model-id, and always as the model's own name */

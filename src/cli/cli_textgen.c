@@ -187,8 +187,7 @@ int lm_cli_textgen_parse(lm_cli_textgen_opts *o, int argc, char **argv, const ch
       return 2;
     }
   }
-  lm_engine_options unused;
-  if (lm_cli_adapters_engine(&o->ad, &unused)) { /* splits PATH@WEIGHT once, here */
+  if (lm_cli_adapters_parse(&o->ad)) {
     *done = 1;
     return 2;
   }
@@ -229,9 +228,7 @@ static int make_engine(lm_cli_textgen *t) {
   eo.kv_quant_start = o->kv_quant_start;
   eo.speculative_tokens = lm_cli_spec_engine_tokens(&o->spec);
   eo.draft_model = o->spec.draft;
-  eo.adapters = o->ad.n ? o->ad.dirs : NULL;
-  eo.adapter_weights = o->ad.n ? o->ad.weight : NULL;
-  eo.n_adapters = o->ad.n;
+  lm_cli_adapters_options(&o->ad, &eo);
   lm_cli_progress pr;
   lm_cli_progress_start(&pr, "loading the weights", 0, "B");
   eo.on_load = lm_cli_progress_cb;

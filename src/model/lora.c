@@ -75,9 +75,7 @@ static lm_status parse_name(const char *name, int peft, lora_name *out) {
                  out->module, strstr(end + 1, "expert") ? " (not MoE experts)" : "");
 }
 
-/* The model's weight for (layer, kind); NULL where the layer has none (PLE kinds without PLE, k/v
- * of a KV-shared layer, v of a k_eq_v layer). */
-static const lm_weight *base_of(const lm_model *m, int layer, lm_lora_kind k) {
+const lm_weight *lm_lora_target(const lm_model *m, int layer, lm_lora_kind k) {
   const lm_layer_weights *L = &m->layers[layer];
   const lm_weight *w[LM_LORA_KINDS] = {&L->q,  &L->k,    &L->v,        &L->o,       &L->gate,
                                        &L->up, &L->down, &L->ple_gate, &L->ple_proj};
@@ -97,6 +95,26 @@ static float elem(const lm_st_tensor *t, int64_t i) {
   return t->dtype == LM_DT_BF16 ? lm_bf16_to_f32(h) : lm_f16_to_f32(h);
 }
 
+/* A module's two matrices (a [r][in], b [out][r], dense f32) allocated and viewed as weights. */
+static lm_status alloc_matrices(lm_lora_module *md, int64_t r, int64_t in, int64_t out) {
+  md->a_data = malloc((size_t)(r * in) * sizeof(float));
+  md->b_data = malloc((size_t)(out * r) * sizeof(float));
+  if (!md->a_data || !md->b_data) return LM_ERRF(LM_ERR_NOMEM, "out of memory for an adapter");
+  md->a = (lm_weight){.name = "lora_A",
+                      .rows = r,
+                      .cols = in,
+                      .expert_rows = r,
+                      .dtype = LM_DT_F32,
+                      .data = md->a_data};
+  md->b = (lm_weight){.name = "lora_B",
+                      .rows = out,
+                      .cols = r,
+                      .expert_rows = out,
+                      .dtype = LM_DT_F32,
+                      .data = md->b_data};
+  return LM_OK;
+}
+
 typedef struct pending {
   lora_name name;
   const lm_st_tensor *t[2]; /* A, B */
@@ -114,7 +132,7 @@ static lm_status build_module(const lm_model *m, const lm_lora_cfg *c, const pen
   if (nm->layer >= m->cfg.n_layers)
     return LM_ERRF(LM_ERR_INVALID, "adapter target %s: the model has %lld layers", nm->module,
                    (long long)m->cfg.n_layers);
-  const lm_weight *w = base_of(m, nm->layer, nm->kind);
+  const lm_weight *w = lm_lora_target(m, nm->layer, nm->kind);
   if (!w)
     return LM_ERRF(LM_ERR_INVALID, "adapter target %s: layer %d of this model has no such module",
                    nm->module, nm->layer);
@@ -135,27 +153,13 @@ static lm_status build_module(const lm_model *m, const lm_lora_cfg *c, const pen
   float scale;
   LM_TRY(lm_lora_cfg_scale(c, nm->module, (int)r, &scale));
   out->layer = nm->layer, out->kind = nm->kind, out->rank = (int)r, out->scale = scale;
-  out->a_data = malloc((size_t)(r * in) * sizeof(float));
-  out->b_data = malloc((size_t)(bo * r) * sizeof(float));
-  if (!out->a_data || !out->b_data) return LM_ERRF(LM_ERR_NOMEM, "out of memory for an adapter");
+  LM_TRY(alloc_matrices(out, r, in, bo));
   for (int64_t i = 0; i < r; i++)
     for (int64_t j = 0; j < in; j++)
       out->a_data[i * in + j] = elem(A, c->peft ? i * in + j : j * r + i);
   for (int64_t i = 0; i < bo; i++)
     for (int64_t j = 0; j < r; j++)
       out->b_data[i * r + j] = elem(B, c->peft ? i * r + j : j * bo + i) * scale * weight;
-  out->a = (lm_weight){.name = "lora_A",
-                       .rows = r,
-                       .cols = in,
-                       .expert_rows = r,
-                       .dtype = LM_DT_F32,
-                       .data = out->a_data};
-  out->b = (lm_weight){.name = "lora_B",
-                       .rows = bo,
-                       .cols = r,
-                       .expert_rows = bo,
-                       .dtype = LM_DT_F32,
-                       .data = out->b_data};
   return LM_OK;
 }
 
@@ -231,27 +235,13 @@ lm_status lm_lora_load(const lm_model *m, const char *dir, float weight, lm_lora
 static lm_status synth_module(const lm_weight *w, int layer, lm_lora_kind k, int r, uint64_t seed,
                               lm_lora_module *out) {
   out->layer = layer, out->kind = k, out->rank = r, out->scale = 1.0f;
-  out->a_data = malloc((size_t)(r * w->cols) * sizeof(float));
-  out->b_data = malloc((size_t)(w->rows * r) * sizeof(float));
-  if (!out->a_data || !out->b_data) return LM_ERRF(LM_ERR_NOMEM, "out of memory for an adapter");
+  LM_TRY(alloc_matrices(out, r, w->cols, w->rows));
   float sa = 1.0f / sqrtf((float)w->cols), sb = 0.01f;
   uint64_t stream = (uint64_t)layer * LM_LORA_KINDS + (uint64_t)k;
   for (int64_t i = 0; i < r * w->cols; i++)
     out->a_data[i] = sa * (2.0f * lm_rng_uniform(seed, 2 * stream, (uint64_t)i) - 1.0f);
   for (int64_t i = 0; i < w->rows * r; i++)
     out->b_data[i] = sb * (2.0f * lm_rng_uniform(seed, 2 * stream + 1, (uint64_t)i) - 1.0f);
-  out->a = (lm_weight){.name = "lora_A",
-                       .rows = r,
-                       .cols = w->cols,
-                       .expert_rows = r,
-                       .dtype = LM_DT_F32,
-                       .data = out->a_data};
-  out->b = (lm_weight){.name = "lora_B",
-                       .rows = w->rows,
-                       .cols = r,
-                       .expert_rows = w->rows,
-                       .dtype = LM_DT_F32,
-                       .data = out->b_data};
   return LM_OK;
 }
 
@@ -269,8 +259,8 @@ lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **ou
   lm_status s = LM_OK;
   for (int layer = 0; layer < L && !s; layer++)
     for (int k = LM_LORA_Q; k <= LM_LORA_DOWN && !s; k++) {
-      const lm_weight *w = base_of(m, layer, (lm_lora_kind)k);
-      if (!w || ((k == LM_LORA_K || k == LM_LORA_V) && m->cfg.layers[layer].kv_shared)) continue;
+      const lm_weight *w = lm_lora_target(m, layer, (lm_lora_kind)k); /* NULL: k/v shared */
+      if (!w) continue;
       s = synth_module(w, layer, (lm_lora_kind)k, rank, seed, &l->mods[l->n_mods++]);
     }
   if (s) return lm_lora_free(l), s;

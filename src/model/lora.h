@@ -63,6 +63,10 @@ lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **ou
  * is LM_ERR_INVALID (load the adapter again for that one). */
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be);
 
+/* The model's weight an adapter of (layer, kind) adapts; NULL where the layer has none (the
+ * per-layer-input kinds without PLE, k and v of a KV-shared layer, v of a k_eq_v layer). */
+const lm_weight *lm_lora_target(const lm_model *m, int layer, lm_lora_kind kind);
+
 /* The module of l adapting (layer, kind), or NULL. */
 const lm_lora_module *lm_lora_find(const lm_lora *l, int layer, lm_lora_kind kind);
 

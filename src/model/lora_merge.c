@@ -24,12 +24,21 @@ typedef struct merged {
   void *data[3];
 } merged;
 
-/* Adds Σ over the set of B A to row r of w (f32, dequantized). */
-static void add_delta(lm_lora *const *set, int n, const lm_weight *w, int layer, int kind,
-                      int64_t r, float *row) {
+/* The set's modules adapting (layer, kind): mods[0..*n). */
+static void modules_at(lm_lora *const *set, int n, int layer, int kind, const lm_lora_module **mods,
+                       int *nm) {
+  *nm = 0;
   for (int i = 0; i < n; i++) {
     const lm_lora_module *md = lm_lora_find(set[i], layer, (lm_lora_kind)kind);
-    if (!md || md->b.rows != w->rows) continue;
+    if (md) mods[(*nm)++] = md;
+  }
+}
+
+/* Adds Σ B A of the modules to row r of w (f32, dequantized). */
+static void add_delta(const lm_lora_module *const *mods, int n, const lm_weight *w, int64_t r,
+                      float *row) {
+  for (int i = 0; i < n; i++) {
+    const lm_lora_module *md = mods[i];
     const float *b = md->b_data + r * md->rank;
     for (int k = 0; k < md->rank; k++) {
       const float *a = md->a_data + (int64_t)k * w->cols;
@@ -49,8 +58,8 @@ static void store(void *dst, lm_dtype dt, int64_t c, float v) {
     ((uint16_t *)dst)[c] = lm_f32_to_f16(v);
 }
 
-/* The merged payload of (layer, kind)'s weight w, in w's layout. */
-static lm_status merge_module(lm_lora *const *set, int n, const lm_weight *w, int layer, int kind,
+/* The merged payload of weight w with the modules mods[0..nm) adapting it, in w's layout. */
+static lm_status merge_module(const lm_lora_module *const *mods, int nm, const lm_weight *w,
                               merged *out) {
   out->w = w;
   size_t len = strlen(w->name);
@@ -76,7 +85,7 @@ static lm_status merge_module(lm_lora *const *set, int n, const lm_weight *w, in
                     : LM_ERRF(LM_ERR_NOMEM, "out of memory merging %s", w->name);
   for (int64_t r = 0; !s && r < w->rows; r++) {
     lm_weight_dequant_row(w, 0, r, row);
-    add_delta(set, n, w, layer, kind, r, row);
+    add_delta(mods, nm, w, r, row);
     uint8_t *dst = (uint8_t *)out->data[0] + r * rb;
     if (!w->bits) {
       for (int64_t c = 0; c < w->cols; c++)
@@ -91,13 +100,6 @@ static lm_status merge_module(lm_lora *const *set, int n, const lm_weight *w, in
   }
   free(row), free(sc), free(bi);
   return s;
-}
-
-static const lm_weight *module_weight(const lm_model *m, int layer, int kind) {
-  const lm_layer_weights *L = &m->layers[layer];
-  const lm_weight *w[LM_LORA_KINDS] = {&L->q,  &L->k,    &L->v,        &L->o,       &L->gate,
-                                       &L->up, &L->down, &L->ple_gate, &L->ple_proj};
-  return w[kind];
 }
 
 /* The merged module whose tensor is named `name`, and which of its tensors; NULL if none. */
@@ -125,6 +127,7 @@ static lm_status add_tensors(const lm_model *m, lm_st_writer *wr, const merged *
 
 lm_status lm_lora_merge(const lm_model *m, lm_lora *const *set, int n, const char *out_dir) {
   if (!m->st) return LM_ERRF(LM_ERR_INVALID, "merge-lora: the base must be a checkpoint on disk");
+  if (n < 0 || n > 8) return LM_ERRF(LM_ERR_INVALID, "merge-lora: 0..8 adapters (got %d)", n);
   if (mkdir(out_dir, 0755) && errno != EEXIST)
     return LM_ERRF(LM_ERR_IO, "%s: cannot create", out_dir);
   int cap = (int)m->cfg.n_layers * LM_LORA_KINDS, nm = 0;
@@ -133,10 +136,10 @@ lm_status lm_lora_merge(const lm_model *m, lm_lora *const *set, int n, const cha
   lm_status s = mg ? lm_st_writer_create(&wr) : LM_ERRF(LM_ERR_NOMEM, "out of memory");
   for (int l = 0; !s && l < m->cfg.n_layers; l++)
     for (int k = 0; !s && k < LM_LORA_KINDS; k++) {
-      int any = 0;
-      for (int i = 0; i < n; i++)
-        any |= lm_lora_find(set[i], l, (lm_lora_kind)k) != NULL;
-      if (any) s = merge_module(set, n, module_weight(m, l, k), l, k, &mg[nm++]);
+      const lm_lora_module *mods[8];
+      int nmods;
+      modules_at(set, n, l, k, mods, &nmods);
+      if (nmods) s = merge_module(mods, nmods, lm_lora_target(m, l, (lm_lora_kind)k), &mg[nm++]);
     }
   if (!s) s = add_tensors(m, wr, mg, nm);
   char path[4096];

@@ -17,18 +17,6 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Teacher-forced logits of the calibration tokens, into out [T][V]. */
-static lm_status calib_logits(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
-                              float *out) {
-  lm_kv_spec specs[m->cfg.n_caches + 1];
-  lm_model_kv_specs(m, specs);
-  lm_kv_set *kv = NULL;
-  lm_status s = lm_kv_set_create(be, specs, m->cfg.n_caches, &kv);
-  if (!s) s = lm_forward_feed(f, kv, o->ids, o->n_ids, o->chunk, out);
-  lm_kv_set_free(kv);
-  return s;
-}
-
 /* How a measurement is compared with the reference. On the host, against the reference's
  * distributions computed once (lm_logits_ref); or, when the backend has logits_kl, on the
  * backend against the reference's logits kept there, so that a measurement brings back T
@@ -62,14 +50,19 @@ static lm_status on_rows(void *arg, int64_t first, lm_tensor lg) {
   return LM_OK;
 }
 
-static lm_status calib_rows(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
-                            const judge *j, int keep) {
+/* Teacher-forces the calibration tokens through the model as it is now: their logits into out
+ * [T][V] (host), or, with j, left on the backend for on_rows (keep: copied aside as j's
+ * reference; else compared with it). */
+static lm_status calib(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
+                       float *out, const judge *j, int keep) {
   lm_kv_spec specs[m->cfg.n_caches + 1];
   lm_model_kv_specs(m, specs);
   lm_kv_set *kv = NULL;
   rows_ctx c = {be, j, keep};
   lm_status s = lm_kv_set_create(be, specs, m->cfg.n_caches, &kv);
-  if (!s) s = lm_forward_feed_rows(f, kv, o->ids, o->n_ids, o->chunk, on_rows, &c);
+  if (!s)
+    s = j ? lm_forward_feed_rows(f, kv, o->ids, o->n_ids, o->chunk, on_rows, &c)
+          : lm_forward_feed(f, kv, o->ids, o->n_ids, o->chunk, out);
   lm_kv_set_free(kv);
   return s;
 }
@@ -101,12 +94,12 @@ static lm_status judge_init(lm_model *m, lm_backend *be, const lm_qsweep_opts *o
     j->kl = dev_f32(be, T, 1, &s);
     j->kl_rows = s ? NULL : malloc((size_t)T * sizeof(float));
     if (!s && !j->kl_rows) s = LM_ERRF(LM_ERR_NOMEM, "out of memory");
-    if (!s) s = calib_rows(m, be, o, f, j, 1);
+    if (!s) s = calib(m, be, o, f, NULL, j, 1);
   } else {
     float *ref = malloc((size_t)(T * V) * sizeof(float));
     j->got = ref ? malloc((size_t)(T * V) * sizeof(float)) : NULL;
     if (!j->got) s = LM_ERRF(LM_ERR_NOMEM, "out of memory for the calibration logits");
-    if (!s) s = calib_logits(m, be, o, f, ref);
+    if (!s) s = calib(m, be, o, f, ref, NULL, 0);
     if (!s && lm_logits_ref_init(&j->host, ref, T, V))
       s = LM_ERRF(LM_ERR_NOMEM, "out of memory for the reference distributions");
     free(ref);
@@ -120,7 +113,7 @@ static lm_status judge_init(lm_model *m, lm_backend *be, const lm_qsweep_opts *o
 static lm_status judge_run(lm_model *m, lm_backend *be, const lm_qsweep_opts *o, lm_forward *f,
                            judge *j, double *kl, lm_qsweep *t) {
   double t0 = now();
-  lm_status s = j->dev ? calib_rows(m, be, o, f, j, 0) : calib_logits(m, be, o, f, j->got);
+  lm_status s = j->dev ? calib(m, be, o, f, NULL, j, 0) : calib(m, be, o, f, j->got, NULL, 0);
   double t1 = now();
   t->s_forward += t1 - t0;
   LM_TRY(s);

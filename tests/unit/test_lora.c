@@ -51,10 +51,7 @@ static const char *const paths[LM_LORA_KINDS] = {
     "mlp.down_proj",    "per_layer_input_gate", "per_layer_projection"};
 
 static const lm_weight *base_w(int layer, int kind) {
-  const lm_layer_weights *L = &g_m->layers[layer];
-  const lm_weight *w[] = {&L->q,  &L->k,    &L->v,        &L->o,       &L->gate,
-                          &L->up, &L->down, &L->ple_gate, &L->ple_proj};
-  return w[kind];
+  return lm_lora_target(g_m, layer, (lm_lora_kind)kind);
 }
 
 /* A module an adapter targets, with its raw matrices (PEFT layout: A [r][in], B [out][r]). */

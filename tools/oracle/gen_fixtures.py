@@ -1556,6 +1556,30 @@ def dir_bytes(d):
     return n
 
 
+
+def run_fixtures(fixtures, only, ctx, summary):
+    """Runs each (name, fn) of fixtures (those named in `only`, when given) on ctx, a line per
+    fixture; a failure prints its traceback and the next one runs. Returns (results, failed,
+    timings) keyed by name: fn's result, the error text, the seconds taken."""
+    results, failed, timings = {}, {}, {}
+    for name, fn in fixtures:
+        if only and name not in only:
+            continue
+        t0 = time.time()
+        print(f"[{name}] ...", flush=True)
+        try:
+            r = fn(ctx)
+            results[name] = r
+            timings[name] = time.time() - t0
+            print(f"[ok] {summary(r)} ({timings[name]:.1f}s)", flush=True)
+        except Exception as e:
+            timings[name] = time.time() - t0
+            failed[name] = f"{type(e).__name__}: {e}"[:300]
+            print(f"[FAILED] {name}: {type(e).__name__}: {e}", flush=True)
+            traceback.print_exc()
+            sys.stderr.flush()
+    return results, failed, timings
+
 def main(argv=None):
     argv = list(sys.argv if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1594,24 +1618,8 @@ def main(argv=None):
     print(f"lumen fixtures -> {args.out} ({versions()}, device {args.device})", flush=True)
     if L.unified_error:
         print(f"note: gemma4_unified unavailable: {L.unified_error}", flush=True)
-    results, failed, timings = {}, {}, {}
     t_all = time.time()
-    for name, fn in FIXTURES:
-        if args.only and name not in args.only:
-            continue
-        t0 = time.time()
-        print(f"[{name}] ...", flush=True)
-        try:
-            r = fn(ctx)
-            results[name] = r
-            timings[name] = time.time() - t0
-            print(f"[ok] {summary_line(r)} ({timings[name]:.1f}s)", flush=True)
-        except Exception as e:
-            timings[name] = time.time() - t0
-            failed[name] = f"{type(e).__name__}: {e}"[:300]
-            print(f"[FAILED] {name}: {type(e).__name__}: {e}", flush=True)
-            traceback.print_exc()
-            sys.stderr.flush()
+    results, failed, timings = run_fixtures(FIXTURES, args.only, ctx, summary_line)
     tab = table(results, failed, timings)
     total = dir_bytes(args.out)
     foot = (f"\ntotal {total / 1e6:.2f} MB in {args.out}; {len(results)} ok, {len(failed)} failed; "

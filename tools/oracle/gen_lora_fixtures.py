@@ -1052,25 +1052,9 @@ def main(argv=None):
     ctx = Ctx(args.out, args.device, argv, fixtures, tmp)
     print(f"lumen LoRA fixtures -> {args.out} (bases from {fixtures}; {versions()}, device "
           f"{args.device})", flush=True)
-    results, failed, timings = {}, {}, {}
     t_all = time.time()
     try:
-        for name, fn in FIXTURES:
-            if args.only and name not in args.only:
-                continue
-            t0 = time.time()
-            print(f"[{name}] ...", flush=True)
-            try:
-                r = fn(ctx)
-                results[name] = r
-                timings[name] = time.time() - t0
-                print(f"[ok] {summary_line(r)} ({timings[name]:.1f}s)", flush=True)
-            except Exception as e:
-                timings[name] = time.time() - t0
-                failed[name] = f"{type(e).__name__}: {e}"[:300]
-                print(f"[FAILED] {name}: {type(e).__name__}: {e}", flush=True)
-                traceback.print_exc()
-                sys.stderr.flush()
+        results, failed, timings = gf.run_fixtures(FIXTURES, args.only, ctx, summary_line)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     tab = table(results, failed, timings)

@@ -260,12 +260,16 @@ static int cuda_supports_cache(lm_backend *be, const char *sig) {
 
 /* The device copy of the TurboQuant tables: per value width 2..5 a row of 32 centroids and
  * one of 32 boundaries (floats), then the sign vectors of head dims 64, 128, 256, 512 (int8). */
-enum { TQ_ROW = 32, TQ_WIDTHS = 4, TQ_SIGNS_AT = 2 * TQ_WIDTHS * TQ_ROW * 4 };
+enum {
+  TQ_ROW = 32,
+  TQ_WIDTHS = 4,
+  TQ_SIGNS_AT = 2 * TQ_WIDTHS * TQ_ROW * 4,
+  TQ_BYTES = TQ_SIGNS_AT + 64 + 128 + 256 + 512
+};
 static const int tq_dims[] = {64, 128, 256, 512};
 
 static lm_status upload_tq_tables(lm_cuda_ctx *c) {
-  const size_t bytes = TQ_SIGNS_AT + 64 + 128 + 256 + 512;
-  uint8_t host[TQ_SIGNS_AT + 64 + 128 + 256 + 512] = {0};
+  uint8_t host[TQ_BYTES] = {0};
   float *f = (float *)host;
   for (int v = 2; v <= 5; v++) {
     lm_tq_params p;
@@ -280,8 +284,8 @@ static lm_status upload_tq_tables(lm_cuda_ctx *c) {
     memcpy(host + at, p.signs, (size_t)tq_dims[i]);
     at += (size_t)tq_dims[i];
   }
-  LM_TRY(lm_cuda_malloc(c, bytes, LM_CUDA_WORKSPACE, "turboquant tables", &c->tq_tables));
-  LM_CU(cudaMemcpy(c->tq_tables, host, bytes, cudaMemcpyHostToDevice));
+  LM_TRY(lm_cuda_malloc(c, TQ_BYTES, LM_CUDA_WORKSPACE, "turboquant tables", &c->tq_tables));
+  LM_CU(cudaMemcpy(c->tq_tables, host, TQ_BYTES, cudaMemcpyHostToDevice));
   return LM_OK;
 }
 
