@@ -75,9 +75,41 @@ typedef enum lm_mm_epilogue {
                     */
 } lm_mm_epilogue;
 
-/* out = x · Wᵀ (+ out if accumulate). `expert` selects a matrix of a stacked weight. With an
- * epilogue (never with accumulate), `other` is [rows][out.cols] and must not alias out; w2
- * (LM_EPI_GLU_PAIR only) has W's shape and format. */
+/* LoRA (model/lora_bank.h): each row of a step adds the low-rank products of up to
+ * LM_LORA_PICKS mounted adapters, its own list. A module's table has an entry per mount slot
+ * (rank 0: that adapter does not adapt the module); a row's picks name slots (-1 ends the list).
+ * Tables, picks and the matrices are backend memory, read when the op runs (a replayed plan
+ * sees what is mounted now); a and b are in the activation dtype. */
+#define LM_LORA_PICKS 8
+typedef struct lm_lora_ent {
+  const void *a, *b; /* a [rank][in], b [out][rank] (the adapter's scale folded into b) */
+  int32_t rank, pad;
+} lm_lora_ent;
+typedef struct lm_lora_pick {
+  int32_t slot; /* -1: no more picks */
+  float weight; /* folded into the module's t */
+} lm_lora_pick;
+/* One module's low-rank path in a step: t [T][LM_LORA_PICKS * rank_stride] f32 holds pick j's
+ * weight · A x at column j * rank_stride (lm_lora_shrink_args), and the module's product adds
+ * Σ_j B_j t_j to its rows before any epilogue (lm_matmul_args.lora). */
+typedef struct lm_lora_io {
+  const lm_lora_ent *tab;    /* [mount slots] */
+  const lm_lora_pick *picks; /* [T][LM_LORA_PICKS], the step's rows */
+  lm_tensor t;
+  int rank_stride;
+} lm_lora_io;
+
+/* t = weight · A x of every row's picks for n (1..3) modules that read the same x. */
+typedef struct lm_lora_shrink_args {
+  lm_tensor x;
+  int n;
+  lm_lora_io io[3];
+} lm_lora_shrink_args;
+
+/* out = x · Wᵀ (+ out if accumulate), plus the rows' LoRA terms (lora), then the epilogue.
+ * `expert` selects a matrix of a stacked weight. With an epilogue (never with accumulate),
+ * `other` is [rows][out.cols] and must not alias out; w2 (LM_EPI_GLU_PAIR only) has W's shape
+ * and format, and lora2 is its LoRA path. */
 typedef struct lm_matmul_args {
   lm_tensor out, x;
   const lm_weight *w, *w2;
@@ -85,6 +117,7 @@ typedef struct lm_matmul_args {
   int accumulate;
   lm_mm_epilogue epilogue;
   lm_tensor other;
+  const lm_lora_io *lora, *lora2; /* NULL: none */
 } lm_matmul_args;
 
 /* out = RMSNorm(x) * w (w NULL: no learned scale), per row over cols; in place allowed.
@@ -267,6 +300,8 @@ typedef struct lm_backend_ops {
    * (lumen quantize's sweep) brings back a float per row instead of the rows; NULL: the
    * caller downloads the rows and compares them on the host */
   lm_status (*logits_kl)(lm_backend *be, const lm_logits_kl_args *a);
+  /* (optional: NULL for a backend without LoRA; matmul then refuses lora) */
+  lm_status (*lora_shrink)(lm_backend *be, const lm_lora_shrink_args *a);
   /* steps (optional, between begin_step and end_step): NULL means the forward calls
    * st->issue itself. release_plans drops every plan of `owner` before it is freed. */
   lm_status (*run_step)(lm_backend *be, const lm_step_fn *st);
@@ -331,12 +366,36 @@ static inline lm_status lm_matmul_glu_pair(lm_backend *be, const lm_matmul_args 
   g.w2 = NULL;
   g.epilogue = LM_EPI_NONE;
   g.other = (lm_tensor){0};
+  g.lora2 = NULL;
   lm_status s = mm(be, &g);
   if (s != LM_OK) return s;
   u.w = a->w2;
   u.w2 = NULL;
   u.epilogue = LM_EPI_GLU_OTHER;
+  u.lora = a->lora2;
+  u.lora2 = NULL;
   return mm(be, &u);
+}
+
+/* A product with a LoRA path as the ops it is defined by: the plain product through `mm`, the
+ * LoRA terms added by `expand` (out += Σ_j B_j t_j per row), then the epilogue through `geglu`
+ * (a pair: each half so, as lm_matmul_glu_pair). What a backend runs where its kernels do not
+ * take the LoRA terms. */
+static inline lm_status lm_matmul_lora_split(lm_backend *be, const lm_matmul_args *a,
+                                             lm_status (*mm)(lm_backend *, const lm_matmul_args *),
+                                             lm_status (*expand)(lm_backend *, lm_tensor out,
+                                                                 const lm_lora_io *io)) {
+  if (a->epilogue == LM_EPI_GLU_PAIR) return lm_matmul_glu_pair(be, a, be->ops->matmul);
+  lm_matmul_args p = *a;
+  p.epilogue = LM_EPI_NONE;
+  p.other = (lm_tensor){0};
+  p.lora = p.lora2 = NULL;
+  lm_status s = mm(be, &p);
+  if (s == LM_OK && a->lora) s = expand(be, a->out, a->lora);
+  if (s != LM_OK || a->epilogue == LM_EPI_NONE) return s;
+  lm_geglu_args g = {.out = a->out, .gate = a->other, .up = a->out};
+  if (a->epilogue == LM_EPI_GLU_SELF) g.gate = a->out, g.up = a->other;
+  return be->ops->geglu(be, &g);
 }
 
 #endif

@@ -20,6 +20,9 @@ struct lm_batch {
   lm_kv_set *const *kv; /* [n_seqs] */
   int32_t n_logits;
   const int32_t *logit_rows; /* [n_logits] token indices whose logits are wanted */
+  /* [n_seqs][LM_LORA_PICKS] each sequence's LoRA adapters (mount slots; slot -1 ends a list),
+   * or NULL: every sequence runs the forward's default adapters (model/lora_bank.h) */
+  const struct lm_lora_pick *lora;
 };
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "model/lora.h"
+#include "model/lora_bank.h"
 
 typedef struct lm_forward_ws {
   lm_tensor x;            /* [T][H] residual stream */
@@ -36,14 +37,9 @@ struct lm_forward {
   lm_forward_ws ws;
   void *arena;
   int64_t arena_bytes;
-  int *has_sharers; /* [n_caches] */
-  /* adapters (lm_forward_set_adapters): site[(layer * LM_LORA_KINDS + kind) * n_lora + i] is
-   * adapter i's module there, or NULL; lora_t [max_tokens][max rank] holds A x */
-  int n_lora;
-  const lm_lora_module **site;
-  lm_tensor lora_t;
-  void *lora_mem;
-  uint64_t lora_gen; /* changes with the set: part of the key of a captured plan */
+  int *has_sharers;      /* [n_caches] */
+  lm_lora_bank *lora;    /* mounted adapters (created with the first), or NULL */
+  uint64_t lora_variant; /* the step's (lm_lora_bank_begin): part of a captured plan's key */
 };
 
 typedef struct prep {
@@ -207,46 +203,42 @@ lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_token
   return LM_OK;
 }
 
-static void lora_clear(lm_forward *f) {
-  if (f->lora_mem) f->be->ops->free(f->be, f->lora_mem);
-  free(f->site);
-  f->site = NULL, f->lora_mem = NULL, f->n_lora = 0;
-  f->lora_t = (lm_tensor){0};
+static lm_status lora_bank(lm_forward *f) {
+  return f->lora ? LM_OK : lm_lora_bank_create(f->m, f->be, f->max_tokens, &f->lora);
+}
+
+lm_status lm_forward_mount_adapter(lm_forward *f, int slot, lm_lora *l) {
+  if (!l && !f->lora) return LM_OK;
+  LM_TRY(lora_bank(f));
+  return lm_lora_bank_mount(f->lora, slot, l);
+}
+
+lm_status lm_forward_default_adapters(lm_forward *f, const int *slots, int n) {
+  if (n > LM_LORA_PICKS)
+    return LM_ERRF(LM_ERR_INVALID, "%d adapters stacked (at most %d)", n, LM_LORA_PICKS);
+  if (!n && !f->lora) return LM_OK;
+  LM_TRY(lora_bank(f));
+  lm_lora_bank_set_default(f->lora, slots, n);
+  return LM_OK;
 }
 
 lm_status lm_forward_set_adapters(lm_forward *f, lm_lora *const *set, int n) {
-  lora_clear(f);
-  f->lora_gen++;
-  if (n <= 0) return LM_OK;
-  int L = f->m->cfg.n_layers, rmax = 0;
+  if (n > LM_LORA_PICKS)
+    return LM_ERRF(LM_ERR_INVALID, "%d adapters stacked (at most %d)", n, LM_LORA_PICKS);
+  int slots[LM_LORA_PICKS];
+  for (int i = 0; f->lora && i < LM_ADAPTER_MOUNT_MAX; i++)
+    LM_TRY(lm_lora_bank_mount(f->lora, i, NULL));
   for (int i = 0; i < n; i++) {
-    LM_TRY(lm_lora_prepare(set[i], f->be));
-    rmax = set[i]->max_rank > rmax ? set[i]->max_rank : rmax;
+    LM_TRY(lm_forward_mount_adapter(f, i, set[i]));
+    slots[i] = i;
   }
-  f->site = calloc((size_t)L * LM_LORA_KINDS * (size_t)n, sizeof *f->site);
-  if (!f->site) return LM_ERRF(LM_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < set[i]->n_mods; j++) {
-      const lm_lora_module *md = &set[i]->mods[j];
-      f->site[((size_t)md->layer * LM_LORA_KINDS + md->kind) * (size_t)n + (size_t)i] = md;
-    }
-  lm_dtype act = f->be->act_dtype;
-  size_t bytes = (size_t)(f->max_tokens * rmax) * lm_dtype_size(act);
-  lm_status s = f->be->ops->alloc(f->be, bytes, &f->lora_mem);
-  if (s) {
-    lora_clear(f);
-    return lm_err_prefix(s, "adapter workspace");
-  }
-  f->lora_t = (lm_tensor){
-      .data = f->lora_mem, .rows = f->max_tokens, .cols = rmax, .ld = rmax, .dtype = act};
-  f->n_lora = n;
-  return LM_OK;
+  return lm_forward_default_adapters(f, slots, n);
 }
 
 void lm_forward_free(lm_forward *f) {
   if (!f) return;
   if (f->be->ops->release_plans) f->be->ops->release_plans(f->be, f);
-  lora_clear(f);
+  lm_lora_bank_free(f->lora);
   if (f->arena) f->be->ops->free(f->be, f->arena);
   free(f->has_sharers);
   free(f->ws.dk);
@@ -311,24 +303,12 @@ static lm_tensor stage_of(const lm_forward *f, int cache, int64_t T) {
   return rows_of(f->has_sharers[cache] ? f->ws.dst[cache] : f->ws.kst, T);
 }
 
-/* Whether an adapter of the set adapts (layer l, kind k). */
-static int lora_at(const lm_forward *f, int l, lm_lora_kind k) {
-  for (int i = 0; i < f->n_lora; i++)
-    if (f->site[((size_t)l * LM_LORA_KINDS + k) * (size_t)f->n_lora + (size_t)i]) return 1;
-  return 0;
-}
-
-/* out += B (A x) for every adapter of the set at (layer l, kind k), after out = x · Wᵀ. */
-static lm_status lora_add(lm_forward *f, int l, lm_lora_kind k, lm_tensor x, lm_tensor out) {
-  for (int i = 0; i < f->n_lora; i++) {
-    const lm_lora_module *md = f->site[((size_t)l * LM_LORA_KINDS + k) * (size_t)f->n_lora + i];
-    if (!md) continue;
-    lm_tensor t = lm_tensor_cols(rows_of(f->lora_t, x.rows), 0, md->rank);
-    LM_TRY(f->be->ops->matmul(f->be, &(lm_matmul_args){.out = t, .x = x, .w = &md->a}));
-    LM_TRY(f->be->ops->matmul(f->be,
-                              &(lm_matmul_args){.out = out, .x = t, .w = &md->b, .accumulate = 1}));
-  }
-  return LM_OK;
+/* The LoRA paths of the n modules kinds[] of layer l reading x (io[i] NULL: none this step). */
+static lm_status lora_shrink(lm_forward *f, int l, const lm_lora_kind *kinds, int n, lm_tensor x,
+                             const lm_lora_io **io) {
+  for (int i = 0; i < n; i++)
+    io[i] = NULL;
+  return f->lora ? lm_lora_bank_shrink(f->lora, l, kinds, n, x, io) : LM_OK;
 }
 
 /* h_ready: h already holds input_layernorm(x) (fused into the previous layer's last norm). */
@@ -349,8 +329,9 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
   /* input_layernorm, then q_proj; q_norm (per head) and RoPE are the attention op's first step */
   if (!h_ready)
     LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = h, .x = x, .w = &L->ln_in, .eps = eps}));
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = q, .x = h, .w = &L->q}));
-  LM_TRY(lora_add(f, l, LM_LORA_Q, h, q));
+  const lm_lora_io *lq[3];
+  LM_TRY(lora_shrink(f, l, (const lm_lora_kind[]){LM_LORA_Q, LM_LORA_K, LM_LORA_V}, 3, h, lq));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = q, .x = h, .w = &L->q, .lora = lq[0]}));
   int64_t kvd = (int64_t)nkv * hd;
   lm_tensor k = f->has_sharers[c->cache] ? w->dk[c->cache] : w->k;
   lm_tensor v = f->has_sharers[c->cache] ? w->dv[c->cache] : w->v;
@@ -358,15 +339,13 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
   v = lm_tensor_cols(rows_of(v, T), 0, kvd);
   k.ld = v.ld = kvd;
   if (!c->kv_shared) { /* a KV-shared layer reuses its donor's K/V of this step */
-    LM_TRY(op->matmul(be, &(lm_matmul_args){.out = k, .x = h, .w = &L->k}));
-    LM_TRY(lora_add(f, l, LM_LORA_K, h, k));
+    LM_TRY(op->matmul(be, &(lm_matmul_args){.out = k, .x = h, .w = &L->k, .lora = lq[1]}));
     if (c->k_eq_v) /* attention_k_eq_v: V is the RAW k_proj output, before k_norm and RoPE */
       LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd),
                                                 .x = lm_tensor_reshape(k, hd),
                                                 .eps = eps}));
     else {
-      LM_TRY(op->matmul(be, &(lm_matmul_args){.out = v, .x = h, .w = &L->v}));
-      LM_TRY(lora_add(f, l, LM_LORA_V, h, v));
+      LM_TRY(op->matmul(be, &(lm_matmul_args){.out = v, .x = h, .w = &L->v, .lora = lq[2]}));
       LM_TRY(op->rmsnorm(be, &(lm_rmsnorm_args){.out = lm_tensor_reshape(v, hd),
                                                 .x = lm_tensor_reshape(v, hd),
                                                 .eps = eps})); /* v_norm has no learned scale */
@@ -398,8 +377,9 @@ static lm_status attention_block(lm_forward *f, int l, int64_t T, int h_ready) {
                                            .q_rope = rope,
                                            .q_eps = eps}));
   lm_tensor a = rows_of(w->a, T);
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = o, .w = &L->o}));
-  LM_TRY(lora_add(f, l, LM_LORA_O, o, a));
+  const lm_lora_io *lo;
+  LM_TRY(lora_shrink(f, l, (const lm_lora_kind[]){LM_LORA_O}, 1, o, &lo));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = o, .w = &L->o, .lora = lo}));
   /* x = x + post_attention_layernorm(o_proj(...)); h = pre_feedforward_layernorm(x), fused */
   return op->rmsnorm(be, &(lm_rmsnorm_args){.x = a,
                                             .w = &L->ln_post_attn,
@@ -472,24 +452,19 @@ static lm_status ffn_block(lm_forward *f, int l, int64_t T) {
   int64_t I = m->cfg.layers[l].ffn_dim;
   lm_tensor x = rows_of(w->x, T), h = rows_of(w->h, T), d = rows_of(w->d, T);
   lm_tensor g = lm_tensor_cols(rows_of(w->g, T), 0, I), u = lm_tensor_cols(rows_of(w->u, T), 0, I);
-  /* down(gelu_tanh(gate(h)) * up(h)): gate, up and the GeGLU are one op (g: its scratch),
-   * or three where an adapter adds to gate or up before the GeGLU */
-  if (lora_at(f, l, LM_LORA_GATE) || lora_at(f, l, LM_LORA_UP)) {
-    LM_TRY(op->matmul(be, &(lm_matmul_args){.out = g, .x = h, .w = &L->gate}));
-    LM_TRY(lora_add(f, l, LM_LORA_GATE, h, g));
-    LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u, .x = h, .w = &L->up}));
-    LM_TRY(lora_add(f, l, LM_LORA_UP, h, u));
-    LM_TRY(op->geglu(be, &(lm_geglu_args){.out = u, .gate = g, .up = u}));
-  } else {
-    LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u,
-                                            .x = h,
-                                            .w = &L->gate,
-                                            .w2 = &L->up,
-                                            .epilogue = LM_EPI_GLU_PAIR,
-                                            .other = g}));
-  }
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = d, .x = u, .w = &L->down}));
-  LM_TRY(lora_add(f, l, LM_LORA_DOWN, u, d));
+  /* down(gelu_tanh(gate(h)) * up(h)): gate, up and the GeGLU are one op (g: its scratch) */
+  const lm_lora_io *lg[2], *ld;
+  LM_TRY(lora_shrink(f, l, (const lm_lora_kind[]){LM_LORA_GATE, LM_LORA_UP}, 2, h, lg));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = u,
+                                          .x = h,
+                                          .w = &L->gate,
+                                          .w2 = &L->up,
+                                          .epilogue = LM_EPI_GLU_PAIR,
+                                          .other = g,
+                                          .lora = lg[0],
+                                          .lora2 = lg[1]}));
+  LM_TRY(lora_shrink(f, l, (const lm_lora_kind[]){LM_LORA_DOWN}, 1, u, &ld));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = d, .x = u, .w = &L->down, .lora = ld}));
   if (m->cfg.moe) LM_TRY(moe_block(f, l, T, d));
   if (!m->cfg.ple_dim) return end_of_layer(f, l, T, d, &L->ln_post_ff);
   return op->rmsnorm(be,
@@ -506,17 +481,16 @@ static lm_status ple_block(lm_forward *f, int l, int64_t T) {
   int64_t P = m->cfg.ple_dim;
   lm_tensor x = rows_of(w->x, T), pg = rows_of(w->pg, T), a = rows_of(w->a, T);
   lm_tensor pl = lm_tensor_cols(rows_of(w->ple, T), (int64_t)l * P, P);
-  if (lora_at(f, l, LM_LORA_PLE_GATE)) { /* the adapter adds before the GeGLU */
-    LM_TRY(op->matmul(be, &(lm_matmul_args){.out = pg, .x = x, .w = &L->ple_gate}));
-    LM_TRY(lora_add(f, l, LM_LORA_PLE_GATE, x, pg));
-    LM_TRY(op->geglu(be, &(lm_geglu_args){.out = pg, .gate = pg, .up = pl}));
-  } else {
-    LM_TRY(op->matmul(
-        be, &(lm_matmul_args){
-                .out = pg, .x = x, .w = &L->ple_gate, .epilogue = LM_EPI_GLU_SELF, .other = pl}));
-  }
-  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = pg, .w = &L->ple_proj}));
-  LM_TRY(lora_add(f, l, LM_LORA_PLE_PROJ, pg, a));
+  const lm_lora_io *lpg, *lpp;
+  LM_TRY(lora_shrink(f, l, (const lm_lora_kind[]){LM_LORA_PLE_GATE}, 1, x, &lpg));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = pg,
+                                          .x = x,
+                                          .w = &L->ple_gate,
+                                          .epilogue = LM_EPI_GLU_SELF,
+                                          .other = pl,
+                                          .lora = lpg}));
+  LM_TRY(lora_shrink(f, l, (const lm_lora_kind[]){LM_LORA_PLE_PROJ}, 1, pg, &lpp));
+  LM_TRY(op->matmul(be, &(lm_matmul_args){.out = a, .x = pg, .w = &L->ple_proj, .lora = lpp}));
   return end_of_layer(f, l, T, a, &L->ln_post_ple);
 }
 
@@ -619,6 +593,8 @@ static lm_status forward_step(lm_forward *f, const lm_batch *b, float *logits_ou
     LM_TRY(lm_kv_set_reserve(b->kv[s], n));
   }
   lm_backend *be = f->be;
+  f->lora_variant = 0;
+  if (f->lora) LM_TRY(lm_lora_bank_begin(f->lora, b, &f->lora_variant));
   LM_TRY(be->ops->begin_step(be, b));
   step_call call = {f, b, ids_out != NULL && b->n_logits > 0};
   lm_status s = be->ops->run_step ? be->ops->run_step(be, &(lm_step_fn){.issue = issue_step,
@@ -626,7 +602,7 @@ static lm_status forward_step(lm_forward *f, const lm_batch *b, float *logits_ou
                                                                         .owner = f,
                                                                         .batch = b,
                                                                         .flags = call.greedy,
-                                                                        .variant = f->lora_gen})
+                                                                        .variant = f->lora_variant})
                                   : issue_step(&call);
   lm_status e = be->ops->end_step(be);
   if (s) return s;

@@ -27,11 +27,16 @@ lm_status lm_forward_create(const lm_model *m, lm_backend *be, int64_t max_token
                             int64_t max_logits, lm_forward **out);
 void lm_forward_free(lm_forward *f);
 
-/* Applies the adapters set[0..n) (stacked: their deltas add) to every step from now on, or
- * none when n is 0; each is prepared for the forward's backend. The adapters must outlive
- * their use here (until another call or lm_forward_free). */
+/* LoRA adapters (model/lora_bank.h). set_adapters: the adapters set[0..n) (stacked: their
+ * deltas add) on every row of every step from now on, or none when n is 0: it empties every
+ * slot, mounts set[i] in slot i and makes them the rows' default. mount_adapter: l in slot
+ * (NULL: the slot emptied), for rows whose batch picks it (lm_batch.lora); default_adapters:
+ * the slots rows of batches without picks run. Each adapter is prepared for the forward's
+ * backend, and must outlive its mount (another call, or lm_forward_free). */
 typedef struct lm_lora lm_lora;
 lm_status lm_forward_set_adapters(lm_forward *f, lm_lora *const *set, int n);
+lm_status lm_forward_mount_adapter(lm_forward *f, int slot, lm_lora *l);
+lm_status lm_forward_default_adapters(lm_forward *f, const int *slots, int n);
 
 /* Runs the batch: validates it, reserves cache room, runs every layer, and copies the logits
  * of the batch's logit rows to logits_out [n_logits][vocab] (host, f32; may be NULL). */

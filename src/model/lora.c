@@ -95,23 +95,12 @@ static float elem(const lm_st_tensor *t, int64_t i) {
   return t->dtype == LM_DT_BF16 ? lm_bf16_to_f32(h) : lm_f16_to_f32(h);
 }
 
-/* A module's two matrices (a [r][in], b [out][r], dense f32) allocated and viewed as weights. */
+/* A module's two matrices (a [r][in], b [out][r], dense f32) allocated. */
 static lm_status alloc_matrices(lm_lora_module *md, int64_t r, int64_t in, int64_t out) {
   md->a_data = malloc((size_t)(r * in) * sizeof(float));
   md->b_data = malloc((size_t)(out * r) * sizeof(float));
   if (!md->a_data || !md->b_data) return LM_ERRF(LM_ERR_NOMEM, "out of memory for an adapter");
-  md->a = (lm_weight){.name = "lora_A",
-                      .rows = r,
-                      .cols = in,
-                      .expert_rows = r,
-                      .dtype = LM_DT_F32,
-                      .data = md->a_data};
-  md->b = (lm_weight){.name = "lora_B",
-                      .rows = out,
-                      .cols = r,
-                      .expert_rows = out,
-                      .dtype = LM_DT_F32,
-                      .data = md->b_data};
+  md->in = in, md->out = out;
   return LM_OK;
 }
 
@@ -268,8 +257,22 @@ lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **ou
   return LM_OK;
 }
 
+/* The backend's copies go first: they belong to the backend that made them. */
+static void release_copies(lm_lora *l) {
+  lm_backend *be = l->prepared;
+  for (int i = 0; be && i < l->n_mods; i++) {
+    lm_lora_module *md = &l->mods[i];
+    if (md->a_dev && md->a_dev != md->a_data) be->ops->free(be, md->a_dev);
+    if (md->b_dev && md->b_dev != md->b_data) be->ops->free(be, md->b_dev);
+    md->a_dev = md->b_dev = NULL;
+  }
+  l->prepared = NULL;
+  l->dev_bytes = 0;
+}
+
 void lm_lora_free(lm_lora *l) {
   if (!l) return;
+  release_copies(l);
   for (int i = 0; i < l->n_mods; i++)
     free(l->mods[i].a_data), free(l->mods[i].b_data);
   free(l->mods);
@@ -277,15 +280,39 @@ void lm_lora_free(lm_lora *l) {
   free(l);
 }
 
+/* One matrix of n floats in the backend's memory, in its activation dtype; the CPU's f32 copy
+ * is the host matrix itself. */
+static lm_status copy_matrix(lm_backend *be, float *src, int64_t n, void **dst, int64_t *bytes) {
+  int bf16 = be->act_dtype == LM_DT_BF16;
+  if (!bf16 && !be->ops->prepare_weight) return *dst = src, LM_OK;
+  size_t sz = (size_t)n * (bf16 ? 2 : 4);
+  void *host = src;
+  if (bf16) {
+    uint16_t *h = malloc(sz);
+    if (!h) return LM_ERRF(LM_ERR_NOMEM, "out of memory for an adapter");
+    for (int64_t i = 0; i < n; i++)
+      h[i] = lm_f32_to_bf16(src[i]);
+    host = h;
+  }
+  lm_status s = be->ops->alloc(be, sz, dst);
+  if (!s) s = be->ops->upload(be, *dst, host, sz);
+  if (s && *dst) be->ops->free(be, *dst), *dst = NULL;
+  if (host != src) free(host);
+  if (!s) *bytes += (int64_t)sz;
+  return s;
+}
+
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be) {
-  if (!be->ops->prepare_weight) return LM_OK; /* the backend reads the matrices in place */
-  if (l->prepared && l->prepared != be)
+  if (l->prepared == be) return LM_OK;
+  if (l->prepared)
     return LM_ERRF(LM_ERR_INVALID, "adapter %s: its matrices live on another %s backend", l->dir,
                    be->ops->name);
   l->prepared = be;
   for (int i = 0; i < l->n_mods; i++) {
-    if (!l->mods[i].a.backend) LM_TRY(be->ops->prepare_weight(be, &l->mods[i].a));
-    if (!l->mods[i].b.backend) LM_TRY(be->ops->prepare_weight(be, &l->mods[i].b));
+    lm_lora_module *md = &l->mods[i];
+    lm_status s = copy_matrix(be, md->a_data, md->rank * md->in, &md->a_dev, &l->dev_bytes);
+    if (!s) s = copy_matrix(be, md->b_data, md->out * md->rank, &md->b_dev, &l->dev_bytes);
+    if (s) return release_copies(l), lm_err_prefix(s, "adapter %s", l->dir);
   }
   return LM_OK;
 }

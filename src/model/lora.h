@@ -35,9 +35,10 @@ typedef struct lm_lora_module {
   int layer;
   lm_lora_kind kind;
   int rank;
-  float scale;    /* the module's own (alpha / r, or the mlx-lm scale), before the weight */
-  lm_weight a, b; /* dense f32: a [rank][in], b [out][rank] times scale × weight */
-  float *a_data, *b_data;
+  int64_t in, out;
+  float scale;            /* the module's own (alpha / r, or the mlx-lm scale), before the weight */
+  float *a_data, *b_data; /* dense f32: a [rank][in], b [out][rank] times scale × weight */
+  void *a_dev, *b_dev;    /* the same in the prepared backend's memory and activation dtype */
 } lm_lora_module;
 
 typedef struct lm_lora {
@@ -47,7 +48,8 @@ typedef struct lm_lora {
   int max_rank;
   int n_mods;
   lm_lora_module *mods;
-  lm_backend *prepared; /* the device backend holding its copies (lm_lora_prepare), or NULL */
+  lm_backend *prepared; /* the backend holding its copies (lm_lora_prepare), or NULL */
+  int64_t dev_bytes;    /* their bytes (0 where the backend reads the host matrices) */
 } lm_lora;
 
 /* Loads the adapter in dir for model m (its format from the files present) with weight w. */
@@ -58,9 +60,10 @@ void lm_lora_free(lm_lora *l);
  * bench --adapter-rank), scale 1; the values come from seed. */
 lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **out);
 
-/* Makes the adapter's matrices usable by be (prepare_weight where the backend has one). A
- * backend that keeps its own copies holds the adapter's: attaching it to another such backend
- * is LM_ERR_INVALID (load the adapter again for that one). */
+/* Copies the adapter's matrices into be's memory in its activation dtype (a_dev, b_dev; the
+ * CPU's f32 run reads the host matrices). The copies belong to be: preparing the adapter for
+ * another backend is LM_ERR_INVALID (load the adapter again for that one); lm_lora_free frees
+ * them, so an adapter is freed before its backend. */
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be);
 
 /* The model's weight an adapter of (layer, kind) adapts; NULL where the layer has none (the

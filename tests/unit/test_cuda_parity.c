@@ -28,6 +28,7 @@
 #include "model/forward.h"
 #include "model/kv_plan.h"
 #include "util/fixture.h"
+#include "util/lora_batch.h"
 #include "util/lora_fixture.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -520,12 +521,45 @@ static void t_lora_fixtures(void **state) {
   assert_int_equal(fails, 0);
 }
 
+/* Rows of one batch with different adapter sets on the device (lora_batch.h): e4b_like's
+ * weights, f32 and the fast path. */
+static void t_lora_batch(void **state) {
+  (void)state;
+  NEED_GPU();
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/e4b_like", FIXTURES);
+  lm_model *m = NULL;
+  assert_int_equal(lm_model_load(dir, &m), LM_OK);
+  const lm_precision precs[2] = {LM_PRECISION_F32, LM_PRECISION_FAST};
+  for (int p = 0; p < 2; p++) {
+    lm_backend *be = make_backend(1, precs[p]);
+    assert_int_equal(lm_model_prepare(m, be), LM_OK);
+    lm_lora_batch_report r;
+    lm_status st = lm_test_lora_batch(m, be, &r);
+    if (st) printf("  %s\n", lm_errmsg());
+    assert_int_equal(st, LM_OK);
+    printf("  %s: mixed vs alone %.2e (base row %.2e), adapted vs base %.3f, base after unmount "
+           "%s\n",
+           p ? "fast" : "f32", r.max_rel, r.base_rel, r.adapted,
+           r.base_bits ? "bit for bit" : "DIFFERS");
+    /* f32: the batch's products and the lone sequence's differ in summation order only; the
+     * fast path rounds to bf16 where they run different kernels (cuBLAS / the GEMV) */
+    assert_true(r.max_rel <= (p ? 3e-2 : 1e-4));
+    assert_true(r.adapted > 10 * r.max_rel);
+    assert_true(r.base_bits);
+    lm_backend_destroy(be);
+    lm_model_free(m);
+    m = NULL;
+    if (!p) assert_int_equal(lm_model_load(dir, &m), LM_OK); /* a fresh copy for the next backend */
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(t_plan),         cmocka_unit_test(t_synthetic),
       cmocka_unit_test(t_fixtures),     cmocka_unit_test(t_e4b),
       cmocka_unit_test(t_kv_fixtures),  cmocka_unit_test(t_kv_quant_start),
       cmocka_unit_test(t_kv_plan),      cmocka_unit_test(t_kv_turboquant),
-      cmocka_unit_test(t_lora_fixtures)};
+      cmocka_unit_test(t_lora_fixtures), cmocka_unit_test(t_lora_batch)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

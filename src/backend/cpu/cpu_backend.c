@@ -93,6 +93,7 @@ const lm_backend_ops lm_cpu_ops = {
     .moe_route = lm_cpu_moe_route,
     .moe_experts = lm_cpu_moe_experts,
     .argmax = lm_cpu_argmax,
+    .lora_shrink = lm_cpu_lora_shrink,
     .run_step = cpu_run_step,
 };
 

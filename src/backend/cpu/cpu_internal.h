@@ -58,6 +58,9 @@ lm_status lm_cpu_add(lm_backend *be, const lm_add_args *a);
 lm_status lm_cpu_softcap(lm_backend *be, const lm_softcap_args *a);
 lm_status lm_cpu_gather_logit_rows(lm_backend *be, const lm_gather_args *a);
 lm_status lm_cpu_argmax(lm_backend *be, const lm_argmax_args *a);
+lm_status lm_cpu_lora_shrink(lm_backend *be, const lm_lora_shrink_args *a);
+/* out += the rows' LoRA terms (cpu_lora.c). */
+lm_status lm_cpu_lora_expand(lm_backend *be, lm_tensor out, const lm_lora_io *io);
 lm_status lm_cpu_attention(lm_backend *be, const lm_attn_args *a);
 lm_status lm_cpu_kv_convert(lm_backend *be, const lm_kv_convert_args *a);
 lm_status lm_cpu_kv_stage(lm_backend *be, const lm_kv_stage_args *a);

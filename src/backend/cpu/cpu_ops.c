@@ -86,6 +86,7 @@ static lm_status matmul_team(lm_backend *be, const lm_matmul_args *a) {
 }
 
 lm_status lm_cpu_matmul_op(lm_backend *be, const lm_matmul_args *a) {
+  if (a->lora || a->lora2) return lm_matmul_lora_split(be, a, lm_cpu_matmul_op, lm_cpu_lora_expand);
   if (a->epilogue && (a->accumulate || a->other.rows < a->out.rows || a->other.cols != a->out.cols))
     return LM_ERRF(LM_ERR_INVALID,
                    "matmul: an epilogue needs `other` of the output's shape and no accumulate");

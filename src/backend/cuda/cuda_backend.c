@@ -485,6 +485,7 @@ static const lm_backend_ops lm_cuda_ops = {
     .moe_route = lm_cuda_moe_route,
     .moe_experts = lm_cuda_moe_experts,
     .logits_kl = lm_cuda_logits_kl,
+    .lora_shrink = lm_cuda_lora_shrink,
     .argmax = lm_cuda_argmax,
     .run_step = lm_cuda_run_step,
     .release_plans = lm_cuda_release_plans,

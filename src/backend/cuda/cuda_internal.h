@@ -121,6 +121,7 @@ lm_cu_kvdesc lm_cuda_kvdesc(const lm_kv_cache *kc);
 
 lm_status lm_cuda_embed(lm_backend *be, const lm_embed_args *a);
 lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a);
+lm_status lm_cuda_lora_shrink(lm_backend *be, const lm_lora_shrink_args *a);
 lm_status lm_cuda_rmsnorm(lm_backend *be, const lm_rmsnorm_args *a);
 lm_status lm_cuda_rope(lm_backend *be, const lm_rope_args *a);
 lm_status lm_cuda_geglu(lm_backend *be, const lm_geglu_args *a);

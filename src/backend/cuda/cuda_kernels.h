@@ -143,6 +143,34 @@ lm_cu_attn_kind lm_cu_pick_attn(const lm_cu_attn_p *p, int quant, int n_sms,
 cudaError_t lm_cu_attention(lm_cu_stream s, const lm_cu_attn_p *p, int n_sms, lm_cu_attn_kind kind);
 
 /* ---- matrix products (k_gemv.cu, k_gemm.cu) ---- */
+/* A product's LoRA terms (backend.h lm_lora_io, the same memory): output row r (of the
+ * launch: row0 + r of the step) adds Σ_j Σ_k B_j[c][k] · t[r][j * rank_stride + k] over its
+ * picks, before any epilogue. tab NULL: none. Entries and picks have backend.h's layouts
+ * (lm_cu_lora_ent, lm_cu_lora_pick; cuda_matmul.c checks them). */
+typedef struct lm_cu_lora_ent {
+  const void *a, *b;
+  int32_t rank, pad;
+} lm_cu_lora_ent;
+typedef struct lm_cu_lora_pick {
+  int32_t slot;
+  float weight;
+} lm_cu_lora_pick;
+#define LM_CU_LORA_PICKS 8
+typedef struct lm_cu_lora {
+  const lm_cu_lora_ent *tab;
+  const lm_cu_lora_pick *picks;
+  float *t;
+  int64_t t_ld, row0;
+  int rank_stride;
+  int wdt; /* dtype of a and b: the activations' */
+} lm_cu_lora;
+
+/* t = weight · A x of every row's picks, for n (1..3) modules reading x (k_lora.cu); picks: the
+ * most any row has (the grid covers that many). */
+cudaError_t lm_cu_lora_shrink(lm_cu_stream s, lm_cu_t x, int n, const lm_cu_lora *mods, int picks);
+/* y += the rows' LoRA terms, rounded to y's dtype once (the products' path through cuBLAS). */
+cudaError_t lm_cu_lora_expand(lm_cu_stream s, lm_cu_t y, const lm_cu_lora *l);
+
 typedef struct lm_cu_mm_p {
   lm_cu_w w;
   int64_t expert; /* the matrix of a stack (ignored when ids is set) */
@@ -161,6 +189,7 @@ typedef struct lm_cu_mm_p {
   int epi;
   lm_cu_t other;
   lm_cu_w w2;
+  lm_cu_lora lora, lora2; /* LoRA terms of W's product and of W2's (plain launches only) */
 } lm_cu_mm_p;
 
 /* The decode products (k_gemv.cu, k_gemv_tc.cu) and what picks among them. Each pick is host

@@ -4,13 +4,45 @@
  * them with cuBLAS (f32 accumulation; tensor cores for bf16, plain FP32 SGEMM for the parity
  * path). MoE experts run as grouped GEMVs in decode and as a gathered GEMM over the device-side
  * routing in prefill, so the routing never crosses to the host. */
+#include <stddef.h>
+
 #include "backend/cuda/cuda_internal.h"
 #include "base/status.h"
 
 _Static_assert(LM_EPI_GLU_OTHER == 1 && LM_EPI_GLU_SELF == 2 && LM_EPI_GLU_PAIR == 3,
                "lm_cu_mm_p.epi codes");
 
+_Static_assert(sizeof(lm_cu_lora_ent) == sizeof(lm_lora_ent) &&
+                   offsetof(lm_cu_lora_ent, rank) == offsetof(lm_lora_ent, rank) &&
+                   sizeof(lm_cu_lora_pick) == sizeof(lm_lora_pick) &&
+                   offsetof(lm_cu_lora_pick, weight) == offsetof(lm_lora_pick, weight) &&
+                   LM_CU_LORA_PICKS == LM_LORA_PICKS,
+               "the device's LoRA tables have backend.h's layout");
+
 static size_t dt_size(int dt) { return dt == LM_DT_F32 ? 4 : 2; }
+
+/* A product's LoRA path as the kernels take it (tab NULL: none). */
+static lm_cu_lora cu_lora(const lm_backend *be, const lm_lora_io *io) {
+  if (!io) return (lm_cu_lora){0};
+  return (lm_cu_lora){.tab = (const lm_cu_lora_ent *)io->tab,
+                      .picks = (const lm_cu_lora_pick *)io->picks,
+                      .t = io->t.data,
+                      .t_ld = io->t.ld,
+                      .rank_stride = io->rank_stride,
+                      .wdt = (int)be->act_dtype};
+}
+
+lm_status lm_cuda_lora_shrink(lm_backend *be, const lm_lora_shrink_args *a) {
+  if (a->n < 1 || a->n > 3 || a->x.dtype != be->act_dtype)
+    return LM_ERRF(LM_ERR_INVALID, "CUDA lora_shrink: %d modules of %s rows", a->n,
+                   lm_dtype_name(a->x.dtype));
+  lm_cu_lora m[3];
+  for (int i = 0; i < a->n; i++)
+    m[i] = cu_lora(be, &a->io[i]);
+  int picks = (int)(a->io[0].t.cols / (a->io[0].rank_stride ? a->io[0].rank_stride : 1));
+  LM_CU(lm_cu_lora_shrink(lm_cuda_of(be)->ks, lm_cuda_view(a->x), a->n, m, picks));
+  return LM_OK;
+}
 
 static lm_cu_mm_p gemv_params(const lm_cuda_ctx *c, const lm_cuda_weight *h, int64_t expert,
                               lm_tensor x, lm_tensor y, int acc) {
@@ -65,6 +97,7 @@ static lm_status glu_pair(lm_backend *be, const lm_matmul_args *a, const lm_cuda
   lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, 0);
   p.epi = (int)LM_EPI_GLU_PAIR;
   p.w2 = h2->w;
+  p.lora = cu_lora(be, a->lora), p.lora2 = cu_lora(be, a->lora2);
   if (lm_cu_pick_pair(&p, &c->sw) == LM_CU_PAIR_SPLIT)
     return lm_matmul_glu_pair(be, a, lm_cuda_matmul);
   cudaError_t e = lm_cu_gemv(c->ks, &p, LM_CU_GEMV_TC);
@@ -100,15 +133,18 @@ lm_status lm_cuda_matmul(lm_backend *be, const lm_matmul_args *a) {
         "CUDA matmul: a second weight goes with the GLU-pair epilogue, and only with it");
   if (a->x.rows <= 0) return LM_OK;
   if (a->epilogue == LM_EPI_GLU_PAIR) return glu_pair(be, a, h);
+  if (a->lora2) return LM_ERRF(LM_ERR_INVALID, "CUDA matmul: lora2 without a GLU pair");
   lm_cu_mm_p p = gemv_params(c, h, a->expert, a->x, a->out, a->accumulate);
   p.epi = (int)a->epilogue;
   p.other = lm_cuda_view(a->other);
+  p.lora = cu_lora(be, a->lora);
   const lm_cu_gemv_kind kind = lm_cu_pick_gemv(&p, &c->sw);
   if (kind != LM_CU_GEMV_NONE) {
     cudaError_t e = lm_cu_gemv(c->ks, &p, kind);
     return e == cudaSuccess ? LM_OK : lm_cuda_fail(e, "gemv", __FILE__, __LINE__);
   }
   LM_TRY(gemm_blas(c, h, a->expert, a->x, a->out, a->accumulate));
+  if (a->lora) LM_CU(lm_cu_lora_expand(c->ks, lm_cuda_view(a->out), &p.lora));
   if (!a->epilogue) return LM_OK;
   lm_cu_t y = lm_cuda_view(a->out), o = lm_cuda_view(a->other);
   o.rows = y.rows;

@@ -27,9 +27,27 @@ __device__ __forceinline__ Route route(const lm_cu_mm_p &p) {
   return r;
 }
 
+/* The LoRA terms of output (r, c): Σ over row r's picks of B_j[c] · t_j, in f32. */
+__device__ __forceinline__ float lora_term(const lm_cu_lora &l, int64_t r, int64_t c) {
+  const int64_t row = l.row0 + r;
+  const lm_cu_lora_pick *pk = l.picks + row * LM_CU_LORA_PICKS;
+  const float *t = l.t + row * l.t_ld;
+  float s = 0.0f;
+  for (int j = 0; j < LM_CU_LORA_PICKS; j++) {
+    const int slot = pk[j].slot;
+    if (slot < 0) break;
+    const lm_cu_lora_ent e = l.tab[slot];
+    const float *tj = t + j * l.rank_stride;
+    for (int k = 0; k < e.rank; k++)
+      s = fmaf(ld(e.b, l.wdt, c * e.rank + k), tj[k], s);
+  }
+  return s;
+}
+
 /* Writes one output value; an epilogue sees the product rounded to y's dtype and rounds like
  * k_geglu (gelu rounded, then the product), so fused and separate ops agree bit for bit. */
 __device__ __forceinline__ void store_y(const lm_cu_mm_p &p, int64_t r, int64_t c, float v) {
+  if (p.lora.tab) v += lora_term(p.lora, r, c);
   if (p.accumulate) v += ldt(p.y, r, c);
   if (p.epi) {
     v = rnd(p.y.dt, v);
@@ -49,6 +67,7 @@ inline lm_cu_mm_p rows_window(const lm_cu_mm_p &p, int64_t r0, int64_t m) {
   if (p.epi)
     q.other.p = (char *)p.other.p + (size_t)(r0 * p.other.ld) * (p.other.dt == LM_CU_F32 ? 4 : 2);
   q.x.rows = q.y.rows = m;
+  q.lora.row0 += r0, q.lora2.row0 += r0;
   return q;
 }
 

@@ -117,6 +117,8 @@ __device__ __forceinline__ void reduce_store(const lm_cu_mm_p &p, const Route &r
     for (int w = 0; w < W; w++)
       v[j] += reinterpret_cast<const float *>(&red[j][w][l])[c];
   if constexpr (P == 2) {
+    if (p.lora.tab) v[0] += lora_term(p.lora, rt.yr + n, row);
+    if (p.lora2.tab) v[1] += lora_term(p.lora2, rt.yr + n, row);
     const float g = rnd(p.y.dt, v[0]), u = rnd(p.y.dt, v[1]);
     stt(p.y, rt.yr + n, row, rt.ok ? rnd(p.y.dt, gelu_tanh(g)) * u : 0.0f);
   } else {

@@ -1,0 +1,22 @@
+/* lora_batch.h — rows of one batch running different LoRA adapter sets (lora_bank.h), checked on
+ * a backend against each sequence run alone with its set attached. */
+#ifndef LM_TEST_LORA_BATCH_H
+#define LM_TEST_LORA_BATCH_H
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+typedef struct lm_lora_batch_report {
+  double max_rel;  /* the largest max |d| / max |ref| of a sequence, mixed batch vs alone */
+  double base_rel; /* the base sequence's: the same (it picks no adapter) */
+  double adapted;  /* max |d| / max |base| between an adapted sequence and the base: > 0 */
+  int base_bits;   /* after unmounting, the forward's logits equal a fresh one's bit for bit */
+} lm_lora_batch_report;
+
+/* Three sequences of model m in one batch on be — adapter A; A at weight 0.5 stacked with B;
+ * none — prefilled together, then decoded together for three steps; each compared with the
+ * same sequence alone (A; A with B scaled by 0.5 at load, and B; no adapter). Then every slot
+ * unmounted and the base prompt run again. Returns LM_OK or the first error. */
+lm_status lm_test_lora_batch(const lm_model *m, lm_backend *be, lm_lora_batch_report *r);
+
+#endif
