@@ -57,9 +57,11 @@ extern "C" {
  * lm_engine_stats.constraint_s); 5 lm_engine_stats.constraint_wait_s; 6 speculative decoding
  * (lm_engine_options.speculative_tokens, lm_request_options.speculative and speculative_tokens,
  * the round fields of lm_event, lm_usage.drafted_tokens / accepted_tokens, lm_engine_stats.spec_*,
- * lm_engine_options.draft_model).
+ * lm_engine_options.draft_model); 7 LoRA adapters (lm_engine_options.adapters, adapter_weights,
+ * n_adapters; lm_engine_load_adapter, lm_engine_unload_adapter, lm_engine_list_adapters;
+ * lm_request_options.adapters, adapter_weights, n_adapters).
  */
-#define LUMEN_API_VERSION 6
+#define LUMEN_API_VERSION 7
 
 /* Most tokens a speculative round drafts (lm_request_options.speculative_tokens), and the
  * drafts per round the command line and the server default to. */
@@ -216,6 +218,11 @@ lm_status lm_checkpoint_set_chat_template(lm_checkpoint *ck, const char *path);
 
 typedef struct lm_engine lm_engine;
 
+/* Adapters one request stacks at most, and adapters one engine holds mounted at most. */
+#define LM_ADAPTER_STACK_MAX 8
+#define LM_ADAPTER_MOUNT_MAX 64
+#define LM_ADAPTER_NAME_MAX 64 /* bytes of a name, its NUL included */
+
 typedef struct lm_engine_options {
   const char *backend;     /* "cpu", "cuda", or NULL: cuda when a GPU is present, else cpu */
   const char *precision;   /* "f32", "fast", "bf16", or NULL: "fast" */
@@ -245,10 +252,12 @@ typedef struct lm_engine_options {
    * speculative "draft" verify; it shares the backend, with caches of its own per request (not
    * counted in kv_budget). NULL: none. */
   const char *draft_model;
-  /* LoRA adapters (directories of PEFT or mlx-lm adapters) applied to every request, stacked:
-   * adapter i with weight adapter_weights[i] (NULL: 1 each); at most 8. Sessions' KV state files
-   * are refused while adapters are on (they are not keyed by them), and so is speculative
-   * decoding; the prefix cache is the engine's own, so nothing is reused across adapter sets. */
+  /* LoRA adapters (directories of PEFT or mlx-lm adapters) applied, stacked, to every request
+   * that selects none of its own (lm_request_options.adapters): adapter i with weight
+   * adapter_weights[i] (NULL: 1 each); at most LM_ADAPTER_STACK_MAX. Sessions' KV state files are
+   * refused while this set is on (they are not keyed by adapters), and so is speculative decoding
+   * of requests that run with adapters; the prefix cache keys every entry by the adapter set it
+   * was made with, so nothing is reused across sets. */
   const char *const *adapters;
   const float *adapter_weights;
   int n_adapters;
@@ -352,6 +361,38 @@ lm_status lm_engine_load_state(lm_engine *e, const char *path, int32_t **ids, in
 lm_status lm_engine_logits(lm_engine *e, const int32_t *ids, int64_t n, int64_t prefill,
                            int64_t chunk, float *out);
 
+/* ---- LoRA adapters mounted by name ------------------------------------------------------------
+ */
+
+typedef struct lm_adapter_info {
+  char name[LM_ADAPTER_NAME_MAX];
+  char format[8]; /* "peft" or "mlx-lm" */
+  int max_rank;   /* the largest rank of its modules */
+  int modules;    /* modules it adapts */
+  int64_t bytes;  /* its matrices in the backend's memory */
+  int64_t users;  /* requests queued or running with it */
+  double load_s;  /* seconds from the call to the adapter being usable */
+  char dir[4096]; /* the directory it was loaded from */
+} lm_adapter_info;
+
+/* Loads the adapter in dir (PEFT or mlx-lm; lumen.h's --adapter rules) and mounts it under name
+ * (1..LM_ADAPTER_NAME_MAX-1 bytes of letters, digits and ._-), so later requests may select it
+ * (lm_request_options.adapters). The files are read and checked on the calling thread; the copy
+ * into the backend's memory happens on the engine thread between two steps, so running requests
+ * wait for at most that copy. Errors: LM_ERR_INVALID (a bad name, an adapter this model refuses:
+ * the message names the cause), LM_ERR_STATE (the name is taken, or LM_ADAPTER_MOUNT_MAX are
+ * mounted), LM_ERR_NOT_FOUND / LM_ERR_IO / LM_ERR_CORRUPT (the files), LM_ERR_NOMEM. Thread-safe.
+ */
+lm_status lm_engine_load_adapter(lm_engine *e, const char *name, const char *dir);
+
+/* Unmounts name: later requests do not find it; requests that selected it before finish with it,
+ * and its memory is freed when the last of them ends. Errors: LM_ERR_NOT_FOUND. Thread-safe. */
+lm_status lm_engine_unload_adapter(lm_engine *e, const char *name);
+
+/* The mounted adapters, in the order they were loaded: up to max into out; returns how many are
+ * mounted. Thread-safe. */
+int lm_engine_list_adapters(lm_engine *e, lm_adapter_info *out, int max);
+
 /* ---- requests -------------------------------------------------------------------------------- */
 
 typedef struct lm_request lm_request;
@@ -415,6 +456,15 @@ typedef struct lm_request_options {
    * to 7 tokens per step, drafts trimmed to fit); other backends refuse it. */
   const char *speculative;
   int speculative_tokens; /* 1..the engine's speculative_tokens (0: the engine's) */
+  /* LoRA: names of mounted adapters (lm_engine_load_adapter), stacked, adapter i with weight
+   * adapter_weights[i] (NULL: 1 each); at most LM_ADAPTER_STACK_MAX. n_adapters 0: the engine's
+   * own set (lm_engine_options.adapters, often none); no_adapters: the base model even where the
+   * engine has a set. An unknown name fails lm_request_create with LM_ERR_NOT_FOUND, the message
+   * naming it. */
+  const char *const *adapters;
+  const float *adapter_weights;
+  int n_adapters;
+  int no_adapters;
 } lm_request_options;
 
 /* No prompt, the checkpoint's sampling defaults are NOT applied (neutral sampling, temperature

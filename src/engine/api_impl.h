@@ -63,6 +63,14 @@ struct lm_engine {
   struct lm_spec_draft *draft; /* lm_engine_options.draft_model, loaded (NULL: none) */
   struct lm_lora *lora[8];     /* lm_engine_options.adapters, loaded */
   int n_lora;
+  /* adapters mounted by name (engine_adapters.c), under mounts_mu; slot -1: still loading */
+  pthread_mutex_t mounts_mu;
+  struct lm_mount *mounts; /* [LM_ADAPTER_MOUNT_MAX] */
+  int n_mounts;
 };
+
+/* The adapters a request selects (lumen.h lm_request_options.adapters), resolved to the mounts
+ * its job carries (engine_adapters.c). */
+lm_status lm_engine_pick_adapters(lm_engine *e, const lm_request_options *o, lm_job *j);
 
 #endif

@@ -247,6 +247,7 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
   e->ck = ck;
   e->o = *o;
   atomic_init(&e->seq, 1);
+  pthread_mutex_init(&e->mounts_mu, NULL);
   int64_t budget = 0;
   lm_status s = own_strings(e);
   if (!s) s = make_backend(e);
@@ -272,13 +273,15 @@ lm_status lm_engine_create(lm_checkpoint *ck, const lm_engine_options *o, lm_eng
 
 void lm_engine_free(lm_engine *e) {
   if (!e) return;
-  lm_sched_free(e->sched);
+  lm_sched_free(e->sched); /* (it frees the adapters mounted by name) */
   lm_spec_draft_free(e->draft);
   lm_grammar_cache_free(e->grammars); /* grammars still held by requests live on */
   free(e->stop_sorted);
-  lm_backend_destroy(e->be);
-  for (int i = 0; i < e->n_lora; i++) /* after the backend: its copies go with it */
+  for (int i = 0; i < e->n_lora; i++) /* before the backend: their copies are its memory */
     lm_lora_free(e->lora[i]);
+  lm_backend_destroy(e->be);
+  free(e->mounts);
+  pthread_mutex_destroy(&e->mounts_mu);
   free(e->specs);
   free(e->kv_quant);
   free(e->kv_config);

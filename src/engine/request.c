@@ -532,6 +532,11 @@ static lm_status fill_job(lm_request *r, const lm_request_options *o, lm_job *j)
   j->keep_special = o->raw_output;
   j->share_prompt = o->share_prompt;
   LM_TRY(spec_options(r->e, o, &j->spec_tokens, &j->spec_draft));
+  LM_TRY(lm_engine_pick_adapters(r->e, o, j));
+  if (j->spec_tokens && j->n_lora)
+    return LM_ERRF(LM_ERR_UNSUPPORTED,
+                   "speculative decoding does not combine with LoRA adapters yet (its exactness "
+                   "is not established through the adapters' products)");
   j->t_submit = now_s();
   r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 0;
   j->deadline = r->timeout_s > 0 ? j->t_submit + r->timeout_s : 0;

@@ -25,6 +25,7 @@
 #include "kv/kv_state.h"
 #include "model/fingerprint.h"
 #include "model/forward.h"
+#include "model/lora.h"
 
 /* A command for the engine thread (sched.h): run, then done = 1 and the result in st/msg. */
 typedef struct sched_cmd {
@@ -82,6 +83,13 @@ struct lm_sched {
   /* a GPU backend: the step's masks are filled while the forward runs (NULL: in sampling) */
   lm_mask_prep *prep;
   lm_constraint **prep_cons; /* [parallel] */
+  /* LoRA mounts: slots 0..o.n_lora-1 hold the default set (borrowed), the others what
+   * lm_sched_mount put there (owned). mount_id, closing and users under mu (submit reads them) */
+  struct lm_lora *mounted[LM_ADAPTER_MOUNT_MAX];
+  uint64_t mount_id[LM_ADAPTER_MOUNT_MAX], next_mount;
+  int closing[LM_ADAPTER_MOUNT_MAX];
+  int64_t users[LM_ADAPTER_MOUNT_MAX];
+  lm_lora_pick *b_lora; /* [parallel][LM_LORA_PICKS] the batch's sequences' picks */
 };
 
 static double now_s(void) {
@@ -178,9 +186,22 @@ static lm_status alloc_buffers(lm_sched *s) {
   s->toks = calloc((size_t)R, sizeof *s->toks);
   s->row_err = calloc((size_t)R, sizeof *s->row_err);
   s->q = calloc((size_t)s->o.queue_cap, sizeof *s->q);
+  s->b_lora = malloc((size_t)P * LM_LORA_PICKS * sizeof *s->b_lora);
+  if (!s->b_lora) return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory");
   if (!s->slots || !s->used || !s->row_err || !s->b_ids || !s->b_pos || !s->b_seq || !s->b_rows ||
       !s->row_slot || !s->g_ids || !s->b_kv || !s->b_slot || !s->logits || !s->toks || !s->q)
     return LM_ERRF(LM_ERR_NOMEM, "engine: out of memory (scheduler buffers for %d sequences)", P);
+  return LM_OK;
+}
+
+/* The default adapters in slots 0..n_lora-1, mounts 1..n_lora. */
+static lm_status mount_defaults(lm_sched *s) {
+  if (s->o.n_lora > LM_LORA_PICKS)
+    return LM_ERRF(LM_ERR_INVALID, "engine: %d default adapters (at most %d)", s->o.n_lora,
+                   LM_LORA_PICKS);
+  LM_TRY(lm_forward_set_adapters(s->fw, s->o.lora, s->o.n_lora));
+  for (int i = 0; i < s->o.n_lora; i++)
+    s->mounted[i] = s->o.lora[i], s->mount_id[i] = ++s->next_mount;
   return LM_OK;
 }
 
@@ -212,7 +233,7 @@ lm_status lm_sched_create(lm_model *m, lm_backend *be, const lm_tokenizer *tok,
   if (!st && o->prompt_cache > 0)
     st = lm_prompt_cache_create(o->kv_budget, o->prompt_cache, &s->pc);
   if (!st) st = lm_forward_create(m, be, s->max_step, s->max_rows, &s->fw);
-  if (!st) st = lm_forward_set_adapters(s->fw, o->lora, o->n_lora);
+  if (!st) st = mount_defaults(s);
   /* the CPU backend's forward already keeps every core busy: its masks stay in the sampling */
   if (!st && strcmp(be->ops->name, "cpu") != 0) {
     s->prep_cons = calloc((size_t)o->parallel, sizeof *s->prep_cons);
@@ -274,6 +295,9 @@ void lm_sched_free(lm_sched *s) {
   lm_mask_prep_free(s->prep);
   free(s->prep_cons);
   lm_forward_free(s->fw);
+  for (int i = s->o.n_lora; i < LM_ADAPTER_MOUNT_MAX; i++) /* after the forward that read them */
+    lm_lora_free(s->mounted[i]);
+  free(s->b_lora);
   free(s->specs);
   free(s->stop_ids);
   free(s->keep);
@@ -350,9 +374,24 @@ lm_status lm_sched_submit(lm_sched *s, lm_job *j) {
     return LM_ERRF(LM_ERR_INVALID, "%s", msg);
   if (j->top_logprobs > LM_TOP_LOGPROBS_MAX)
     return LM_ERRF(LM_ERR_INVALID, "top_logprobs must be <= %d", LM_TOP_LOGPROBS_MAX);
+  if (j->n_lora < 0 || j->n_lora > LM_LORA_PICKS)
+    return LM_ERRF(LM_ERR_INVALID, "engine: %d adapters stacked (at most %d)", j->n_lora,
+                   LM_LORA_PICKS);
+  if (!j->n_lora && !j->lora_base)
+    for (int i = 0; i < s->o.n_lora; i++)
+      j->lora[i] = (lm_lora_pick){.slot = i, .weight = 1.0f}, j->lora_id[i] = (uint64_t)i + 1;
+  if (!j->n_lora && !j->lora_base) j->n_lora = s->o.n_lora;
   pthread_mutex_lock(&s->mu);
   lm_status st = LM_OK;
-  if (s->stop)
+  for (int i = 0; i < j->n_lora && !st; i++) {
+    int k = j->lora[i].slot;
+    if (k < 0 || k >= LM_ADAPTER_MOUNT_MAX || !j->lora_id[i] || s->mount_id[k] != j->lora_id[i] ||
+        s->closing[k])
+      st = LM_ERRF(LM_ERR_NOT_FOUND, "adapter %d of the request was unloaded", i);
+  }
+  if (st)
+    ;
+  else if (s->stop)
     st = LM_ERRF(LM_ERR_CANCELLED, "the server is shutting down");
   else if (s->q_n == s->o.queue_cap)
     st = LM_ERRF(LM_ERR_STATE, "the request queue is full (%d waiting)", s->q_n);
@@ -367,6 +406,20 @@ lm_status lm_sched_submit(lm_sched *s, lm_job *j) {
 
 /* ---- the prefix cache (engine thread) ------------------------------------------------------ */
 
+/* The prefix cache's namespace of a job's caches: its adapter mounts and weights (mount ids
+ * are never reused, so an adapter loaded again under the same name is another namespace), or
+ * NULL (the base model's). */
+static const char *job_ns(const lm_job *j, char *buf, size_t n) {
+  if (!j->n_lora) return NULL;
+  size_t at = (size_t)snprintf(buf, n, "lora");
+  for (int i = 0; i < j->n_lora && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "+%llu@%a", (unsigned long long)j->lora_id[i],
+                           (double)j->lora[i].weight);
+  return buf;
+}
+
+#define LM_NS_BYTES (LM_LORA_PICKS * 48 + 8)
+
 /* Mirrors the prefix cache's bytes under mu (admission reads them with the reservations). */
 static void pc_sync(lm_sched *s) {
   int64_t held = s->pc ? lm_prompt_cache_get_stats(s->pc).bytes_held : 0;
@@ -379,8 +432,10 @@ static void pc_sync(lm_sched *s) {
 static void pc_put(lm_sched *s, lm_seq *q) {
   int64_t n = lm_seq_kv_len(q);
   lm_kv_set *kv = q->kv;
+  char ns[LM_NS_BYTES];
   q->kv = NULL;
-  if (n < 1 || lm_prompt_cache_adopt(s->pc, NULL, q->hist, n, kv)) lm_err_clear();
+  if (n < 1 || lm_prompt_cache_adopt(s->pc, job_ns(q->job, ns, sizeof ns), q->hist, n, kv))
+    lm_err_clear();
   pc_sync(s);
 }
 
@@ -392,7 +447,9 @@ static int make_room(lm_sched *s, int64_t need);
 static void pc_share(lm_sched *s, lm_seq *q) {
   int64_t n = lm_seq_kv_len(q);
   if (!make_room(s, lm_kv_set_bytes(q->kv) + n * (int64_t)sizeof(int32_t))) return;
-  if (lm_prompt_cache_insert(s->pc, NULL, q->hist, n, q->kv)) lm_err_clear();
+  char ns[LM_NS_BYTES];
+  if (lm_prompt_cache_insert(s->pc, job_ns(q->job, ns, sizeof ns), q->hist, n, q->kv))
+    lm_err_clear();
   pc_sync(s);
 }
 
@@ -450,7 +507,9 @@ static lm_status job_caches(lm_sched *s, lm_job *j, lm_kv_set **kv, int64_t *cac
   *cached = 0;
   LM_TRY(lm_kv_set_create(s->be, s->specs, s->m->cfg.n_caches, kv));
   if (!s->pc) return LM_OK;
-  lm_status st = lm_prompt_cache_lookup(s->pc, NULL, j->ids, j->n_ids, j->n_ids - 1, *kv, cached);
+  char ns[LM_NS_BYTES];
+  lm_status st = lm_prompt_cache_lookup(s->pc, job_ns(j, ns, sizeof ns), j->ids, j->n_ids,
+                                        j->n_ids - 1, *kv, cached);
   if (st) {
     lm_kv_set_free(*kv);
     *kv = NULL;
@@ -553,6 +612,9 @@ static void batch_add(lm_sched *s, lm_batch *b, int i, int64_t n, int row) {
   int32_t si = b->n_seqs++;
   s->b_kv[si] = q->kv;
   s->b_slot[si] = i;
+  lm_lora_pick *pk = &s->b_lora[(size_t)si * LM_LORA_PICKS];
+  for (int k = 0; k < LM_LORA_PICKS; k++)
+    pk[k] = k < q->job->n_lora ? q->job->lora[k] : (lm_lora_pick){.slot = -1};
   for (int64_t k = 0; k < n; k++) {
     s->b_ids[b->n_tokens] = q->hist[at + k];
     s->b_pos[b->n_tokens] = (int32_t)(at + k);
@@ -629,8 +691,12 @@ static void propose_drafts(lm_sched *s) {
 /* Decode tokens first (one per decoding sequence, with its drafts), then prompt chunks, oldest
  * admission first. */
 static void build_batch(lm_sched *s, lm_batch *b) {
-  *b = (lm_batch){
-      .ids = s->b_ids, .pos = s->b_pos, .seq = s->b_seq, .kv = s->b_kv, .logit_rows = s->b_rows};
+  *b = (lm_batch){.ids = s->b_ids,
+                  .pos = s->b_pos,
+                  .seq = s->b_seq,
+                  .kv = s->b_kv,
+                  .logit_rows = s->b_rows,
+                  .lora = s->b_lora};
   propose_drafts(s);
   for (int i = 0; i < s->o.parallel; i++)
     if (s->used[i] && !lm_seq_prefilling(&s->slots[i])) batch_add_drafts(s, b, i);
@@ -1033,6 +1099,94 @@ lm_status lm_sched_logits(lm_sched *s, const int32_t *ids, int64_t n, int64_t pr
   return command(s, &c);
 }
 
+/* ---- adapter mounts ------------------------------------------------------------------------- */
+
+/* Counts the jobs queued or running per mount (mu held) and unmounts the closing ones no job
+ * picks any more: the forward first, then the adapter's memory. */
+static void reap_mounts(lm_sched *s) {
+  int64_t users[LM_ADAPTER_MOUNT_MAX] = {0};
+  for (int i = 0; i < s->o.parallel; i++)
+    for (int k = 0; s->used[i] && k < s->slots[i].job->n_lora; k++)
+      users[s->slots[i].job->lora[k].slot]++;
+  for (int q = 0; q < s->q_n; q++) {
+    const lm_job *j = s->q[(s->q_head + q) % s->o.queue_cap];
+    for (int k = 0; k < j->n_lora; k++)
+      users[j->lora[k].slot]++;
+  }
+  memcpy(s->users, users, sizeof users);
+  for (int k = s->o.n_lora; k < LM_ADAPTER_MOUNT_MAX; k++) {
+    if (!s->closing[k] || users[k]) continue;
+    struct lm_lora *l = s->mounted[k];
+    pthread_mutex_unlock(&s->mu);
+    lm_status st = lm_forward_mount_adapter(s->fw, k, NULL);
+    if (!st) lm_lora_free(l);
+    lm_err_clear();
+    pthread_mutex_lock(&s->mu);
+    if (st) continue; /* (the tables' upload failed: tried again after the next step) */
+    s->mounted[k] = NULL, s->mount_id[k] = 0, s->closing[k] = 0;
+  }
+}
+
+typedef struct mount_cmd {
+  sched_cmd c;
+  struct lm_lora *l;
+  int slot;
+  uint64_t id;
+} mount_cmd;
+
+static lm_status do_mount(lm_sched *s, sched_cmd *c) {
+  mount_cmd *m = (mount_cmd *)c;
+  pthread_mutex_lock(&s->mu);
+  int k = s->o.n_lora;
+  while (k < LM_ADAPTER_MOUNT_MAX && (s->mounted[k] || s->closing[k]))
+    k++;
+  pthread_mutex_unlock(&s->mu);
+  if (k == LM_ADAPTER_MOUNT_MAX)
+    return LM_ERRF(LM_ERR_STATE, "%d adapters are mounted already (the most an engine holds)",
+                   LM_ADAPTER_MOUNT_MAX - s->o.n_lora);
+  LM_TRY(lm_forward_mount_adapter(s->fw, k, m->l));
+  pthread_mutex_lock(&s->mu);
+  s->mounted[k] = m->l, s->mount_id[k] = ++s->next_mount;
+  m->slot = k, m->id = s->mount_id[k];
+  pthread_mutex_unlock(&s->mu);
+  return LM_OK;
+}
+
+static lm_status do_unmount(lm_sched *s, sched_cmd *c) {
+  mount_cmd *m = (mount_cmd *)c;
+  pthread_mutex_lock(&s->mu);
+  lm_status st = LM_OK;
+  if (m->slot < s->o.n_lora || m->slot >= LM_ADAPTER_MOUNT_MAX || !m->id ||
+      s->mount_id[m->slot] != m->id || s->closing[m->slot])
+    st = LM_ERRF(LM_ERR_NOT_FOUND, "no such adapter mount");
+  else {
+    s->closing[m->slot] = 1;
+    reap_mounts(s);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+lm_status lm_sched_mount(lm_sched *s, struct lm_lora *l, int *slot, uint64_t *id) {
+  mount_cmd m = {.c = {.run = do_mount}, .l = l};
+  LM_TRY(command(s, &m.c));
+  *slot = m.slot, *id = m.id;
+  return LM_OK;
+}
+
+lm_status lm_sched_unmount(lm_sched *s, int slot, uint64_t id) {
+  mount_cmd m = {.c = {.run = do_unmount}, .slot = slot, .id = id};
+  return command(s, &m.c);
+}
+
+int64_t lm_sched_mount_users(lm_sched *s, int slot) {
+  if (slot < 0 || slot >= LM_ADAPTER_MOUNT_MAX) return 0;
+  pthread_mutex_lock(&s->mu);
+  int64_t n = s->users[slot];
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
 /* ---- the thread ------------------------------------------------------------------------------ */
 
 static void *engine_main(void *arg) {
@@ -1043,6 +1197,7 @@ static void *engine_main(void *arg) {
   while (!s->stop) {
     run_commands(s);
     admit_all(s);
+    reap_mounts(s);
     publish(s);
     if (!any_active(s)) {
       /* idle (or the queue head waits for memory that only a running sequence could free) */

@@ -65,6 +65,12 @@ typedef struct lm_job {
   struct lm_constraint *con; /* constrained decoding (engine/constraint.h; owned), or NULL */
   int spec_tokens;           /* speculative decoding: at most this many drafts a step; 0: off */
   int spec_draft;            /* the drafts come from the scheduler's draft model, not n-grams */
+  /* LoRA: the mounted adapters the job runs with (slots and weights, and the mounts' ids, which
+   * submit checks are still mounted there); n_lora 0: the scheduler's default set
+   * (lm_sched_opts.lora) unless lora_base, which runs the base model */
+  lm_lora_pick lora[LM_LORA_PICKS];
+  uint64_t lora_id[LM_LORA_PICKS];
+  int n_lora, lora_base;
 } lm_job;
 
 /* A new job with neutral sampling and its channel (two references: the job's and *consumer). */
@@ -87,7 +93,9 @@ typedef struct lm_sched_opts {
   int32_t n_keep_special;
   int spec_tokens; /* the most drafts a job may verify per step (0: jobs do not speculate) */
   struct lm_spec_draft *draft; /* the draft model jobs with spec_draft use (borrowed), or NULL */
-  struct lm_lora *const *lora; /* adapters on every step (borrowed), and their count */
+  /* the default adapters (borrowed; mounted in slots 0..n_lora-1): jobs that pick none run
+   * them */
+  struct lm_lora *const *lora;
   int n_lora;
 } lm_sched_opts;
 
@@ -117,6 +125,16 @@ lm_admission lm_sched_check(const lm_sched *s, int64_t n_prompt, int64_t max_tok
 lm_status lm_sched_submit(lm_sched *s, lm_job *j);
 void lm_sched_stats_get(lm_sched *s, lm_sched_stats *out);
 const lm_admit *lm_sched_admit(const lm_sched *s);
+
+/* Adapters mounted while the scheduler runs (commands, between steps). mount: l (loaded for the
+ * scheduler's model; the scheduler owns it from LM_OK on) into a free slot: *slot and *id get
+ * where, and the mount's id (never reused), which jobs carry. LM_ERR_STATE when every slot is
+ * taken. unmount: the mount (slot, id) leaves as soon as no job queued or running picks it (jobs
+ * submitted later are refused); LM_ERR_NOT_FOUND when it is not mounted. users: the jobs queued
+ * or running with it (counted between steps). */
+lm_status lm_sched_mount(lm_sched *s, struct lm_lora *l, int *slot, uint64_t *id);
+lm_status lm_sched_unmount(lm_sched *s, int slot, uint64_t id);
+int64_t lm_sched_mount_users(lm_sched *s, int slot);
 
 /* Commands, run on the engine thread between steps (inline when the thread is not running).
  * save: the caches of the longest cached prefix of ids[0..n) (the prefix cache holds finished
