@@ -159,6 +159,8 @@ lm_status lm_server_create(lm_checkpoint *ck, const lm_server_opts *o, lm_server
   lm_sampling_init(&s->defaults);
   lm_srv_metrics_init(&s->metrics);
   atomic_init(&s->seq, 1);
+  atomic_init(&s->loads, 0);
+  atomic_init(&s->closing, 0);
   s->t_start = now_s();
   s->t_created = (long long)time(NULL);
   lm_status st = s->ci.has_tokenizer ? LM_OK
@@ -212,8 +214,17 @@ void lm_server_describe(const lm_server *s, char *buf, size_t n) {
   }
 }
 
+/* Adapter loads in flight (POST /v1/adapters) finish first, while the engine still runs: the
+ * copy to the backend is the engine thread's to make, and the loading thread uses the engine. */
+static void wait_loads(lm_server *s) {
+  atomic_store(&s->closing, 1);
+  while (atomic_load(&s->loads) > 0)
+    nanosleep(&(struct timespec){0, 1000000L}, NULL);
+}
+
 void lm_server_free(lm_server *s) {
   if (!s) return;
+  wait_loads(s);
   lm_engine_stop(s->e); /* running requests end now; new ones get 503 until the daemon stops */
   lm_srv_http_stop(s);
   lm_engine_free(s->e);

@@ -2,8 +2,10 @@
  *
  * Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (and GET/DELETE
  * /v1/responses/ID), POST /v1/messages and /v1/messages/count_tokens (Anthropic), GET /v1/models,
- * POST /tokenize, /detokenize and /apply-template (llama.cpp's), GET /health, GET /stats, GET
- * /metrics, and the chat page at GET / (srv_web.c). HTTP
+ * POST/GET /v1/adapters and GET/DELETE /v1/adapters/NAME (LoRA adapters mounted by name, which a
+ * request picks by its "adapter" field or a model id BASE:NAME; srv_adapters.h), POST /tokenize,
+ * /detokenize and /apply-template (llama.cpp's), GET /health, GET /stats, GET /metrics, and the
+ * chat page at GET / (srv_web.c). HTTP
  * on libmicrohttpd (a pool of epoll threads; a generation parks its connection instead of holding a
  * thread), JSON on jansson. The server is a client of the public API (lumen.h): it maps the
  * protocols onto requests of one engine, whose scheduler runs every sequence in one continuously

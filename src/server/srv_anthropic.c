@@ -446,6 +446,7 @@ void lm_srv_anthropic_messages(const lm_srv_http_req *rq, const json_t *body, lm
   lm_srv_params p;
   lm_srv_err e;
   lm_srv_params_init(&p);
+  p.adapters = rq->adapters;
   json_t *req = NULL;
   if (lm_srv_anthropic_request(body, &req, &e) ||
       lm_srv_parse_common(req, &s->defaults, s->ci.vocab_size, &p, &e) ||
@@ -465,6 +466,7 @@ void lm_srv_anthropic_count_tokens(const lm_srv_http_req *rq, const json_t *body
   lm_srv_params p;
   lm_srv_err e;
   lm_srv_params_init(&p);
+  p.adapters = rq->adapters;
   json_t *copy = json_copy((json_t *)body), *req = NULL;
   int64_t n = 0;
   if (copy && !json_object_get(copy, "max_tokens"))

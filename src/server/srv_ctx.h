@@ -33,6 +33,9 @@ struct lm_server {
   double t_start;           /* monotonic seconds */
   long long t_created;      /* unix seconds of the start */
   atomic_uint_fast64_t seq; /* request ids */
+  /* adapters being loaded on threads of their own (srv_adapters.c), and whether the server is
+   * being freed: no load starts then, and the engine is freed after the last one */
+  atomic_int loads, closing;
   lm_srv_metrics metrics;
 };
 

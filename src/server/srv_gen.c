@@ -9,6 +9,7 @@
 
 #include "base/rng.h"
 #include "base/status.h"
+#include "server/srv_adapters.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -45,6 +46,17 @@ static int chat_json(const lm_srv_params *p, char **msgs, char **tools, char **k
 
 static int starts(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
+/* A request's adapters refused: one not mounted is a 404 (model_not_found when the model id
+ * named it), anything else a 400 naming the field that chose them. */
+static int adapter_error(lm_status st, const lm_srv_adapters *a, const char *m, lm_srv_err *e) {
+  int model = a->param && !strcmp(a->param, "model");
+  const char *param = model ? "model" : "adapter";
+  if (st != LM_ERR_NOT_FOUND) return lm_srv_err_bad(e, param, "%s", m);
+  return lm_srv_err_set(e, 404, "invalid_request_error",
+                        model ? "model_not_found" : "adapter_not_found", param,
+                        "%s (GET /v1/adapters lists those mounted)", m);
+}
+
 /* The HTTP error of a request that could not be built. A constraint's message starts with the
  * option that carried it (lumen.h): it names the request field that did. */
 static int create_error(lm_status st, int chat, const lm_srv_params *p, lm_srv_err *e) {
@@ -62,15 +74,19 @@ static int create_error(lm_status st, int chat, const lm_srv_params *p, lm_srv_e
                           st == LM_ERR_UNSUPPORTED ? "unsupported_schema" : NULL, "tools", "%s", m);
   if (starts(m, "tool_choice")) return lm_srv_err_bad(e, "tool_choice", "%s", m);
   if (starts(m, "speculative")) return lm_srv_err_bad(e, "speculative", "%s", m);
+  if (p->adapters && p->adapters->n && (st == LM_ERR_NOT_FOUND || starts(m, "adapter")))
+    return adapter_error(st, p->adapters, m, e);
   if (chat) return lm_srv_err_bad(e, "messages", "chat template: %s", lm_errmsg());
   return lm_srv_err_bad(e, "prompt", "%s", lm_errmsg());
 }
 
 /* The draft source of a request: its own, else the server's; "speculative": true on a server
- * without one means n-grams; false (or nothing on such a server) means none. */
+ * without one means n-grams; false (or nothing on such a server) means none. The server's default
+ * stays off for a request with adapters, which the engine does not draft for. */
 static const char *spec_source(const lm_server *s, const lm_srv_params *p) {
   if (p->spec < 0) return NULL;
   if (p->spec_source) return p->spec_source;
+  if (p->spec == 0 && p->adapters && p->adapters->n) return NULL;
   if (s->o.speculative) return s->o.speculative;
   return p->spec > 0 ? "ngram" : NULL;
 }
@@ -110,6 +126,12 @@ static int create(lm_server *s, lm_srv_params *p, int chat, lm_srv_gen *g, lm_sr
   ro.constrain_tools = chat; /* tool names and arguments are held to the offered tools */
   ro.speculative = spec_source(s, p);
   ro.speculative_tokens = p->spec > 0 ? p->spec_tokens : 0;
+  if (p->adapters) { /* names and weights are borrowed: lm_request_create copies them */
+    ro.adapters = p->adapters->names;
+    ro.adapter_weights = p->adapters->weights;
+    ro.n_adapters = p->adapters->n;
+    ro.no_adapters = p->adapters->none;
+  }
   lm_status st = lm_request_create(s->e, &ro, &g->r);
   if (st) r = create_error(st, chat, p, e);
 done:

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/srv_adapters.h"
 #include "server/srv_gen.h"
 #include "server/srv_route.h"
 
@@ -418,6 +419,7 @@ void lm_srv_openai_chat(const lm_srv_http_req *rq, const json_t *body, lm_srv_re
   lm_srv_params p;
   lm_srv_err e;
   lm_srv_params_init(&p);
+  p.adapters = rq->adapters;
   if (lm_srv_parse_common(body, &s->defaults, s->ci.vocab_size, &p, &e) ||
       lm_srv_parse_chat(body, &p, &e))
     lm_srv_reply_error(rp, &e, 0);
@@ -431,6 +433,7 @@ void lm_srv_openai_completions(const lm_srv_http_req *rq, const json_t *body, lm
   lm_srv_params p;
   lm_srv_err e;
   lm_srv_params_init(&p);
+  p.adapters = rq->adapters;
   if (lm_srv_parse_common(body, &s->defaults, s->ci.vocab_size, &p, &e) ||
       lm_srv_parse_completion(body, s->ci.vocab_size, &p, &e))
     lm_srv_reply_error(rp, &e, 0);
@@ -445,12 +448,57 @@ static json_t *model_json(const lm_server *s, const char *id) {
                    (json_int_t)s->ei.context);
 }
 
+/* BASE:ADAPTER, the model id of the served model with mounted adapters (parent: BASE). */
+static json_t *adapter_model_json(const lm_server *s, const char *base, const char *id) {
+  json_t *m = model_json(s, id);
+  if (m) json_object_set_new(m, "parent", json_string(base));
+  return m;
+}
+
+/* Whether id is BASE:ADAPTER with every adapter of it mounted (the parent into *base). */
+static int adapter_model(lm_server *s, const char *id, const char **base) {
+  lm_srv_adapters a;
+  lm_srv_err e;
+  memset(&a, 0, sizeof a);
+  if (lm_srv_adapters_from_model(s, id, base, &a, &e)) return 0;
+  lm_adapter_info *v;
+  int n = lm_srv_adapters_mounted(s, &v), found = 0;
+  for (int i = 0; i < a.n; i++)
+    for (int j = 0; j < n; j++)
+      if (!strcmp(a.name[i], v[j].name)) {
+        found++;
+        break;
+      }
+  free(v);
+  return a.n > 0 && found == a.n;
+}
+
+/* The served ids, then BASE:NAME (BASE the first served id) for each mounted adapter. */
+static json_t *models_json(lm_server *s) {
+  json_t *data = json_array();
+  for (int i = 0; i < s->n_ids; i++)
+    json_array_append_new(data, model_json(s, s->ids[i]));
+  lm_adapter_info *v;
+  int n = lm_srv_adapters_mounted(s, &v);
+  for (int i = 0; i < n; i++) {
+    char id[LM_ADAPTER_NAME_MAX + 260];
+    snprintf(id, sizeof id, "%s:%s", s->model_id, v[i].name);
+    json_array_append_new(data, adapter_model_json(s, s->model_id, id));
+  }
+  free(v);
+  return json_pack("{s:s,s:o}", "object", "list", "data", data);
+}
+
 void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp) {
   lm_server *s = rq->srv;
   if (!strncmp(rq->path, "/v1/models/", 11)) {
-    const char *id = lm_srv_model_served(s, rq->path + 11);
+    const char *id = lm_srv_model_served(s, rq->path + 11), *base = NULL;
     if (id) {
       lm_srv_reply_json(rp, 200, model_json(s, id));
+      return;
+    }
+    if (adapter_model(s, rq->path + 11, &base)) {
+      lm_srv_reply_json(rp, 200, adapter_model_json(s, base, rq->path + 11));
       return;
     }
     lm_srv_err e;
@@ -459,8 +507,5 @@ void lm_srv_openai_models(const lm_srv_http_req *rq, lm_srv_reply *rp) {
     lm_srv_reply_error(rp, &e, 0);
     return;
   }
-  json_t *data = json_array();
-  for (int i = 0; i < s->n_ids; i++)
-    json_array_append_new(data, model_json(s, s->ids[i]));
-  lm_srv_reply_json(rp, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+  lm_srv_reply_json(rp, 200, models_json(s));
 }

@@ -52,6 +52,8 @@ typedef struct lm_srv_params {
   int spec;
   const char *spec_source;
   int spec_tokens;
+  /* LoRA adapters: the route's choice (srv_adapters.h; borrowed, NULL: none made) */
+  const struct lm_srv_adapters *adapters;
   /* completions */
   char *prompt;        /* text prompt (owned), or: */
   int32_t *prompt_ids; /* token-id prompt (owned) */

@@ -439,6 +439,7 @@ void lm_srv_responses_create(const lm_srv_http_req *rq, const json_t *body, lm_s
   lm_srv_params p;
   lm_srv_err e;
   lm_srv_params_init(&p);
+  p.adapters = rq->adapters;
   json_t *history = NULL, *turn = NULL, *chat = NULL;
   int store = 1;
   const json_t *sv = json_object_get(body, "store");

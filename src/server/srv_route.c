@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/srv_adapters.h"
 #include "server/srv_gen.h"
 #include "server/srv_size.h"
 
@@ -92,7 +93,8 @@ typedef enum body_kind { NO_BODY = 0, JSON_BODY } body_kind;
 enum {
   OPEN = 1,  /* served without the API key: holds no data (the chat page) */
   WEBUI = 2, /* not there with --no-webui (404 like any unknown path) */
-  MODEL = 4, /* the body's "model" must be one the server serves (404 model_not_found) */
+  MODEL = 4, /* the body's "model" must be one the server serves (404 model_not_found), or
+                BASE:ADAPTER; the body may choose adapters (srv_adapters.h) */
 };
 
 typedef struct route {
@@ -132,6 +134,10 @@ static const route routes[] = {
      MODEL},
     {"GET", "/v1/models", 0, NO_BODY, 0, lm_srv_openai_models, NULL, 0},
     {"GET", "/v1/models/", 1, NO_BODY, 0, lm_srv_openai_models, NULL, 0},
+    {"POST", "/v1/adapters", 0, JSON_BODY, 0, NULL, lm_srv_adapters_load, 0},
+    {"GET", "/v1/adapters", 0, NO_BODY, 0, lm_srv_adapters_list, NULL, 0},
+    {"GET", "/v1/adapters/", 1, NO_BODY, 0, lm_srv_adapters_get, NULL, 0},
+    {"DELETE", "/v1/adapters/", 1, NO_BODY, 0, lm_srv_adapters_delete, NULL, 0},
     {"POST", "/tokenize", 0, JSON_BODY, 0, NULL, lm_srv_tokenize, 0},
     {"POST", "/detokenize", 0, JSON_BODY, 0, NULL, lm_srv_detokenize, 0},
     {"POST", "/apply-template", 0, JSON_BODY, 0, NULL, lm_srv_apply_template, 0},
@@ -165,9 +171,10 @@ static unsigned method_bit(const char *m) {
   return !strcmp(m, "GET") ? 1u : !strcmp(m, "POST") ? 2u : !strcmp(m, "DELETE") ? 4u : 0u;
 }
 
-/* The body's model: a served id, or the default one when it names none; 0 or the HTTP status. */
+/* The body's model: a served id, or the default one when it names none, or BASE:ADAPTER (the
+ * adapters into ad); 0 or the HTTP status. */
 static int check_model(const lm_srv_http_req *rq, const json_t *body, const char **out,
-                       lm_srv_err *e) {
+                       lm_srv_adapters *ad, lm_srv_err *e) {
   const lm_server *s = rq->srv;
   const json_t *m = json_object_get(body, "model");
   *out = s->model_id;
@@ -176,6 +183,9 @@ static int check_model(const lm_srv_http_req *rq, const json_t *body, const char
   const char *name = json_string_value(m);
   if (!*name) return 0; /* "" from clients that always send the field: the served model */
   if ((*out = lm_srv_model_served(s, name))) return 0;
+  int r = lm_srv_adapters_from_model(s, name, out, ad, e);
+  if (r >= 0) return r;
+  *out = s->model_id;
   char ids[512] = "";
   for (int i = 0; i < s->n_ids && strlen(ids) < sizeof ids - 80; i++)
     snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s'%.64s'", i ? ", " : "", s->ids[i]);
@@ -193,8 +203,12 @@ static void post_json(const route *hit, const lm_srv_http_req *rq, lm_srv_reply 
     return;
   }
   lm_srv_http_req r = *rq;
+  lm_srv_adapters ad;
+  memset(&ad, 0, sizeof ad);
   int bad = lm_srv_size_check_prompt(rq->srv, body, &e);
-  if (!bad && (hit->flags & MODEL)) bad = check_model(rq, body, &r.model, &e);
+  if (!bad && (hit->flags & MODEL)) bad = check_model(rq, body, &r.model, &ad, &e);
+  if (!bad && (hit->flags & MODEL)) bad = lm_srv_adapters_parse(body, &ad, &e);
+  if (hit->flags & MODEL) r.adapters = &ad;
   if (bad)
     lm_srv_reply_error(rp, &e, hit->anthropic);
   else

@@ -1,8 +1,9 @@
 /* srv_route.h — what the HTTP layer hands a route (method, path, body, a way to notice the
  * client left) and what the route answers (a full body, or an SSE stream, with any extra
  * headers), plus the route table: authentication, 404 for unknown paths, 405 for known paths
- * with the wrong method, 204 for OPTIONS (CORS preflights: no authentication), and 404
- * model_not_found for a body that names a model the server does not serve. */
+ * with the wrong method, 204 for OPTIONS (CORS preflights: no authentication), 404
+ * model_not_found for a body that names a model the server does not serve, and the adapters a
+ * generating request chooses (srv_adapters.h). */
 #ifndef LM_SERVER_SRV_ROUTE_H
 #define LM_SERVER_SRV_ROUTE_H
 
@@ -24,6 +25,9 @@ typedef struct lm_srv_http_req {
   struct lm_srv_tally *tally; /* the request log's token counts (srv_tally.h; NULL: none) */
   const char *model;          /* set by the route table: the served id the body names, else the
                                  default one (a string the server owns) */
+  /* set by the route table for generating endpoints: the adapters the body's "adapter" field or
+   * model id BASE:ADAPTER chose (srv_adapters.h; NULL elsewhere) */
+  const struct lm_srv_adapters *adapters;
 } lm_srv_http_req;
 
 /* A non-streamed answer still being generated. The HTTP layer parks the connection (no thread
@@ -82,6 +86,12 @@ void lm_srv_responses_delete(const lm_srv_http_req *rq, lm_srv_reply *rp);
 void lm_srv_tokenize(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
 void lm_srv_detokenize(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
 void lm_srv_apply_template(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+/* LoRA adapters (srv_adapters.c): POST /v1/adapters, GET /v1/adapters[/NAME], DELETE
+ * /v1/adapters/NAME. */
+void lm_srv_adapters_load(const lm_srv_http_req *rq, const json_t *body, lm_srv_reply *rp);
+void lm_srv_adapters_list(const lm_srv_http_req *rq, lm_srv_reply *rp);
+void lm_srv_adapters_get(const lm_srv_http_req *rq, lm_srv_reply *rp);
+void lm_srv_adapters_delete(const lm_srv_http_req *rq, lm_srv_reply *rp);
 /* GET / and /index.html: the chat page (srv_web.c). */
 void lm_srv_web(const lm_srv_http_req *rq, lm_srv_reply *rp);
 /* GET /stats (srv_stats.c). */
