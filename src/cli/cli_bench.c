@@ -22,6 +22,7 @@
 #include "cli/cli_adapter.h"
 #include "model/forward.h"
 #include "model/kv_plan.h"
+#include "model/lora_save.h"
 #ifdef LM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -60,6 +61,12 @@ static const char *bench_help =
     "                      repeat to stack several\n"
     "  --adapter-rank R    also a random adapter of rank R on every attention and MLP\n"
     "                      projection (what an adapter costs a step, on a --preset model)\n"
+    "  --adapters K        with --adapter-rank: K such adapters (1..48), sequence i running\n"
+    "                      adapter i mod K (distinct adapters in one batch)\n"
+    "  --save-adapter DIR  write the --adapter-rank adapter to DIR (PEFT layout, bf16) and\n"
+    "                      stop (an adapter of the model's shapes, to measure loading it)\n"
+    "  --batch N           decode N sequences together (each at the --context length):\n"
+    "                      aggregate tok/s of the N streams (default 1)\n"
     "  --json              one JSON object on stdout\n";
 
 typedef struct bench_opts {
@@ -70,9 +77,28 @@ typedef struct bench_opts {
   lm_kv_options kv;
   uint64_t seed;
   lm_cli_backend_opts be;
-  lm_cli_adapters ad; /* --adapter, and the --adapter-rank one */
+  lm_cli_adapters ad; /* --adapter (every sequence's, stacked) */
   int adapter_rank;
+  int n_synth; /* --adapters: random adapters mounted at LM_BENCH_SYNTH_SLOT + k */
+  lm_lora *synth[LM_ADAPTER_MOUNT_MAX];
+  int batch;
+  const char *save_adapter;
 } bench_opts;
+
+#define LM_BENCH_SYNTH_SLOT 8
+
+/* Sequence s's adapters: the --adapter set, then its random one (i mod K); NULL without random
+ * ones (the forward's default: the --adapter set). picks: [LM_LORA_PICKS]. */
+static const lm_lora_pick *seq_picks(const bench_opts *o, int s, lm_lora_pick *picks) {
+  if (!o->n_synth) return NULL;
+  int n = 0;
+  for (; n < o->ad.n; n++)
+    picks[n] = (lm_lora_pick){.slot = n, .weight = 1.0f};
+  picks[n++] = (lm_lora_pick){.slot = LM_BENCH_SYNTH_SLOT + s % o->n_synth, .weight = 1.0f};
+  for (; n < LM_LORA_PICKS; n++)
+    picks[n] = (lm_lora_pick){.slot = -1};
+  return picks;
+}
 
 static int parse(int argc, char **argv, bench_opts *o) {
   static const struct option lo[] = {
@@ -82,7 +108,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
       {"backend", 1, 0, 'B'},       {"precision", 1, 0, 'x'},    {"threads", 1, 0, 't'},
       {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},         {"state-tokens", 1, 0, 'S'},
       {"kv-quant", 1, 0, 'q'},      {"kv-group", 1, 0, 'G'},     {"verify-tokens", 1, 0, 'V'},
-      {"adapter", 1, 0, 'A'},       {"adapter-rank", 1, 0, 'R'}, {0, 0, 0, 0}};
+      {"adapter", 1, 0, 'A'},       {"adapter-rank", 1, 0, 'R'}, {"adapters", 1, 0, 'K'},
+      {"batch", 1, 0, 'N'},         {"save-adapter", 1, 0, 'W'}, {0, 0, 0, 0}};
   *o = (bench_opts){.bits = 4,
                     .group = 64,
                     .reps = 3,
@@ -90,7 +117,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
                     .decode_tokens = 16,
                     .seed = 1,
                     .prompt = "128",
-                    .context = "512"};
+                    .context = "512",
+                    .batch = 1};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
@@ -116,6 +144,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
       if (lm_cli_adapters_add(&o->ad, optarg)) return 2;
       break;
     case 'R': o->adapter_rank = atoi(optarg); break;
+    case 'K': o->n_synth = atoi(optarg); break;
+    case 'N': o->batch = atoi(optarg); break;
+    case 'W': o->save_adapter = optarg; break;
     case 'h': fputs(bench_help, stdout); return 0;
     default: return lm_cli_flag_error(c, argc, argv, lo);
     }
@@ -123,11 +154,14 @@ static int parse(int argc, char **argv, bench_opts *o) {
   if (optind < argc) o->model = argv[optind++];
   if (optind != argc || (!o->preset == !o->model) || o->reps < 1 || o->warmup < 0 ||
       o->decode_tokens < 1 || o->state_tokens < 0 || o->verify < 0 ||
-      o->verify > LM_SPEC_MAX_TOKENS || o->adapter_rank < 0 ||
-      (o->adapter_rank && o->ad.n == LM_CLI_MAX_ADAPTERS)) {
+      o->verify > LM_SPEC_MAX_TOKENS || o->adapter_rank < 0 || o->n_synth < 0 ||
+      o->n_synth > LM_ADAPTER_MOUNT_MAX - LM_BENCH_SYNTH_SLOT || (o->n_synth && !o->adapter_rank) ||
+      (o->adapter_rank && o->ad.n >= LM_CLI_MAX_ADAPTERS) || o->batch < 1 || o->batch > 4096 ||
+      (o->batch > 1 && o->verify) || (o->save_adapter && !o->adapter_rank)) {
     fputs(bench_help, stderr);
     return 2;
   }
+  if (o->adapter_rank && !o->n_synth) o->n_synth = 1;
   if (o->state_tokens && (o->ad.n || o->adapter_rank)) {
     fprintf(stderr, "lumen bench: --state-tokens does not take adapters (state files are not "
                     "keyed by an adapter set)\n");
@@ -182,7 +216,8 @@ static void fill_ids(int32_t *ids, int64_t n, int64_t V, uint64_t seed) {
 
 /* One prefill of n tokens into a fresh cache set; returns seconds, or -1 on error. */
 static double time_prefill(const lm_model *m, const lm_kv_spec *specs, lm_backend *be,
-                           lm_forward *f, const int32_t *ids, int64_t n, lm_kv_set **kv_out) {
+                           lm_forward *f, const int32_t *ids, int64_t n, const lm_lora_pick *lora,
+                           lm_kv_set **kv_out) {
   lm_kv_set *kv;
   if (lm_kv_set_create(be, specs, m->cfg.n_caches, &kv)) return -1;
   int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
@@ -196,7 +231,8 @@ static double time_prefill(const lm_model *m, const lm_kv_spec *specs, lm_backen
                 .n_seqs = 1,
                 .kv = &kv,
                 .n_logits = 1,
-                .logit_rows = &last};
+                .logit_rows = &last,
+                .lora = lora};
   double t0 = lm_cli_now();
   lm_status s = pos && seq ? lm_forward_run(f, &b, NULL) : LM_ERR_NOMEM;
   double dt = lm_cli_now() - t0;
@@ -211,7 +247,7 @@ static double time_prefill(const lm_model *m, const lm_kv_spec *specs, lm_backen
 
 /* n greedy decode steps continuing kv (the argmax runs on the backend; only the token id
  * comes back); returns seconds, or -1. */
-static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n) {
+static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n, const lm_lora_pick *lora) {
   int32_t id = 3, seq = 0, row = 0;
   double t0 = lm_cli_now();
   lm_status s = LM_OK;
@@ -224,7 +260,8 @@ static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n) {
                   .n_seqs = 1,
                   .kv = &kv,
                   .n_logits = 1,
-                  .logit_rows = &row};
+                  .logit_rows = &row,
+                  .lora = lora};
     s = lm_forward_run_greedy(f, &b, NULL, &next);
     id = next;
   }
@@ -234,7 +271,8 @@ static double time_decode(lm_forward *f, lm_kv_set *kv, int64_t n) {
 
 /* n verification steps of t tokens continuing kv: every row's argmax, then the t - 1 drafts
  * trimmed off, so the context grows by one a step as in decode; returns seconds, or -1. */
-static double time_verify(lm_forward *f, lm_kv_set *kv, int64_t n, int t) {
+static double time_verify(lm_forward *f, lm_kv_set *kv, int64_t n, int t,
+                          const lm_lora_pick *lora) {
   int32_t ids[LM_SPEC_MAX_TOKENS + 1], pos[LM_SPEC_MAX_TOKENS + 1], seq[LM_SPEC_MAX_TOKENS + 1],
       rows[LM_SPEC_MAX_TOKENS + 1], next[LM_SPEC_MAX_TOKENS + 1];
   double t0 = lm_cli_now();
@@ -250,7 +288,8 @@ static double time_verify(lm_forward *f, lm_kv_set *kv, int64_t n, int t) {
                   .n_seqs = 1,
                   .kv = &kv,
                   .n_logits = t,
-                  .logit_rows = rows};
+                  .logit_rows = rows,
+                  .lora = lora};
     s = lm_forward_run_greedy(f, &b, NULL, next);
     if (!s) s = lm_kv_set_trim(kv, t - 1);
   }
@@ -273,6 +312,8 @@ static lm_status bench_forward(const lm_model *m, lm_backend *be, const bench_op
                                int64_t max_tokens, int64_t max_logits, lm_forward **f) {
   LM_TRY(lm_forward_create(m, be, max_tokens, max_logits, f));
   lm_status s = lm_forward_set_adapters(*f, o->ad.set, o->ad.n);
+  for (int k = 0; k < o->n_synth && !s; k++)
+    s = lm_forward_mount_adapter(*f, LM_BENCH_SYNTH_SLOT + k, o->synth[k]);
   if (s) {
     lm_forward_free(*f);
     *f = NULL;
@@ -280,39 +321,88 @@ static lm_status bench_forward(const lm_model *m, lm_backend *be, const bench_op
   return s;
 }
 
+/* n greedy decode steps of the N sequences kv[0..N) together, each at its own length (one
+ * token each, a logits row each; sequence s runs picks[s]); returns seconds, or -1. */
+static double time_batch(lm_forward *f, lm_kv_set **kv, int N, int64_t n,
+                         const lm_lora_pick (*picks)[LM_LORA_PICKS]) {
+  int32_t *ids = malloc((size_t)N * 5 * sizeof *ids);
+  if (!ids) return -1;
+  int32_t *pos = ids + N, *seq = pos + N, *rows = seq + N, *next = rows + N;
+  for (int s = 0; s < N; s++)
+    ids[s] = 3, seq[s] = s, rows[s] = s;
+  double t0 = lm_cli_now();
+  lm_status st = LM_OK;
+  for (int64_t i = 0; i < n && !st; i++) {
+    for (int s = 0; s < N; s++)
+      pos[s] = (int32_t)lm_kv_set_len(kv[s]);
+    lm_batch b = {.n_tokens = N,
+                  .ids = ids,
+                  .pos = pos,
+                  .seq = seq,
+                  .n_seqs = N,
+                  .kv = kv,
+                  .n_logits = N,
+                  .logit_rows = rows,
+                  .lora = picks ? &picks[0][0] : NULL};
+    st = lm_forward_run_greedy(f, &b, NULL, next);
+    memcpy(ids, next, (size_t)N * sizeof *ids);
+  }
+  double dt = lm_cli_now() - t0;
+  free(ids);
+  return st ? -1 : dt;
+}
+
+/* One measured (or warm-up) run: o->batch sequences prefilled to ctx, then o->decode_tokens
+ * steps of t tokens (1: decode; more: verification, one sequence). Seconds, or -1. */
+static double run_steps(const lm_model *m, const lm_kv_spec *specs, lm_backend *be,
+                        const bench_opts *o, lm_forward *fp, lm_forward *fd, const int32_t *ids,
+                        int64_t ctx, int t, lm_lora_pick (*picks)[LM_LORA_PICKS], lm_kv_set **kv) {
+  int N = o->batch, any = o->n_synth > 0;
+  for (int s = 0; s < N; s++)
+    if (time_prefill(m, specs, be, fp, ids, ctx, any ? picks[s] : NULL, &kv[s]) < 0) return -1;
+  if (N > 1) return time_batch(fd, kv, N, o->decode_tokens, any ? picks : NULL);
+  return t == 1 ? time_decode(fd, kv[0], o->decode_tokens, any ? picks[0] : NULL)
+                : time_verify(fd, kv[0], o->decode_tokens, t, any ? picks[0] : NULL);
+}
+
 /* Median seconds of o->decode_tokens steps of t tokens (1: decode; more: verification) after a
- * prefill of ctx tokens, over o->reps runs after o->warmup; -1 on failure. *probe: the best
- * probe pass taken around the measured runs (0 where the backend has none). */
+ * prefill of ctx tokens (of each of o->batch sequences), over o->reps runs after o->warmup; -1
+ * on failure. *probe: the best probe pass taken around the measured runs (0 where the backend
+ * has none). */
 static double time_steps(const lm_model *m, const lm_kv_spec *specs, lm_backend *be,
                          const bench_opts *o, const int32_t *ids, int64_t ctx, int t,
                          lm_cli_progress *prog, int *runs, double *probe) {
+  int N = o->batch;
   lm_forward *fp = NULL, *fd = NULL;
-  lm_kv_set *kv = NULL;
-  if (bench_forward(m, be, o, ctx, 1, &fp) || bench_forward(m, be, o, t, t, &fd)) {
+  lm_kv_set **kv = calloc((size_t)N, sizeof *kv);
+  lm_lora_pick(*picks)[LM_LORA_PICKS] = malloc((size_t)N * sizeof *picks);
+  if (!kv || !picks || bench_forward(m, be, o, ctx, 1, &fp) ||
+      bench_forward(m, be, o, N > 1 ? N : t, N > 1 ? N : t, &fd)) {
     lm_forward_free(fp);
+    free(kv), free(picks);
     return -1;
   }
+  for (int s = 0; s < N; s++)
+    seq_picks(o, s, picks[s]);
   double v[o->reps];
   int bad = 0;
   *probe = 0;
   for (int r = 0; r < o->warmup + o->reps && !bad; r++) {
-    bad = time_prefill(m, specs, be, fp, ids, ctx, &kv) < 0;
-    double before = !bad && r >= o->warmup ? probe_now(be, o) : 0;
-    double dt = bad      ? -1
-                : t == 1 ? time_decode(fd, kv, o->decode_tokens)
-                         : time_verify(fd, kv, o->decode_tokens, t);
-    bad |= dt < 0;
+    double before = r >= o->warmup ? probe_now(be, o) : 0;
+    double dt = run_steps(m, specs, be, o, fp, fd, ids, ctx, t, picks, kv);
+    bad = dt < 0;
     if (!bad && r >= o->warmup) {
       double after = probe_now(be, o), best = before > after ? before : after;
       *probe = best > *probe ? best : *probe;
+      v[r - o->warmup] = dt;
     }
-    if (!bad && r >= o->warmup) v[r - o->warmup] = dt;
-    lm_kv_set_free(kv);
-    kv = NULL;
+    for (int s = 0; s < N; s++)
+      lm_kv_set_free(kv[s]), kv[s] = NULL;
     lm_cli_progress_update(prog, ++*runs);
   }
   lm_forward_free(fp);
   lm_forward_free(fd);
+  free(kv), free(picks);
   lm_cli_progress_clear(prog);
   return bad ? -1 : median(v, o->reps);
 }
@@ -477,14 +567,24 @@ int lm_cli_bench(int argc, char **argv) {
   fprintf(stderr, "bench: model ready in %.1f s: %.2f B parameters, %.2f GB of weights\n",
           lm_cli_now() - t0, (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9);
   if (lm_cli_adapters_load(&o.ad, m)) goto done;
-  if (o.adapter_rank) {
-    if (lm_lora_synth(m, o.adapter_rank, o.seed, &o.ad.set[o.ad.n])) {
+  for (int k = 0; k < o.n_synth; k++) {
+    if (lm_lora_synth(m, o.adapter_rank, o.seed + (uint64_t)k, &o.synth[k])) {
       lm_cli_fail("--adapter-rank");
       goto done;
     }
-    fprintf(stderr, "bench: a random rank-%d adapter on %d modules\n", o.adapter_rank,
-            o.ad.set[o.ad.n]->n_mods);
-    o.ad.n++;
+    if (!k)
+      fprintf(stderr, "bench: %d random rank-%d adapter%s on %d modules%s\n", o.n_synth,
+              o.adapter_rank, o.n_synth > 1 ? "s" : "", o.synth[0]->n_mods,
+              o.n_synth > 1 ? " (sequence i runs adapter i mod K)" : "");
+  }
+  if (o.save_adapter) {
+    if (lm_lora_save_peft(o.synth[0], o.save_adapter, LM_DT_BF16)) {
+      lm_cli_fail("--save-adapter");
+      goto done;
+    }
+    fprintf(stderr, "bench: adapter written to %s\n", o.save_adapter);
+    rc = 0;
+    goto done;
   }
   if (!(be = lm_cli_backend(&o.be, LM_PRECISION_FAST))) goto done;
   t0 = lm_cli_now();
@@ -540,7 +640,8 @@ int lm_cli_bench(int argc, char **argv) {
     }
     double v[o.reps];
     for (int r = 0; r < o.warmup + o.reps; r++) {
-      double dt = time_prefill(m, specs, be, f, ids, plist[i], NULL);
+      lm_lora_pick pk[LM_LORA_PICKS];
+      double dt = time_prefill(m, specs, be, f, ids, plist[i], seq_picks(&o, 0, pk), NULL);
       if (dt < 0) {
         lm_forward_free(f);
         lm_cli_fail("prefill");
@@ -573,6 +674,18 @@ int lm_cli_bench(int argc, char **argv) {
     if (med < 0 || ver < 0) {
       lm_cli_fail("decode");
       goto done;
+    }
+    if (o.batch > 1) { /* aggregate over the streams; the weights are read once a step */
+      double agg = (double)o.batch * (double)o.decode_tokens / med;
+      if (o.json)
+        printf("%s{\"context\":%lld,\"batch\":%d,\"tokens\":%lld,\"tok_s\":%.2f,\"step_ms\":%.3f}",
+               i ? "," : "", (long long)ctx, o.batch, (long long)o.decode_tokens, agg,
+               1e3 * med / (double)o.decode_tokens);
+      else
+        printf("decode %d sequences at %6lld context: %9.2f tok/s aggregate (%.3f ms a step)\n",
+               o.batch, (long long)ctx, agg, 1e3 * med / (double)o.decode_tokens);
+      fflush(stdout);
+      continue;
     }
     double tps = (double)o.decode_tokens / med;
     double bytes = decode_bytes(m, specs, ctx + o.decode_tokens / 2, be->act_dtype),
@@ -636,8 +749,10 @@ done:
     json_decref(vj[i]);
   free(vj);
   free(specs);
+  lm_cli_adapters_free(&o.ad); /* before the backend: their copies are its memory */
+  for (int k = 0; k < o.n_synth; k++)
+    lm_lora_free(o.synth[k]);
   lm_backend_destroy(be);
-  lm_cli_adapters_free(&o.ad);
   lm_model_free(m);
   free(ids);
   free(plist);

@@ -152,8 +152,8 @@ int lm_cli_logits(int argc, char **argv) {
     be = NULL;
   }
   int rc = (m && be && !lm_cli_adapters_load(&o.ad, m)) ? run(&o, m, be, ids, T) : 1;
+  lm_cli_adapters_free(&o.ad); /* before the backend: their copies are its memory */
   lm_backend_destroy(be);
-  lm_cli_adapters_free(&o.ad); /* after the backend: its copies of the adapters go with it */
   lm_model_free(m);
   free(ids);
   return rc;
