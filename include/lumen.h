@@ -372,6 +372,7 @@ typedef struct lm_adapter_info {
   int64_t bytes;  /* its matrices in the backend's memory */
   int64_t users;  /* requests queued or running with it */
   double load_s;  /* seconds from the call to the adapter being usable */
+  double mount_s; /* of them, the engine thread's: the copy to the backend, between two steps */
   char dir[4096]; /* the directory it was loaded from */
 } lm_adapter_info;
 

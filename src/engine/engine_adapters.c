@@ -18,7 +18,7 @@ typedef struct lm_mount {
   uint64_t id;
   int max_rank, modules;
   int64_t bytes;
-  double load_s;
+  double load_s, mount_s;
 } lm_mount;
 
 static double mono_s(void) {
@@ -83,8 +83,10 @@ lm_status lm_engine_load_adapter(lm_engine *e, const char *name, const char *dir
   lm_lora *l = NULL;
   int slot = -1;
   uint64_t id = 0;
+  double mount_s = 0;
   lm_status st = lm_lora_load(e->ck->m, dir, 1.0f, &l);
-  if (!st) st = lm_sched_mount(e->sched, l, &slot, &id);
+  if (!st) st = lm_lora_stage(l, e->be->act_dtype); /* here, not on the engine thread */
+  if (!st) st = lm_sched_mount(e->sched, l, &slot, &id, &mount_s);
   pthread_mutex_lock(&e->mounts_mu);
   int i = find(e, name);
   if (st) {
@@ -97,7 +99,7 @@ lm_status lm_engine_load_adapter(lm_engine *e, const char *name, const char *dir
     m->slot = slot, m->id = id, m->format = l->format, m->max_rank = l->max_rank;
     m->modules = l->n_mods;
     m->bytes = l->dev_bytes ? l->dev_bytes : params * (int64_t)sizeof(float);
-    m->load_s = mono_s() - t0;
+    m->load_s = mono_s() - t0, m->mount_s = mount_s;
   }
   pthread_mutex_unlock(&e->mounts_mu);
   if (st && slot < 0) lm_lora_free(l); /* (mounted, the scheduler owns it) */
@@ -129,6 +131,7 @@ int lm_engine_list_adapters(lm_engine *e, lm_adapter_info *out, int max) {
                              .modules = m->modules,
                              .bytes = m->bytes,
                              .load_s = m->load_s,
+                             .mount_s = m->mount_s,
                              .users = lm_sched_mount_users(e->sched, m->slot)};
       snprintf(a->name, sizeof a->name, "%s", m->name);
       snprintf(a->format, sizeof a->format, "%s", m->format);

@@ -39,6 +39,7 @@ typedef struct sched_cmd {
   lm_status st;
   char msg[512];
   int done;
+  int again; /* run set it: not done yet, run it again after the next step */
   struct sched_cmd *next;
 } sched_cmd;
 
@@ -943,17 +944,28 @@ static int any_active(const lm_sched *s) {
 /* ---- commands ----------------------------------------------------------------------------------
  */
 
-/* Runs the pending commands (mu held; dropped around each). */
+/* Runs the commands pending now (mu held; dropped around each); one that asks to run again
+ * goes back to the end of the list, for after the next step. */
 static void run_commands(lm_sched *s) {
-  while (s->cmds) {
-    sched_cmd *c = s->cmds;
-    s->cmds = c->next;
+  sched_cmd *list = s->cmds;
+  s->cmds = NULL;
+  while (list) {
+    sched_cmd *c = list;
+    list = c->next;
     pthread_mutex_unlock(&s->mu);
     lm_err_clear();
+    c->again = 0;
     c->st = c->run(s, c);
     if (c->st) snprintf(c->msg, sizeof c->msg, "%s", lm_errmsg());
     pc_sync(s);
     pthread_mutex_lock(&s->mu);
+    if (!c->st && c->again) {
+      sched_cmd **tail = &s->cmds;
+      while (*tail)
+        tail = &(*tail)->next;
+      c->next = NULL, *tail = c;
+      continue;
+    }
     c->done = 1;
     pthread_cond_broadcast(&s->cmd_cv);
   }
@@ -980,7 +992,10 @@ static lm_status command(lm_sched *s, sched_cmd *c) {
   }
   if (!s->started) {
     pthread_mutex_unlock(&s->mu);
-    c->st = c->run(s, c);
+    do {
+      c->again = 0;
+      c->st = c->run(s, c);
+    } while (!c->st && c->again);
     pc_sync(s);
     return c->st;
   }
@@ -1132,10 +1147,22 @@ typedef struct mount_cmd {
   struct lm_lora *l;
   int slot;
   uint64_t id;
+  double secs;
 } mount_cmd;
+
+/* The most bytes of an adapter copied to the backend between two steps: a few ms of the copy
+ * engine, so a large adapter costs the running streams a little on several steps rather than
+ * a long pause on one. */
+#define LM_MOUNT_CHUNK (16u << 20)
 
 static lm_status do_mount(lm_sched *s, sched_cmd *c) {
   mount_cmd *m = (mount_cmd *)c;
+  double t0 = now_s();
+  int done = 0;
+  lm_status st = lm_lora_upload(m->l, s->be, LM_MOUNT_CHUNK, &done);
+  m->secs += now_s() - t0;
+  if (st || !done) return c->again = !st, st;
+  t0 = now_s();
   pthread_mutex_lock(&s->mu);
   int k = s->o.n_lora;
   while (k < LM_ADAPTER_MOUNT_MAX && (s->mounted[k] || s->closing[k]))
@@ -1149,6 +1176,7 @@ static lm_status do_mount(lm_sched *s, sched_cmd *c) {
   s->mounted[k] = m->l, s->mount_id[k] = ++s->next_mount;
   m->slot = k, m->id = s->mount_id[k];
   pthread_mutex_unlock(&s->mu);
+  m->secs += now_s() - t0;
   return LM_OK;
 }
 
@@ -1167,10 +1195,10 @@ static lm_status do_unmount(lm_sched *s, sched_cmd *c) {
   return st;
 }
 
-lm_status lm_sched_mount(lm_sched *s, struct lm_lora *l, int *slot, uint64_t *id) {
+lm_status lm_sched_mount(lm_sched *s, struct lm_lora *l, int *slot, uint64_t *id, double *secs) {
   mount_cmd m = {.c = {.run = do_mount}, .l = l};
   LM_TRY(command(s, &m.c));
-  *slot = m.slot, *id = m.id;
+  *slot = m.slot, *id = m.id, *secs = m.secs;
   return LM_OK;
 }
 

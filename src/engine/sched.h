@@ -130,9 +130,9 @@ const lm_admit *lm_sched_admit(const lm_sched *s);
  * scheduler's model; the scheduler owns it from LM_OK on) into a free slot: *slot and *id get
  * where, and the mount's id (never reused), which jobs carry. LM_ERR_STATE when every slot is
  * taken. unmount: the mount (slot, id) leaves as soon as no job queued or running picks it (jobs
- * submitted later are refused); LM_ERR_NOT_FOUND when it is not mounted. users: the jobs queued
- * or running with it (counted between steps). */
-lm_status lm_sched_mount(lm_sched *s, struct lm_lora *l, int *slot, uint64_t *id);
+ * submitted later are refused); *secs: the engine thread's time for the mount. LM_ERR_NOT_FOUND
+ * when it is not mounted. users: the jobs queued or running with it (counted between steps). */
+lm_status lm_sched_mount(lm_sched *s, struct lm_lora *l, int *slot, uint64_t *id, double *secs);
 lm_status lm_sched_unmount(lm_sched *s, int slot, uint64_t id);
 int64_t lm_sched_mount_users(lm_sched *s, int slot);
 

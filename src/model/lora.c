@@ -257,17 +257,15 @@ lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **ou
   return LM_OK;
 }
 
-/* The backend's copies go first: they belong to the backend that made them. */
+/* The backend's copy goes first: it belongs to the backend that made it. */
 static void release_copies(lm_lora *l) {
-  lm_backend *be = l->prepared;
-  for (int i = 0; be && i < l->n_mods; i++) {
-    lm_lora_module *md = &l->mods[i];
-    if (md->a_dev && md->a_dev != md->a_data) be->ops->free(be, md->a_dev);
-    if (md->b_dev && md->b_dev != md->b_data) be->ops->free(be, md->b_dev);
-    md->a_dev = md->b_dev = NULL;
-  }
+  if (l->prepared && l->dev_mem) l->prepared->ops->free(l->prepared, l->dev_mem);
+  for (int i = 0; i < l->n_mods; i++)
+    l->mods[i].a_dev = l->mods[i].b_dev = NULL;
+  free(l->stage);
+  l->stage = l->dev_mem = NULL;
   l->prepared = NULL;
-  l->dev_bytes = 0;
+  l->dev_bytes = l->stage_bytes = l->uploaded = 0;
 }
 
 void lm_lora_free(lm_lora *l) {
@@ -280,41 +278,85 @@ void lm_lora_free(lm_lora *l) {
   free(l);
 }
 
-/* One matrix of n floats in the backend's memory, in its activation dtype; the CPU's f32 copy
- * is the host matrix itself. */
-static lm_status copy_matrix(lm_backend *be, float *src, int64_t n, void **dst, int64_t *bytes) {
-  int bf16 = be->act_dtype == LM_DT_BF16;
-  if (!bf16 && !be->ops->prepare_weight) return *dst = src, LM_OK;
-  size_t sz = (size_t)n * (bf16 ? 2 : 4);
-  void *host = src;
-  if (bf16) {
-    uint16_t *h = malloc(sz);
-    if (!h) return LM_ERRF(LM_ERR_NOMEM, "out of memory for an adapter");
-    for (int64_t i = 0; i < n; i++)
-      h[i] = lm_f32_to_bf16(src[i]);
-    host = h;
+/* Whether be reads the host matrices themselves (the CPU's f32 run). */
+static int reads_host(const lm_backend *be) {
+  return !be->ops->prepare_weight && be->act_dtype == LM_DT_F32;
+}
+
+static size_t put(void *dst, size_t at, const float *src, int64_t n, int bf16) {
+  for (int64_t i = 0; i < n; i++) {
+    if (bf16) {
+      uint16_t h = lm_f32_to_bf16(src[i]);
+      memcpy((char *)dst + at + 2 * (size_t)i, &h, 2);
+    } else {
+      memcpy((char *)dst + at + 4 * (size_t)i, &src[i], 4);
+    }
   }
-  lm_status s = be->ops->alloc(be, sz, dst);
-  if (!s) s = be->ops->upload(be, *dst, host, sz);
-  if (s && *dst) be->ops->free(be, *dst), *dst = NULL;
-  if (host != src) free(host);
-  if (!s) *bytes += (int64_t)sz;
-  return s;
+  return at + (size_t)n * (bf16 ? 2 : 4);
+}
+
+lm_status lm_lora_stage(lm_lora *l, lm_dtype act) {
+  if (l->stage || l->prepared) return LM_OK;
+  int bf16 = act == LM_DT_BF16;
+  size_t es = bf16 ? 2 : 4, bytes = 0;
+  for (int i = 0; i < l->n_mods; i++) /* 16-byte aligned pieces: the kernels load 16 bytes */
+    bytes += (((size_t)(l->mods[i].rank * l->mods[i].in) * es + 15) & ~(size_t)15) +
+             (((size_t)(l->mods[i].out * l->mods[i].rank) * es + 15) & ~(size_t)15);
+  if (!(l->stage = malloc(bytes ? bytes : 1)))
+    return LM_ERRF(LM_ERR_NOMEM, "out of memory for adapter %s", l->dir);
+  size_t at = 0;
+  for (int i = 0; i < l->n_mods; i++) {
+    lm_lora_module *md = &l->mods[i];
+    md->a_off = at;
+    at = (put(l->stage, at, md->a_data, md->rank * md->in, bf16) + 15) & ~(size_t)15;
+    md->b_off = at;
+    at = (put(l->stage, at, md->b_data, md->out * md->rank, bf16) + 15) & ~(size_t)15;
+  }
+  l->stage_bytes = bytes, l->stage_dtype = act;
+  return LM_OK;
+}
+
+lm_status lm_lora_upload(lm_lora *l, lm_backend *be, size_t max_bytes, int *done) {
+  *done = 0;
+  if (l->prepared && l->prepared != be)
+    return LM_ERRF(LM_ERR_INVALID, "adapter %s: its matrices live on another %s backend", l->dir,
+                   be->ops->name);
+  if (l->prepared && !l->stage) return *done = 1, LM_OK; /* complete */
+  if (reads_host(be)) {
+    for (int i = 0; i < l->n_mods; i++)
+      l->mods[i].a_dev = l->mods[i].a_data, l->mods[i].b_dev = l->mods[i].b_data;
+    free(l->stage); /* (a copy staged before the backend was known) */
+    l->stage = NULL, l->stage_bytes = 0;
+    l->prepared = be;
+    return *done = 1, LM_OK;
+  }
+  LM_TRY(lm_lora_stage(l, be->act_dtype));
+  if (l->stage_dtype != be->act_dtype)
+    return LM_ERRF(LM_ERR_INVALID, "adapter %s: staged for another activation dtype", l->dir);
+  if (!l->prepared) {
+    LM_TRY(lm_err_prefix(be->ops->alloc(be, l->stage_bytes ? l->stage_bytes : 1, &l->dev_mem),
+                         "adapter %s", l->dir));
+    l->prepared = be, l->dev_bytes = (int64_t)l->stage_bytes;
+  }
+  size_t n = l->stage_bytes - l->uploaded;
+  if (max_bytes && n > max_bytes) n = max_bytes;
+  LM_TRY(be->ops->upload(be, (char *)l->dev_mem + l->uploaded, (char *)l->stage + l->uploaded, n));
+  l->uploaded += n;
+  if (l->uploaded < l->stage_bytes) return LM_OK;
+  for (int i = 0; i < l->n_mods; i++) {
+    lm_lora_module *md = &l->mods[i];
+    md->a_dev = (char *)l->dev_mem + md->a_off, md->b_dev = (char *)l->dev_mem + md->b_off;
+  }
+  free(l->stage);
+  l->stage = NULL;
+  return *done = 1, LM_OK;
 }
 
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be) {
-  if (l->prepared == be) return LM_OK;
-  if (l->prepared)
-    return LM_ERRF(LM_ERR_INVALID, "adapter %s: its matrices live on another %s backend", l->dir,
-                   be->ops->name);
-  l->prepared = be;
-  for (int i = 0; i < l->n_mods; i++) {
-    lm_lora_module *md = &l->mods[i];
-    lm_status s = copy_matrix(be, md->a_data, md->rank * md->in, &md->a_dev, &l->dev_bytes);
-    if (!s) s = copy_matrix(be, md->b_data, md->out * md->rank, &md->b_dev, &l->dev_bytes);
-    if (s) return release_copies(l), lm_err_prefix(s, "adapter %s", l->dir);
-  }
-  return LM_OK;
+  int done = 0;
+  lm_status s = lm_lora_upload(l, be, 0, &done);
+  if (s && l->prepared == be) release_copies(l);
+  return s;
 }
 
 const lm_lora_module *lm_lora_find(const lm_lora *l, int layer, lm_lora_kind kind) {

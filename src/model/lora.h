@@ -39,6 +39,7 @@ typedef struct lm_lora_module {
   float scale;            /* the module's own (alpha / r, or the mlx-lm scale), before the weight */
   float *a_data, *b_data; /* dense f32: a [rank][in], b [out][rank] times scale × weight */
   void *a_dev, *b_dev;    /* the same in the prepared backend's memory and activation dtype */
+  size_t a_off, b_off;    /* their places in the staged copy (lm_lora_stage) */
 } lm_lora_module;
 
 typedef struct lm_lora {
@@ -48,8 +49,12 @@ typedef struct lm_lora {
   int max_rank;
   int n_mods;
   lm_lora_module *mods;
-  lm_backend *prepared; /* the backend holding its copies (lm_lora_prepare), or NULL */
-  int64_t dev_bytes;    /* their bytes (0 where the backend reads the host matrices) */
+  lm_backend *prepared; /* the backend holding its copy (lm_lora_prepare), or NULL */
+  int64_t dev_bytes;    /* its bytes (0 where the backend reads the host matrices) */
+  void *dev_mem;        /* every matrix in one allocation of the backend's */
+  void *stage;          /* lm_lora_stage: the same bytes on the host, until uploaded */
+  size_t stage_bytes, uploaded;
+  lm_dtype stage_dtype;
 } lm_lora;
 
 /* Loads the adapter in dir for model m (its format from the files present) with weight w. */
@@ -65,6 +70,12 @@ lm_status lm_lora_synth(const lm_model *m, int rank, uint64_t seed, lm_lora **ou
  * another backend is LM_ERR_INVALID (load the adapter again for that one); lm_lora_free frees
  * them, so an adapter is freed before its backend. */
 lm_status lm_lora_prepare(lm_lora *l, lm_backend *be);
+/* The same in parts, so that a running engine copies a large adapter between several steps:
+ * stage converts every matrix into one host buffer of the activation dtype `act` (any thread;
+ * nothing of a backend's), upload copies up to max_bytes more of it (0: the rest) into be's
+ * memory, *done once all is there. */
+lm_status lm_lora_stage(lm_lora *l, lm_dtype act);
+lm_status lm_lora_upload(lm_lora *l, lm_backend *be, size_t max_bytes, int *done);
 
 /* The model's weight an adapter of (layer, kind) adapts; NULL where the layer has none (the
  * per-layer-input kinds without PLE, k and v of a KV-shared layer, v of a k_eq_v layer). */

@@ -164,10 +164,11 @@ static json_t *text(const char *s) {
 static json_t *info_json(const lm_server *s, const lm_adapter_info *a) {
   char model[LM_ADAPTER_NAME_MAX + 260];
   snprintf(model, sizeof model, "%s:%s", s->model_id, a->name);
-  return json_pack("{s:s,s:o,s:o,s:o,s:o,s:i,s:i,s:I,s:I,s:f}", "object", "adapter", "name",
+  return json_pack("{s:s,s:o,s:o,s:o,s:o,s:i,s:i,s:I,s:I,s:f,s:f}", "object", "adapter", "name",
                    text(a->name), "model", text(model), "path", text(a->dir), "format",
                    text(a->format), "max_rank", a->max_rank, "modules", a->modules, "bytes",
-                   (json_int_t)a->bytes, "users", (json_int_t)a->users, "load_ms", a->load_s * 1e3);
+                   (json_int_t)a->bytes, "users", (json_int_t)a->users, "load_ms", a->load_s * 1e3,
+                   "mount_ms", a->mount_s * 1e3);
 }
 
 /* The mounted adapter named name into *out; 1 when there is one, 0 when not, -1 out of memory. */

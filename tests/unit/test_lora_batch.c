@@ -22,7 +22,7 @@ static void run(lm_precision prec, double bound) {
   assert_int_equal(lm_model_load(TINY, &m), LM_OK);
   assert_int_equal(lm_backend_cpu_create(prec, 0, &be), LM_OK);
   lm_lora_batch_report r;
-  lm_status st = lm_test_lora_batch(m, be, &r);
+  lm_status st = lm_test_lora_batch(m, be, &r, NULL, NULL);
   if (st) printf("  %s\n", lm_errmsg());
   assert_int_equal(st, LM_OK);
   printf("  %s: mixed vs alone %.2e (base row %.2e), adapted vs base %.3f, base after unmount %s\n",

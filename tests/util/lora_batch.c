@@ -39,8 +39,8 @@ static lm_status alone(lm_forward *f, lm_backend *be, const lm_model *m, int s, 
 }
 
 /* Every sequence in each step: the prompts together, then one token each. */
-static lm_status mixed(lm_forward *f, lm_backend *be, const lm_model *m,
-                       const lm_lora_pick (*picks)[LM_LORA_PICKS], float *out) {
+static lm_status run_mixed(lm_forward *f, lm_backend *be, const lm_model *m,
+                           const lm_lora_pick (*picks)[LM_LORA_PICKS], float *out) {
   lm_kv_spec specs[m->cfg.n_caches > 0 ? m->cfg.n_caches : 1];
   lm_model_kv_specs(m, specs);
   lm_kv_set *kv[NSEQ] = {0};
@@ -100,7 +100,7 @@ static lm_status adapters(const lm_model *m, lm_lora **a, lm_lora **b, lm_lora *
 }
 
 static lm_status check(const lm_model *m, lm_backend *be, lm_lora *const *l, float *got,
-                       float *want, lm_lora_batch_report *r) {
+                       float *want, lm_lora_batch_report *r, float *mixed, float *alone_out) {
   int64_t V = m->cfg.vocab_size, n = (int64_t)STEPS * V;
   lm_forward *fm = NULL, *fr = NULL;
   LM_TRY(lm_forward_create(m, be, NSEQ * PROMPT, NSEQ, &fm));
@@ -110,38 +110,46 @@ static lm_status check(const lm_model *m, lm_backend *be, lm_lora *const *l, flo
   if (!st) st = lm_forward_mount_adapter(fm, 40, l[1]);
   const lm_lora_pick picks[NSEQ][LM_LORA_PICKS] = {
       {{3, 1.0f}, {-1, 0}}, {{40, 1.0f}, {3, 0.5f}, {-1, 0}}, {{-1, 0}}};
-  if (!st) st = mixed(fm, be, m, picks, got);
+  if (!st) st = run_mixed(fm, be, m, picks, got);
   lm_lora *const sets[NSEQ][2] = {{l[0], NULL}, {l[1], l[2]}, {NULL, NULL}};
   const int nset[NSEQ] = {1, 2, 0};
   for (int s = 0; s < NSEQ && !st; s++) {
     st = lm_forward_set_adapters(fr, sets[s], nset[s]);
     if (!st) st = alone(fr, be, m, s, want + s * n);
     double d = rel(got + s * n, want + s * n, n);
+    r->rel[s] = d;
     r->max_rel = fmax(r->max_rel, d);
     if (s == NSEQ - 1) r->base_rel = d;
   }
   if (!st) r->adapted = rel(got, want + 2 * n, n);
+  if (!st && mixed) memcpy(mixed, got, (size_t)(NSEQ * n) * sizeof(float));
+  if (!st && alone_out) memcpy(alone_out, want, (size_t)(NSEQ * n) * sizeof(float));
   for (int k = 0; k < LM_ADAPTER_MOUNT_MAX && !st; k++)
     st = lm_forward_mount_adapter(fm, k, NULL);
   const lm_lora_pick none[NSEQ][LM_LORA_PICKS] = {{{-1, 0}}, {{-1, 0}}, {{-1, 0}}};
-  if (!st) st = mixed(fm, be, m, none, got);
+  if (!st) st = run_mixed(fm, be, m, none, got);
   lm_forward_free(fr), fr = NULL;
   if (!st) st = lm_forward_create(m, be, NSEQ * PROMPT, NSEQ, &fr);
-  if (!st) st = mixed(fr, be, m, none, want);
+  if (!st) st = run_mixed(fr, be, m, none, want);
   if (!st) r->base_bits = !memcmp(got, want, (size_t)(NSEQ * n) * sizeof(float));
   lm_forward_free(fm);
   lm_forward_free(fr);
   return st;
 }
 
-lm_status lm_test_lora_batch(const lm_model *m, lm_backend *be, lm_lora_batch_report *r) {
+int64_t lm_test_lora_batch_floats(const lm_model *m) {
+  return (int64_t)NSEQ * STEPS * m->cfg.vocab_size;
+}
+
+lm_status lm_test_lora_batch(const lm_model *m, lm_backend *be, lm_lora_batch_report *r,
+                             float *mixed, float *alone_out) {
   *r = (lm_lora_batch_report){0};
   int64_t n = (int64_t)NSEQ * STEPS * m->cfg.vocab_size;
   lm_lora *l[3] = {0};
   float *got = malloc((size_t)n * sizeof(float)), *want = malloc((size_t)n * sizeof(float));
   lm_status st =
       got && want ? adapters(m, &l[0], &l[1], &l[2]) : LM_ERRF(LM_ERR_NOMEM, "out of memory");
-  if (!st) st = check(m, be, l, got, want, r);
+  if (!st) st = check(m, be, l, got, want, r, mixed, alone_out);
   for (int i = 0; i < 3; i++) /* before the backend: their copies are its memory */
     lm_lora_free(l[i]);
   free(got);

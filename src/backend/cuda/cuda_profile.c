@@ -90,14 +90,15 @@ PROF_SIMPLE(kv_append, lm_kv_append_args, a->k_new.rows)
 PROF_SIMPLE(moe_route, lm_moe_route_args, a->logits.rows)
 PROF_SIMPLE(moe_experts, lm_moe_experts_args, a->x.rows)
 PROF_SIMPLE(argmax, lm_argmax_args, a->x.rows)
+PROF_SIMPLE(lora_shrink, lm_lora_shrink_args, a->x.rows)
 
 static lm_status prof_matmul(lm_backend *be, const lm_matmul_args *a) {
   PROF_START(be);
   lm_status s = lm_cuda_matmul(be, a);
   char key[96];
-  snprintf(key, sizeof key, "matmul %s%d %lldx%lld m<=%d", a->w->bits ? "q" : "dense",
+  snprintf(key, sizeof key, "matmul %s%d %lldx%lld%s m<=%d", a->w->bits ? "q" : "dense",
            a->w->bits ? a->w->bits : 16, (long long)a->w->rows, (long long)a->w->cols,
-           rows_class(a->x.rows));
+           a->lora || a->lora2 ? " +lora" : "", rows_class(a->x.rows));
   lm_cuda_prof_end(c, key);
   return s;
 }
@@ -144,6 +145,7 @@ void lm_cuda_profiled_ops(lm_backend_ops *t) {
   t->moe_route = prof_moe_route;
   t->moe_experts = prof_moe_experts;
   t->argmax = prof_argmax;
+  t->lora_shrink = prof_lora_shrink;
   t->run_step = prof_run_step;
 }
 
