@@ -1153,7 +1153,7 @@ typedef struct mount_cmd {
 /* The most bytes of an adapter copied to the backend between two steps: a few ms of the copy
  * engine, so a large adapter costs the running streams a little on several steps rather than
  * a long pause on one. */
-#define LM_MOUNT_CHUNK (16u << 20)
+#define LM_MOUNT_CHUNK (8u << 20)
 
 static lm_status do_mount(lm_sched *s, sched_cmd *c) {
   mount_cmd *m = (mount_cmd *)c;
