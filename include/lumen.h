@@ -58,7 +58,8 @@ extern "C" {
  * (lm_engine_options.speculative_tokens, lm_request_options.speculative and speculative_tokens,
  * the round fields of lm_event, lm_usage.drafted_tokens / accepted_tokens, lm_engine_stats.spec_*,
  * lm_engine_options.draft_model); 7 LoRA adapters (lm_engine_options.adapters, adapter_weights,
- * n_adapters; lm_engine_load_adapter, lm_engine_unload_adapter, lm_engine_list_adapters;
+ * n_adapters; lm_engine_load_adapter, lm_engine_unload_adapter, lm_engine_list_adapters,
+ * lm_adapter_name_valid;
  * lm_request_options.adapters, adapter_weights, n_adapters).
  */
 #define LUMEN_API_VERSION 7
@@ -375,6 +376,10 @@ typedef struct lm_adapter_info {
   double mount_s; /* of them, the engine thread's: the copy to the backend, between two steps */
   char dir[4096]; /* the directory it was loaded from */
 } lm_adapter_info;
+
+/* Whether the n bytes at s are a valid adapter name: 1..LM_ADAPTER_NAME_MAX-1 bytes of letters,
+ * digits and ._- (so "a+b" and "BASE:NAME" stay unambiguous). Thread-safe. */
+int lm_adapter_name_valid(const char *s, size_t n);
 
 /* Loads the adapter in dir (PEFT or mlx-lm; lumen.h's --adapter rules) and mounts it under name
  * (1..LM_ADAPTER_NAME_MAX-1 bytes of letters, digits and ._-), so later requests may select it

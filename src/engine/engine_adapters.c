@@ -1,6 +1,7 @@
 /* engine_adapters.c — LoRA adapters mounted by name in a running engine (lumen.h
  * lm_engine_load_adapter): the names and what the scheduler mounted under them. Files are read on
  * the caller's thread; the scheduler copies the matrices to the backend between two steps. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,17 +28,22 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static lm_status check_name(const char *name) {
-  size_t n = name ? strlen(name) : 0;
-  if (n < 1 || n >= LM_ADAPTER_NAME_MAX)
-    return LM_ERRF(LM_ERR_INVALID, "an adapter's name has 1..%d bytes", LM_ADAPTER_NAME_MAX - 1);
+int lm_adapter_name_valid(const char *s, size_t n) {
+  if (!s || n < 1 || n >= LM_ADAPTER_NAME_MAX) return 0;
   for (size_t i = 0; i < n; i++) {
-    char c = name[i];
-    if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') && c != '.' &&
-        c != '_' && c != '-')
-      return LM_ERRF(LM_ERR_INVALID, "adapter name '%s': letters, digits, '.', '_' and '-' only",
-                     name);
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
+      return 0;
   }
+  return 1;
+}
+
+static lm_status check_name(const char *name) {
+  if (!lm_adapter_name_valid(name, name ? strlen(name) : 0))
+    return LM_ERRF(LM_ERR_INVALID,
+                   "adapter name '%s': 1..%d bytes of letters, digits, '.', '_' and '-'",
+                   name ? name : "", LM_ADAPTER_NAME_MAX - 1);
   return LM_OK;
 }
 
@@ -159,7 +165,7 @@ lm_status lm_engine_pick_adapters(lm_engine *e, const lm_request_options *o, lm_
     int k = name && e->mounts ? find(e, name) : -1;
     if (k < 0 || e->mounts[k].slot < 0)
       st = LM_ERRF(LM_ERR_NOT_FOUND, "adapter '%s' is not mounted", name ? name : "(null)");
-    else if (!(w == w) || w > 1e6f || w < -1e6f)
+    else if (!isfinite(w))
       st = LM_ERRF(LM_ERR_INVALID, "adapter '%s': its weight must be a finite number", name);
     else {
       j->lora[i] = (lm_lora_pick){.slot = e->mounts[k].slot, .weight = w};

@@ -175,8 +175,7 @@ lm_status lm_lora_bank_shrink(lm_lora_bank *b, int layer, const lm_lora_kind *ki
     io[i] = NULL;
     if (!lm_lora_bank_at(b, layer, kinds[i])) continue;
     const lm_lora_io *p = &b->io[(size_t)layer * LM_LORA_KINDS + kinds[i]];
-    a.io[a.n] = *p;
-    a.io[a.n++].t.rows = x.rows;
+    a.io[a.n++] = *p;
     io[i] = p;
   }
   return a.n ? b->be->ops->lora_shrink(b->be, &a) : LM_OK;

@@ -20,18 +20,6 @@
 
 #define LM_SRV_ADAPTER_WEIGHT_MAX 100.0
 
-/* 1..LM_ADAPTER_NAME_MAX-1 bytes of letters, digits and ._- (lumen.h's rule for names). */
-static int name_ok(const char *s, size_t n) {
-  if (n < 1 || n >= LM_ADAPTER_NAME_MAX) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-          c == '_' || c == '-'))
-      return 0;
-  }
-  return 1;
-}
-
 static int bad_name(const char *param, lm_srv_err *e) {
   return lm_srv_err_bad(e, param, "adapter names are 1-%d characters of [A-Za-z0-9._-]",
                         LM_ADAPTER_NAME_MAX - 1);
@@ -41,7 +29,7 @@ static int bad_name(const char *param, lm_srv_err *e) {
 
 static int add_one(lm_srv_adapters *a, const char *s, size_t n, float weight, const char *param,
                    lm_srv_err *e) {
-  if (!name_ok(s, n)) return bad_name(param, e);
+  if (!lm_adapter_name_valid(s, n)) return bad_name(param, e);
   if (a->n == LM_ADAPTER_STACK_MAX)
     return lm_srv_err_bad(e, param, "at most %d adapters per request", LM_ADAPTER_STACK_MAX);
   memcpy(a->name[a->n], s, n);
@@ -56,7 +44,7 @@ static int add_stack(lm_srv_adapters *a, const char *s, const char *param, int s
   for (;;) {
     const char *plus = strchr(s, '+');
     size_t n = plus ? (size_t)(plus - s) : strlen(s);
-    if (!strict && !name_ok(s, n)) return -1;
+    if (!strict && !lm_adapter_name_valid(s, n)) return -1;
     int r = add_one(a, s, n, 1.0f, param, e);
     if (r || !plus) return r;
     s = plus + 1;
@@ -263,7 +251,7 @@ static void load_drop(void *obj) { job_unref(obj); }
 /* name and the directory (path, or its aliases adapter_path and dir) from the body. */
 static int load_args(const json_t *body, const char **name, const char **dir, lm_srv_err *e) {
   const json_t *n = json_object_get(body, "name");
-  if (!json_is_string(n) || !name_ok(json_string_value(n), json_string_length(n)))
+  if (!json_is_string(n) || !lm_adapter_name_valid(json_string_value(n), json_string_length(n)))
     return bad_name("name", e);
   static const char *const keys[] = {"path", "adapter_path", "dir"};
   *dir = NULL;
@@ -352,7 +340,7 @@ void lm_srv_adapters_list(const lm_srv_http_req *rq, lm_srv_reply *rp) {
 void lm_srv_adapters_get(const lm_srv_http_req *rq, lm_srv_reply *rp) {
   const char *name = rq->path + strlen("/v1/adapters/");
   lm_adapter_info a;
-  int hit = name_ok(name, strlen(name)) ? find(rq->srv, name, &a) : 0;
+  int hit = lm_adapter_name_valid(name, strlen(name)) ? find(rq->srv, name, &a) : 0;
   if (hit > 0)
     lm_srv_reply_json(rp, 200, info_json(rq->srv, &a));
   else if (hit < 0)
@@ -363,8 +351,9 @@ void lm_srv_adapters_get(const lm_srv_http_req *rq, lm_srv_reply *rp) {
 
 void lm_srv_adapters_delete(const lm_srv_http_req *rq, lm_srv_reply *rp) {
   const char *name = rq->path + strlen("/v1/adapters/");
-  lm_status st =
-      name_ok(name, strlen(name)) ? lm_engine_unload_adapter(rq->srv->e, name) : LM_ERR_NOT_FOUND;
+  lm_status st = lm_adapter_name_valid(name, strlen(name))
+                     ? lm_engine_unload_adapter(rq->srv->e, name)
+                     : LM_ERR_NOT_FOUND;
   if (st == LM_ERR_NOT_FOUND) {
     not_mounted(name, rp);
     return;
