@@ -59,8 +59,7 @@ extern "C" {
  * the round fields of lm_event, lm_usage.drafted_tokens / accepted_tokens, lm_engine_stats.spec_*,
  * lm_engine_options.draft_model); 7 LoRA adapters (lm_engine_options.adapters, adapter_weights,
  * n_adapters; lm_engine_load_adapter, lm_engine_unload_adapter, lm_engine_list_adapters,
- * lm_adapter_name_valid;
- * lm_request_options.adapters, adapter_weights, n_adapters).
+ * lm_adapter_name_valid; lm_request_options.adapters, adapter_weights, n_adapters, no_adapters).
  */
 #define LUMEN_API_VERSION 7
 
