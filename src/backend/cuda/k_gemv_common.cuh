@@ -27,6 +27,44 @@ __device__ __forceinline__ Route route(const lm_cu_mm_p &p) {
   return r;
 }
 
+/* s + Σ_k B[c][k] · t[k] over k < rank, in that order. For bf16 B with 16-byte rows the pieces
+ * of up to 32 rank indices (B's row and t) are all loaded before the first multiply: a loop of
+ * scalar loads waits for each in turn, a round trip per rank index at the product's tail. */
+__device__ __forceinline__ float lora_dot(const void *b, int wdt, int rank, int64_t c,
+                                          const float *t, float s) {
+  const uint16_t *bb = (const uint16_t *)b + c * rank;
+  if (wdt == LM_CU_BF16 && rank % 8 == 0 && ((uintptr_t)bb & 15) == 0 && ((uintptr_t)t & 15) == 0) {
+    for (int k0 = 0; k0 < rank; k0 += 32) {
+      const int n = min(rank - k0, 32) / 8;
+      uint4 bv[4];
+      float4 tv[8];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        if (i < n) {
+          bv[i] = *reinterpret_cast<const uint4 *>(bb + k0 + 8 * i);
+          tv[2 * i] = *reinterpret_cast<const float4 *>(t + k0 + 8 * i);
+          tv[2 * i + 1] = *reinterpret_cast<const float4 *>(t + k0 + 8 * i + 4);
+        }
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        if (i < n) {
+          const uint32_t w[4] = {bv[i].x, bv[i].y, bv[i].z, bv[i].w};
+          const float tt[8] = {tv[2 * i].x,     tv[2 * i].y,     tv[2 * i].z,     tv[2 * i].w,
+                               tv[2 * i + 1].x, tv[2 * i + 1].y, tv[2 * i + 1].z, tv[2 * i + 1].w};
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            s = fmaf(bf2f(w[q] & 0xffffu), tt[2 * q], s);
+            s = fmaf(bf2f(w[q] >> 16), tt[2 * q + 1], s);
+          }
+        }
+    }
+    return s;
+  }
+  for (int k = 0; k < rank; k++)
+    s = fmaf(ld(b, wdt, c * rank + k), t[k], s);
+  return s;
+}
+
 /* The LoRA terms of output (r, c): Σ over row r's picks of B_j[c] · t_j, in f32. */
 __device__ __forceinline__ float lora_term(const lm_cu_lora &l, int64_t r, int64_t c) {
   const int64_t row = l.row0 + r;
@@ -37,9 +75,7 @@ __device__ __forceinline__ float lora_term(const lm_cu_lora &l, int64_t r, int64
     const int slot = pk[j].slot;
     if (slot < 0) break;
     const lm_cu_lora_ent e = l.tab[slot];
-    const float *tj = t + j * l.rank_stride;
-    for (int k = 0; k < e.rank; k++)
-      s = fmaf(ld(e.b, l.wdt, c * e.rank + k), tj[k], s);
+    s = lora_dot(e.b, l.wdt, e.rank, c, t + j * l.rank_stride, s);
   }
   return s;
 }
